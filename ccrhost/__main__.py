@@ -1,0 +1,3 @@
+from ccrhost.cli import main
+
+main()

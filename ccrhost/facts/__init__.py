@@ -1,0 +1,1 @@
+"""pyinfra facts: read node state in as few remote commands as possible."""

@@ -1,0 +1,31 @@
+"""Turn pyinfra's inventory into validated settings, once per run.
+
+Deploy files call :func:`host_settings` first. On the first call it
+validates every host of the inventory; any bad value stops the run before
+a single operation is queued, so nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ccrhost.config import HostSettings, InventoryDataError, validate_all
+
+_ATTR = "_ccrhost_settings"
+
+
+def host_settings(host, inventory) -> HostSettings:
+    settings = getattr(inventory, _ATTR, None)
+    if settings is None:
+        try:
+            settings = validate_all({h.name: h.data.dict() for h in inventory})
+        except InventoryDataError as exc:
+            sys.stderr.write(
+                f"ccrhost: inventory data rejected, no host was changed ({len(exc.errors)} problem"
+                f"{'s' if len(exc.errors) != 1 else ''}):\n"
+            )
+            for error in exc.errors:
+                sys.stderr.write(f"  {error}\n")
+            raise SystemExit(2) from None
+        setattr(inventory, _ATTR, settings)
+    return settings[host.name]

@@ -1,0 +1,455 @@
+"""The lab: emulated nodes, each in its own network and mount namespace,
+reached over a real sshd.
+
+Layout of a lab folder (default /var/lib/ccrhost/lab):
+
+    lab.json            what is running: nodes, addresses, pids
+    client_key[.pub]    the key pyinfra logs in with
+    known_hosts         every node's host key, so checking stays strict
+    shims/              tools that stand in for hardware tools, first on PATH
+    nodes/<node>/       per node: sshd config and host key, boot/ flags,
+                        image/sys (the rendered /sys), etc/ and usrlib/
+                        overlay layers (these survive a lab reboot)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from ccrhost.lab.profile import Fault, ProfileError, load_profile, render_sysfs
+
+DEFAULT_DIR = "/var/lib/ccrhost/lab"
+SSHD = "/usr/sbin/sshd"
+SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server")
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+MAX_NODES = 200
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("CCRHOST_LAB_DIR", DEFAULT_DIR))
+
+
+@dataclass
+class Node:
+    name: str
+    index: int
+    address: str
+    netns: str
+    profile: str
+    faults: list[str] = field(default_factory=list)
+    holder_pid: int | None = None
+    sshd_pid: int | None = None
+
+
+@dataclass
+class LabState:
+    name: str
+    subnet: int
+    nodes: list[Node]
+
+    @property
+    def bridge(self) -> str:
+        return f"ccr{self.name}br"
+
+    @property
+    def gateway(self) -> str:
+        return f"198.18.{self.subnet}.1"
+
+
+def _run(*cmd: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(cmd)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _kill(pid: int | None) -> None:
+    if _alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def preflight() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (network namespaces, mounts, sshd)")
+    missing = [tool for tool in ("ip", "unshare", "nsenter", "ssh-keygen") if not shutil.which(tool)]
+    if not os.path.exists(SSHD):
+        missing.append(SSHD + " (package openssh-server)")
+    if not any(os.path.exists(p) for p in SFTP_SERVERS):
+        missing.append("sftp-server (package openssh-sftp-server)")
+    if missing:
+        raise LabError("missing: " + ", ".join(missing))
+
+
+class Lab:
+    def __init__(self, directory: Path | str | None = None):
+        self.dir = Path(directory) if directory else lab_dir()
+
+    # -- state -----------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "lab.json"
+
+    def load(self) -> LabState | None:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        return LabState(data["name"], data["subnet"], [Node(**n) for n in data["nodes"]])
+
+    def save(self, state: LabState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(self.state_file)
+
+    def node_dir(self, node: Node | str) -> Path:
+        return self.dir / "nodes" / (node if isinstance(node, str) else node.name)
+
+    def node(self, name: str) -> Node:
+        state = self.load()
+        if state is None:
+            raise LabError(f"no lab is running in {self.dir}")
+        for node in state.nodes:
+            if node.name == name:
+                return node
+        raise LabError(f"no node {name!r} in the lab; nodes: {', '.join(n.name for n in state.nodes)}")
+
+    def root(self, node: Node | str) -> Path:
+        """The node's filesystem as the node sees it (its mount namespace)."""
+        if isinstance(node, str):
+            node = self.node(node)
+        if not _alive(node.holder_pid):
+            raise LabError(f"node {node.name} is not running")
+        return Path(f"/proc/{node.holder_pid}/root")
+
+    # -- lifecycle -------------------------------------------------------
+    def up(self, nodes: int, profile: str, faults: dict[str, list[Fault]] | None = None,
+           name: str = "lab", subnet: int = 0, profiles: dict[str, str] | None = None) -> LabState:
+        """Start ``nodes`` emulated nodes. A running lab of the same shape is reused."""
+        preflight()
+        faults = faults or {}
+        profiles = profiles or {}
+        if not NAME_RE.match(name):
+            raise LabError(f"lab name {name!r}: use 1-6 lowercase letters or digits, starting with a letter")
+        if not 1 <= nodes <= MAX_NODES:
+            raise LabError(f"--nodes {nodes}: allowed 1..{MAX_NODES}")
+        if not 0 <= subnet <= 255:
+            raise LabError(f"subnet {subnet}: allowed 0..255 (198.18.<subnet>.0/24)")
+        names = [f"node{i}" for i in range(1, nodes + 1)]
+        for node_name in list(faults) + list(profiles):
+            if node_name not in names:
+                raise LabError(f"fault or profile for {node_name!r}: the lab has nodes node1..node{nodes}")
+        # Load every profile before touching anything, so a bad one changes nothing.
+        loaded = {p: load_profile(p) for p in {profile, *profiles.values()}}
+
+        existing = self.load()
+        if existing is not None:
+            wanted = [(n, profiles.get(n, profile), [str(f) for f in faults.get(n, [])]) for n in names]
+            have = [(n.name, n.profile, n.faults) for n in existing.nodes]
+            if have == wanted and all(_alive(n.sshd_pid) for n in existing.nodes):
+                return existing
+            raise LabError(
+                f"a lab is already running in {self.dir} ({len(existing.nodes)} nodes); "
+                "run `ccrhost lab down` first"
+            )
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._install_shims()
+        key = self.dir / "client_key"
+        if not key.exists():
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ccrhost-lab", "-f", str(key))
+        state = LabState(name, subnet, [])
+        self.save(state)
+        try:
+            self._bridge(state)
+            for i, node_name in enumerate(names, start=1):
+                node = Node(
+                    name=node_name, index=i, address=f"198.18.{subnet}.{10 + i}",
+                    netns=f"ccr{name}-{node_name}", profile=profiles.get(node_name, profile),
+                    faults=[str(f) for f in faults.get(node_name, [])],
+                )
+                state.nodes.append(node)
+                self.save(state)
+                self._create_node(state, node, loaded[node.profile], faults.get(node_name, []))
+                self.save(state)
+            self._write_known_hosts(state)
+            for node in state.nodes:
+                self._wait_ssh(node)
+        except BaseException:
+            self.down()
+            raise
+        return state
+
+    def _install_shims(self) -> None:
+        target = self.dir / "shims"
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        source = resources.files("ccrhost.lab") / "shims"
+        for entry in source.iterdir():
+            if entry.name.startswith((".", "__")):
+                continue
+            text = entry.read_text()
+            if text.startswith("#!/usr/bin/env python3"):
+                text = f"#!{sys.executable}" + text[len("#!/usr/bin/env python3"):]
+            path = target / entry.name
+            path.write_text(text)
+            path.chmod(0o755 if text.startswith("#!") else 0o644)
+        init = self.dir / "node-init.sh"
+        init.write_text((resources.files("ccrhost.lab") / "node-init.sh").read_text())
+        init.chmod(0o755)
+
+    def _bridge(self, state: LabState) -> None:
+        br = state.bridge
+        if _run("ip", "link", "show", br, check=False).returncode != 0:
+            _run("ip", "link", "add", br, "type", "bridge")
+        _run("ip", "addr", "replace", f"{state.gateway}/24", "dev", br)
+        _run("ip", "link", "set", br, "up")
+
+    def _create_node(self, state: LabState, node: Node, profile, faults: list[Fault]) -> None:
+        ndir = self.node_dir(node)
+        if ndir.exists():
+            shutil.rmtree(ndir)
+        for sub in ("etc/upper", "etc/work", "usrlib/upper", "usrlib/work", "boot", "ssh"):
+            (ndir / sub).mkdir(parents=True)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.name,
+             "-f", str(ndir / "ssh" / "ssh_host_ed25519_key"))
+        sftp = next(p for p in SFTP_SERVERS if os.path.exists(p))
+        (ndir / "sshd_config").write_text(
+            f"ListenAddress {node.address}\n"
+            f"HostKey {ndir}/ssh/ssh_host_ed25519_key\n"
+            f"AuthorizedKeysFile {self.dir}/client_key.pub\n"
+            "PidFile /run/sshd.pid\n"
+            "PermitRootLogin prohibit-password\n"
+            "PasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\n"
+            "UsePAM no\nUseDNS no\nStrictModes no\n"
+            "MaxStartups 200\nMaxSessions 64\n"
+            "LogLevel ERROR\n"
+            f"Subsystem sftp {sftp}\n"
+        )
+        (ndir / "profile.json").write_text(json.dumps(
+            {"profile": profile.model_dump(), "faults": [str(f) for f in faults], "index": node.index}))
+
+        host_if = f"ccr{state.name}{node.index}h"
+        _run("ip", "netns", "add", node.netns)
+        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
+        _run("ip", "link", "set", host_if, "master", state.bridge, "up")
+        _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", "eth0")
+        _run("ip", "-n", node.netns, "link", "set", "lo", "up")
+        _run("ip", "-n", node.netns, "link", "set", "eth0", "up")
+        _run("ip", "-n", node.netns, "route", "add", "default", "via", state.gateway)
+        self.boot(node)
+
+    def _prepare_boot(self, node: Node) -> None:
+        """Render the node's hardware as it looks right after power-on."""
+        from ccrhost.lab.profile import Profile, parse_fault
+
+        ndir = self.node_dir(node)
+        saved = json.loads((ndir / "profile.json").read_text())
+        profile = Profile(**saved["profile"])
+        faults = [parse_fault(f"{node.name}:{f}")[1] for f in saved["faults"]]
+        for sub in ("image", "boot"):
+            if (ndir / sub).exists():
+                shutil.rmtree(ndir / sub)
+        (ndir / "boot").mkdir()
+        built = render_sysfs(profile, faults, ndir / "image" / "sys", node.index)
+        kinds = {f.kind for f in faults}
+        if profile.configfs_mounted and "configfs_unmounted" not in kinds:
+            (ndir / "boot" / "configfs_mounted").write_text("")
+        readonly = []
+        if "ecn_readonly" in kinds:
+            readonly = [f"/sys/class/net/{nd}/ecn" for nd in built["netdevs"] if profile.ofed]
+        (ndir / "boot" / "readonly").write_text("\n".join(readonly))
+
+        kver = os.uname().release
+        moddir = ndir / "usrlib" / "upper" / "modules" / kver
+        moddir.mkdir(parents=True, exist_ok=True)
+
+        def ko(name: str) -> str:
+            return f"kernel/drivers/infiniband/{name}.ko"
+
+        (moddir / "modules.dep").write_text("".join(
+            f"{ko(name)}: {' '.join(ko(d) for d in deps)}".rstrip() + "\n"
+            for name, deps in profile.modules.available.items()))
+        (moddir / "modules.builtin").write_text("".join(
+            f"kernel/fs/{name}/{name}.ko\n" for name in profile.modules.builtin))
+        (ndir / "node.json").write_text(json.dumps({
+            "name": node.name, "dir": str(ndir), "profile": profile.name,
+            "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
+            "nics": built["nics"],
+            "gpus": profile.gpus.model_dump(),
+            "faults": [str(f) for f in faults],
+        }))
+
+    def boot(self, node: Node) -> None:
+        """Power the node on: fresh /sys from its profile, then sshd."""
+        self._prepare_boot(node)
+        ndir = self.node_dir(node)
+        log = open(ndir / "init.log", "w")
+        holder = subprocess.Popen(
+            ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--propagation", "private",
+             "/bin/sh", str(self.dir / "node-init.sh"), str(ndir), str(self.dir / "shims")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        node.holder_pid = holder.pid
+        deadline = time.monotonic() + 20
+        while not (ndir / "boot" / "ready").exists():
+            if holder.poll() is not None or time.monotonic() > deadline:
+                raise LabError(f"{node.name} did not boot: {(ndir / 'init.log').read_text().strip()}")
+            time.sleep(0.02)
+        self.start_sshd(node)
+
+    def start_sshd(self, node: Node) -> None:
+        ndir = self.node_dir(node)
+        log = open(ndir / "sshd.log", "a")
+        sshd = subprocess.Popen(
+            ["nsenter", "-t", str(node.holder_pid), "-m", "-n", "--", SSHD, "-D", "-e",
+             "-f", str(ndir / "sshd_config")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        node.sshd_pid = sshd.pid
+
+    def _wait_ssh(self, node: Node, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((node.address, 22), timeout=1) as sock:
+                    if sock.recv(4).startswith(b"SSH-"):
+                        return
+            except OSError:
+                pass
+            if not _alive(node.sshd_pid) or time.monotonic() > deadline:
+                log = (self.node_dir(node) / "sshd.log").read_text().strip()
+                raise LabError(f"{node.name}: sshd did not come up on {node.address}:22: {log}")
+            time.sleep(0.05)
+
+    def _write_known_hosts(self, state: LabState) -> None:
+        lines = []
+        for node in state.nodes:
+            key = (self.node_dir(node) / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
+            lines.append(f"{node.address} {key[0]} {key[1]}\n")
+        (self.dir / "known_hosts").write_text("".join(lines))
+
+    def _stop_node(self, node: Node) -> None:
+        """Kill every process of the node: sshd, its sessions, the holder."""
+        pids = _run("ip", "netns", "pids", node.netns, check=False).stdout.split()
+        for pid in [*map(int, pids), node.sshd_pid, node.holder_pid]:
+            _kill(pid)
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in (node.sshd_pid, node.holder_pid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        node.sshd_pid = node.holder_pid = None
+
+    def reboot(self, name: str) -> Node:
+        """Power-cycle one node: volatile settings (/sys, configfs) go back to
+        the profile's defaults; its disk (/etc) keeps what was written."""
+        state = self.load()
+        node = self.node(name)
+        node = next(n for n in state.nodes if n.name == name)
+        self._stop_node(node)
+        self.boot(node)
+        self.save(state)
+        self._wait_ssh(node)
+        return node
+
+    def kill_sshd(self, name: str) -> None:
+        """Cut a node off: its sshd and every SSH session die (a test fault)."""
+        state = self.load()
+        node = next(n for n in state.nodes if n.name == name)
+        pids = _run("ip", "netns", "pids", node.netns, check=False).stdout.split()
+        for pid in map(int, pids):
+            if pid != node.holder_pid:
+                _kill(pid)
+        node.sshd_pid = None
+        self.save(state)
+
+    def restart_sshd(self, name: str) -> None:
+        state = self.load()
+        node = next(n for n in state.nodes if n.name == name)
+        self.start_sshd(node)
+        self.save(state)
+        self._wait_ssh(node)
+
+    def down(self) -> list[str]:
+        """Remove everything the lab created. Safe to run twice and after a crash."""
+        removed = []
+        state = self.load()
+        nodes = state.nodes if state else []
+        names = {n.netns for n in nodes}
+        prefix = f"ccr{state.name}-" if state else None
+        if prefix:
+            listed = _run("ip", "netns", "list", check=False).stdout.split("\n")
+            names |= {line.split()[0] for line in listed if line.startswith(prefix)}
+        for node in nodes:
+            self._stop_node(node)
+        for netns in sorted(names):
+            for pid in _run("ip", "netns", "pids", netns, check=False).stdout.split():
+                _kill(int(pid))
+            if _run("ip", "netns", "del", netns, check=False).returncode == 0:
+                removed.append(netns)
+        if state:
+            for node in nodes:
+                _run("ip", "link", "del", f"ccr{state.name}{node.index}h", check=False)
+            if _run("ip", "link", "del", state.bridge, check=False).returncode == 0:
+                removed.append(state.bridge)
+        if self.dir.exists() and (self.state_file.exists() or (self.dir / "shims").exists()):
+            shutil.rmtree(self.dir)
+            removed.append(str(self.dir))
+        return removed
+
+    def status(self) -> list[dict]:
+        state = self.load()
+        if state is None:
+            return []
+        return [
+            {"node": n.name, "address": n.address, "profile": n.profile, "faults": n.faults,
+             "sshd": "up" if _alive(n.sshd_pid) else "down"}
+            for n in state.nodes
+        ]
+
+
+def parse_faults(specs: list[str]) -> dict[str, list[Fault]]:
+    from ccrhost.lab.profile import parse_fault
+
+    faults: dict[str, list[Fault]] = {}
+    for spec in specs:
+        node, fault = parse_fault(spec)
+        faults.setdefault(node, []).append(fault)
+    return faults
+
+
+__all__ = ["Lab", "LabError", "ProfileError", "parse_faults", "lab_dir"]

@@ -1,0 +1,23 @@
+"""Build a pyinfra inventory from the running lab."""
+
+from __future__ import annotations
+
+from ccrhost.lab.fleet import Lab
+
+
+def lab_hosts(directory=None) -> list[tuple[str, dict]]:
+    lab = Lab(directory)
+    state = lab.load()
+    if state is None:
+        raise SystemExit(f"ccrhost: no lab is running in {lab.dir}; start one with `ccrhost lab up`")
+    return [
+        (node.address, {
+            "lab_node": node.name,
+            "lab_profile": node.profile,
+            "ssh_user": "root",
+            "ssh_key": str(lab.dir / "client_key"),
+            "ssh_known_hosts_file": str(lab.dir / "known_hosts"),
+            "ssh_strict_host_key_checking": "yes",
+        })
+        for node in state.nodes
+    ]

@@ -1,0 +1,46 @@
+"""Whole files that ccrhost owns."""
+
+from __future__ import annotations
+
+import time
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+
+from ccrhost.facts.files import FileStates
+from ccrhost.operations.util import upload_text
+
+MANAGED_HEADER = "# Managed by ccrhost: local edits are overwritten on the next deploy.\n"
+
+
+@operation()
+def managed(path: str, content: str, mode: str = "644"):
+    """
+    Own a whole file: content, root ownership and mode.
+
+    + path: absolute path of the file
+    + content: the text it must hold (``MANAGED_HEADER`` is prepended)
+    + mode: octal mode, ``644`` for config, ``755`` for scripts
+
+    A file that exists but was not written by ccrhost is copied to
+    ``<path>.ccrhost-bak.<unix time>`` before it is replaced.
+
+    **Example:**
+
+    .. code:: python
+
+        files.managed(
+            name="Persist RDMA modules",
+            path="/etc/modules-load.d/ccrhost-rdma.conf",
+            content="ib_uverbs\\nmlx5_ib\\n",
+        )
+    """
+    wanted = MANAGED_HEADER + content
+    state = host.get_fact(FileStates, paths=[path]).get(path)
+    if state is None or state["content"] != wanted:
+        if state is not None and not state["content"].startswith(MANAGED_HEADER):
+            backup = f"{path}.ccrhost-bak.{int(time.time())}"
+            yield StringCommand("cp -p", QuoteString(path), QuoteString(backup))
+        yield from upload_text(wanted, path, mode)
+    elif state["mode"] != mode.lstrip("0") or (state["uid"], state["gid"]) != (0, 0):
+        yield StringCommand("chown 0:0", QuoteString(path), "&& chmod", mode, QuoteString(path))

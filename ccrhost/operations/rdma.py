@@ -1,0 +1,40 @@
+"""Kernel modules for RDMA."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+
+from ccrhost.config import DEFAULT_MODULES
+from ccrhost.facts.kernel import KernelModules
+from ccrhost.operations import files
+
+MODULES_FILE = "/etc/modules-load.d/ccrhost-rdma.conf"
+
+
+@operation()
+def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
+    """
+    Load RDMA kernel modules now and list them for systemd-modules-load.
+
+    + modules: module names, loaded in this order with ``modprobe``
+    + path: the modules-load.d file that loads them at boot
+
+    A module counts as present when ``/sys/module/<name>`` exists or it is
+    built into the kernel (``modules.builtin``).
+
+    **Example:**
+
+    .. code:: python
+
+        rdma.modules(
+            name="Load RDMA modules",
+            modules=["ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"],
+        )
+    """
+    present = host.get_fact(KernelModules)
+    have = set(present.get("loaded", [])) | set(present.get("builtin", []))
+    for module in modules:
+        if module.replace("-", "_") not in have:
+            yield StringCommand("modprobe", QuoteString(module))
+    yield from files.managed._inner(path, "".join(f"{m}\n" for m in modules))

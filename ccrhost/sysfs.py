@@ -1,0 +1,149 @@
+"""Parsers for the sysfs file families ccrhost reads.
+
+Each parser takes the text of one file as the kernel prints it (formats in
+drivers/infiniband/core/sysfs.c and drivers/pci/probe.c) and returns plain
+data. Nothing here touches a file: facts dump the files remotely in one
+command and hand the text to these functions.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+
+class SysfsFormatError(ValueError):
+    """A sysfs file did not have the format the kernel prints."""
+
+
+_STATE_RE = re.compile(r"^\s*(\d+):\s*(\S.*?)\s*$")
+
+
+def parse_numbered_state(text: str) -> tuple[int, str]:
+    """``state`` and ``phys_state`` print ``"%d: %s"``, e.g. ``4: ACTIVE``."""
+    match = _STATE_RE.match(text)
+    if not match:
+        raise SysfsFormatError(f"expected '<n>: <NAME>', got {text!r}")
+    return int(match.group(1)), match.group(2)
+
+
+@dataclass(frozen=True)
+class LinkRate:
+    gbps: float
+    lanes: int
+    speed: str  # "NDR", "HDR", ... or "" when the kernel printed none
+
+
+# "%d%s Gb/sec (%dX%s)": the %s after the integer is ".5" for SDR x1 and
+# similar; the lane count is whatever the port trained at.
+_RATE_RE = re.compile(r"^\s*(\d+)(\.\d+)?\s+Gb/sec\s+\((\d+)X\s*([A-Za-z0-9]*)\)\s*$")
+
+
+def parse_rate(text: str) -> LinkRate:
+    """Parse a port ``rate`` file, e.g. ``400 Gb/sec (4X NDR)``."""
+    match = _RATE_RE.match(text)
+    if not match:
+        raise SysfsFormatError(f"expected '<n> Gb/sec (<w>X <SPEED>)', got {text!r}")
+    whole, frac, lanes, speed = match.groups()
+    return LinkRate(gbps=float(whole + (frac or "")), lanes=int(lanes), speed=speed)
+
+
+# pci_speed_string(): "2.5 GT/s PCIe" ... "64.0 GT/s PCIe"; kernels <= 5.6
+# printed "8 GT/s" without the suffix.
+_PCIE_SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s(?:\s+PCIe)?\s*$")
+
+# Payload bits per transfer after line encoding: 8b/10b up to 5 GT/s,
+# 128b/130b for 8-32 GT/s, 242B/256B FLIT for 64 GT/s (PCIe 6).
+_PCIE_ENCODING = {2.5: 8 / 10, 5.0: 8 / 10, 8.0: 128 / 130, 16.0: 128 / 130, 32.0: 128 / 130, 64.0: 242 / 256}
+
+
+def parse_pcie_speed(text: str) -> float | None:
+    """GT/s per lane from ``current_link_speed``; None for ``Unknown``."""
+    if text.strip() in ("", "Unknown"):
+        return None
+    match = _PCIE_SPEED_RE.match(text)
+    if not match:
+        raise SysfsFormatError(f"expected '<n> GT/s PCIe', got {text!r}")
+    return float(match.group(1))
+
+
+def pcie_gbps(gts: float | None, width: int | None) -> float | None:
+    """Usable PCIe link bandwidth in Gb/s for a speed (GT/s) and width."""
+    if gts is None or not width:
+        return None
+    encoding = _PCIE_ENCODING.get(gts, 128 / 130)
+    return gts * encoding * width
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        raise SysfsFormatError(f"expected an integer, got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Gid:
+    index: int
+    gid: str
+    type: str | None  # "IB/RoCE v1" | "RoCE v2" | None (IB link layer has no type file on old kernels)
+    ndev: str | None
+
+    @property
+    def roce_version(self) -> int | None:
+        if self.type == "RoCE v2":
+            return 2
+        if self.type == "IB/RoCE v1":
+            return 1
+        return None
+
+    @property
+    def ipv4(self) -> str | None:
+        """The IPv4 address of an IPv4-mapped GID (``::ffff:a.b.c.d``)."""
+        addr = ipaddress.IPv6Address(self.gid)
+        mapped = addr.ipv4_mapped
+        return str(mapped) if mapped else None
+
+    @property
+    def is_zero(self) -> bool:
+        return ipaddress.IPv6Address(self.gid) == ipaddress.IPv6Address("::")
+
+
+def parse_gid(text: str) -> str:
+    """``gids/<i>`` prints the full ``%pI6`` form; validate and return it."""
+    value = text.strip()
+    try:
+        ipaddress.IPv6Address(value)
+    except ValueError:
+        raise SysfsFormatError(f"expected an IPv6-form GID, got {text!r}") from None
+    return value
+
+
+GID_TYPES = ("IB/RoCE v1", "RoCE v2")
+
+
+def parse_gid_type(text: str) -> str:
+    value = text.strip()
+    if value not in GID_TYPES:
+        raise SysfsFormatError(f"expected one of {GID_TYPES}, got {text!r}")
+    return value
+
+
+def split_dump(lines: list[str], root: str) -> dict[str, list[str]]:
+    """Group ``grep -H '' FILES`` output by file.
+
+    Each line is ``<path>:<one line of the file>``. Paths below ``root``
+    contain no ':' (we never dump through resolved PCI paths), so the first
+    ':' after the root ends the path. Returns ``{relative_path: [lines]}``.
+    """
+    files: dict[str, list[str]] = {}
+    prefix = root.rstrip("/") + "/"
+    for line in lines:
+        if not line.startswith(prefix):
+            continue
+        path, sep, value = line[len(prefix):].partition(":")
+        if not sep:
+            continue
+        files.setdefault(path, []).append(value)
+    return files

@@ -1,0 +1,28 @@
+"""Tune a node's RDMA stack.
+
+    pyinfra -y INVENTORY deploys/rdma.py
+
+Stages, in order: kernel modules, RoCE defaults for rdma_cm. Every host's
+inventory data is validated before any host is touched; the keys are in
+the README.
+"""
+
+from pyinfra import host, inventory
+
+from ccrhost.inventory import host_settings
+from ccrhost.operations import rdma, roce
+
+settings = host_settings(host, inventory)
+
+rdma.modules(
+    name="Load RDMA kernel modules",
+    modules=list(settings.rdma_modules),
+)
+
+roce.mode(
+    name="Set rdma_cm RoCE mode and ToS",
+    roce_mode=settings.roce_mode,
+    tos=settings.roce_tos,
+    force_traffic_class=settings.roce_force_traffic_class,
+    require_devices=settings.rdma_require_devices,
+)

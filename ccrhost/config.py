@@ -72,13 +72,24 @@ class InventoryDataError(Exception):
         super().__init__("\n".join(str(e) for e in errors))
 
 
-def _describe(error: dict) -> str:
+def _bounds(key: str) -> str | None:
+    field = HostSettings.model_fields.get(key)
+    lo = hi = None
+    for item in getattr(field, "metadata", []):
+        lo = getattr(item, "ge", lo)
+        hi = getattr(item, "le", hi)
+    if lo is not None and hi is not None:
+        return f"allowed: integers {lo} to {hi}"
+    return None
+
+
+def _describe(key: str, error: dict) -> str:
     ctx = error.get("ctx") or {}
     kind = error["type"]
     if kind == "literal_error":
         return f"allowed: {ctx.get('expected')}"
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        return f"{error['msg'].lower()}"
+        return _bounds(key) or error["msg"]
     if kind == "string_pattern_mismatch":
         return f"must match {ctx.get('pattern')}"
     return error["msg"]
@@ -109,7 +120,7 @@ def validate_host(name: str, data: dict) -> HostSettings:
             if len(err["loc"]) > 1:
                 key = f"{key}[{err['loc'][1]}]"
                 value = err.get("input")
-            errors.append(DataError(name, key, value, _describe(err)))
+            errors.append(DataError(name, key, value, _describe(str(err['loc'][0]), err)))
         settings = None
     if errors:
         raise InventoryDataError(errors)

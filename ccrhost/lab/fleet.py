@@ -294,6 +294,7 @@ class Lab:
         if "ecn_readonly" in kinds:
             readonly = [f"/sys/class/net/{nd}/ecn" for nd in built["netdevs"] if profile.ofed]
         (ndir / "boot" / "readonly").write_text("\n".join(readonly))
+        (ndir / "boot" / "python").write_text(sys.executable)
 
         kver = os.uname().release
         moddir = ndir / "usrlib" / "upper" / "modules" / kver

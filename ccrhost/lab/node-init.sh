@@ -20,5 +20,6 @@ mount -t tmpfs -o mode=0755 lab-run /run
 mkdir -p /run/sshd /run/ccrhost-lab
 cp "$N/node.json" /run/ccrhost-lab/node.json
 mount -t tmpfs -o mode=1777 lab-tmp /tmp
+"$(cat "$N/boot/python")" "$2/labsysfsd.py" </dev/null >>"$N/sysfsd.log" 2>&1 &
 : > "$N/boot/ready"
 exec sleep infinity

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host, logger
+from pyinfra import logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand
 
 
-def _report_failure(reason: str) -> bool:
+def _report_failure(state, host, reason: str) -> bool:
+    # pyinfra only looks at the return value of functions that take
+    # (state, host); False then fails this host.
     logger.error(f"{host.print_prefix}{reason}")
     return False
 

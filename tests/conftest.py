@@ -1,0 +1,106 @@
+"""Shared fixtures: a lab that is always torn down, and the pyinfra CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAB_DIR = Path("/var/tmp/ccrhost-test-lab")
+LAB_NAME = "t"
+LAB_SUBNET = 200
+
+
+@dataclass
+class PyinfraRun:
+    rc: int
+    out: str
+
+    def results(self) -> dict[str, dict[str, str]]:
+        """The final results table: {operation: {hosts, success, error, no_change}}."""
+        rows, in_table = {}, False
+        for line in self.out.splitlines():
+            if line.startswith("--> Results:"):
+                in_table = True
+                continue
+            if in_table:
+                if line.startswith("-->"):
+                    break
+                cells = re.split(r"\s{2,}", line.strip())
+                if len(cells) == 5 and cells[0] != "Operation":
+                    rows[cells[0]] = dict(zip(("hosts", "success", "error", "no_change"), cells[1:]))
+        return rows
+
+    def changed(self) -> bool:
+        return any(row["success"] != "-" for row in self.results().values())
+
+
+def run_pyinfra(*args: str, lab_dir: Path = LAB_DIR, timeout: int = 180, inventory: str = "inventories/lab.py") -> PyinfraRun:
+    env = {**os.environ, "CCRHOST_LAB_DIR": str(lab_dir), "PYINFRA_PROGRESS": "off", "COLUMNS": "200"}
+    proc = subprocess.run(
+        # --dry plans with change detection, which -y would skip
+        [sys.executable, "-m", "pyinfra", *([] if "--dry" in args else ["-y"]), inventory, *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    return PyinfraRun(proc.returncode, proc.stdout + proc.stderr)
+
+
+@pytest.fixture
+def make_lab():
+    """Start a lab with the given shape; always removed afterwards."""
+    from ccrhost.lab.fleet import Lab, parse_faults
+
+    lab = Lab(LAB_DIR)
+    lab.down()  # leftovers of an interrupted earlier run
+
+    def start(nodes=4, profile="hgx-h100-8x400", faults=(), profiles=None):
+        lab.up(nodes, profile, parse_faults(list(faults)), name=LAB_NAME, subnet=LAB_SUBNET, profiles=profiles or {})
+        return lab
+
+    try:
+        yield start
+    finally:
+        lab.down()
+
+
+def node_address(index: int) -> str:
+    return f"198.18.{LAB_SUBNET}.{10 + index}"
+
+
+def lab_ssh(lab, node: str, command: str) -> subprocess.CompletedProcess:
+    """Run a command on a lab node over its real sshd, strict host-key checking on."""
+    address = lab.node(node).address
+    return subprocess.run(
+        ["ssh", "-i", str(lab.dir / "client_key"), "-o", f"UserKnownHostsFile={lab.dir / 'known_hosts'}",
+         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+         f"root@{address}", command],
+        capture_output=True, text=True, timeout=30,
+    )
+
+
+def tree_snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root`` with its type, size, mode and content hash."""
+    import hashlib
+
+    snap = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+            except FileNotFoundError:
+                continue
+            digest = None
+            if path.is_file() and not path.is_symlink():
+                try:
+                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                except OSError:
+                    digest = "unreadable"
+            snap[str(path.relative_to(root))] = (st.st_mode, st.st_size, digest)
+    return snap

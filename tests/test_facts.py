@@ -1,0 +1,95 @@
+"""Facts: the remote command's output parsed into node state."""
+
+from pathlib import Path
+
+import pytest
+from pyinfra.api.exceptions import FactProcessError
+
+from ccrhost.facts.files import FileStates
+from ccrhost.facts.kernel import KernelModules, module_name
+from ccrhost.facts.rdma import RdmaDevices, parse_rdma_dump
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def dump(name):
+    return (FIXTURES / name).read_text().splitlines()
+
+
+def test_roce_host_from_verbatim_samples():
+    facts = parse_rdma_dump(dump("rdma_dump_roce.txt"))
+    devices = facts["devices"]
+    assert list(devices) == ["mlx5_0", "mlx5_1"]
+    port = devices["mlx5_0"]["ports"][1]
+    assert (port["state"], port["state_id"], port["phys_state"]) == ("ACTIVE", 4, "LinkUp")
+    assert (port["rate_gbps"], port["lanes"], port["speed"]) == (25.0, 1, "EDR")
+    assert port["link_layer"] == "Ethernet"
+    assert port["netdev"] == "eth01"
+    # the zero GID at index 4 is dropped, as show_gids drops it
+    assert [(g["index"], g["type"], g["ipv4"]) for g in port["gids"]] == [
+        (0, "IB/RoCE v1", None), (1, "RoCE v2", None), (2, "IB/RoCE v1", "10.108.164.36"), (3, "RoCE v2", "10.108.164.36"),
+    ]
+    assert port["cm"] == {"default_roce_mode": "IB/RoCE v1", "default_roce_tos": 0}
+    down = devices["mlx5_1"]["ports"][1]
+    assert (down["state"], down["phys_state"], down["cm"]) == ("DOWN", "Disabled", None)
+    assert devices["mlx5_0"]["pci"] == {"current_speed_gts": 8.0, "current_width": 8, "max_speed_gts": 8.0, "max_width": 8}
+    assert devices["mlx5_0"]["ofed_tc"] is False
+    assert facts["node"] == {"mounted": True, "fstype": "configfs", "rdma_cm": True, "ecn": [], "qos": []}
+
+
+def test_ib_and_ofed_trees():
+    facts = parse_rdma_dump(dump("rdma_dump_ib_ofed.txt"))
+    ib = facts["devices"]["mlx5_0"]["ports"][1]
+    assert (ib["link_layer"], ib["rate_gbps"], ib["speed"], ib["netdev"]) == ("InfiniBand", 200.0, "HDR", "ib0")
+    assert ib["gids"] == [{"index": 0, "gid": "fe80:0000:0000:0000:c470:bd03:00cf:4964",
+                           "type": "IB/RoCE v1", "ndev": None, "ipv4": None}]
+    roce = facts["devices"]["mlx5_2"]
+    assert roce["ofed_tc"] is True
+    assert roce["ports"][1]["traffic_class"] == ["Global tclass=106"]
+    assert roce["pci"]["current_width"] == 8 and roce["pci"]["max_width"] == 16
+    assert facts["node"] == {"mounted": False, "fstype": None, "rdma_cm": False, "ecn": ["eth4"], "qos": ["eth4"]}
+
+
+def test_no_rdma_devices():
+    assert parse_rdma_dump(["@@ib", "@@configfs", "@@cm"])["devices"] == {}
+
+
+def test_garbled_sysfs_fails_only_this_host():
+    lines = ["@@ib", "mlx5_0/ports/1/rate:fast"]
+    with pytest.raises(FactProcessError, match="unexpected sysfs content"):
+        RdmaDevices().process(lines)
+
+
+def test_rdma_command_is_one_shell_snippet_that_never_fails():
+    command = RdmaDevices().command()
+    assert command.rstrip().endswith("true")
+    assert command.count("grep -Hs") == 2
+
+
+@pytest.mark.parametrize(
+    "entry, name",
+    [("kernel/drivers/infiniband/core/ib_core.ko", "ib_core"), ("kernel/fs/configfs/configfs.ko.zst", "configfs"),
+     ("kernel/drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko.xz", "mlx5_core"), ("kernel/foo/snd-hda.ko", "snd_hda")],
+)
+def test_module_names(entry, name):
+    assert module_name(entry) == name
+
+
+def test_kernel_modules_loaded_and_builtin():
+    out = ["@@loaded", "ib_core", "mlx5_core", "@@builtin", "kernel/fs/configfs/configfs.ko", ""]
+    assert KernelModules().process(out) == {"loaded": ["ib_core", "mlx5_core"], "builtin": ["configfs"]}
+
+
+def test_file_states_reads_several_files_in_one_command(tmp_path):
+    import subprocess
+
+    present = tmp_path / "a.conf"
+    present.write_text("x=1\n")
+    present.chmod(0o640)
+    absent = tmp_path / "b.conf"
+    fact = FileStates()
+    out = subprocess.run(["sh", "-c", fact.command([str(present), str(absent)])], capture_output=True, text=True, check=True)
+    states = fact.process(out.stdout.splitlines())
+    assert states[str(absent)] is None
+    assert states[str(present)]["content"] == "x=1\n"
+    assert states[str(present)]["mode"] == "640"

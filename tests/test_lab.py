@@ -1,0 +1,149 @@
+"""The lab itself: nodes are isolated, shims act like the real tools, and
+nothing is left behind."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ccrhost.lab.fleet import Lab, LabError, parse_faults
+from ccrhost.lab.profile import ProfileError, load_profile
+from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, lab_ssh, tree_snapshot
+
+pytestmark = pytest.mark.lab
+
+
+def test_nodes_are_isolated_and_the_machine_etc_is_untouched(make_lab):
+    before = tree_snapshot(Path("/etc"))
+    lab = make_lab(nodes=2)
+    assert lab_ssh(lab, "node1", "echo from-node1 > /etc/ccrhost-isolation; touch /tmp/node1-only").returncode == 0
+    assert (lab.root("node1") / "etc/ccrhost-isolation").read_text() == "from-node1\n"
+    assert not (lab.root("node2") / "etc/ccrhost-isolation").exists()
+    assert not (lab.root("node2") / "tmp/node1-only").exists()
+    assert not Path("/etc/ccrhost-isolation").exists()
+    assert not Path("/tmp/node1-only").exists()
+    # Each node sees its own emulated /sys, not the machine's.
+    out = lab_ssh(lab, "node2", "ls /sys/class/infiniband").stdout.split()
+    assert out == [f"mlx5_{i}" for i in range(8)]
+    lab.down()
+    assert tree_snapshot(Path("/etc")) == before
+
+
+def test_modprobe_shim_resolves_dependencies_and_refuses_unknown_modules(make_lab):
+    lab = make_lab(nodes=1)
+    root = lab.root("node1")
+    assert not (root / "sys/module/rdma_cm").exists()
+    assert lab_ssh(lab, "node1", "modprobe rdma_ucm").returncode == 0
+    for module in ("rdma_ucm", "rdma_cm", "ib_cm", "iw_cm", "ib_uverbs"):
+        assert (root / f"sys/module/{module}/initstate").read_text() == "live\n"
+    # rdma_cm registered its configfs subsystem, as the kernel module does.
+    assert (root / "sys/kernel/config/rdma_cm").is_dir()
+    bad = lab_ssh(lab, "node1", "modprobe mlx9_ib")
+    import os
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == f"modprobe: FATAL: Module mlx9_ib not found in directory /lib/modules/{os.uname().release}"
+    assert not (root / "sys/module/mlx9_ib").exists()
+    # configfs is built in: modprobe succeeds without creating anything
+    assert lab_ssh(lab, "node1", "modprobe configfs").returncode == 0
+
+
+def test_modprobe_fault(make_lab):
+    lab = make_lab(nodes=1, faults=["node1:modprobe_fails=rdma_ucm"])
+    bad = lab_ssh(lab, "node1", "modprobe rdma_ucm")
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == "modprobe: ERROR: could not insert 'rdma_ucm': Operation not permitted"
+
+
+def test_configfs_mkdir_only_for_real_devices(make_lab):
+    lab = make_lab(nodes=1)
+    assert lab_ssh(lab, "node1", "modprobe rdma_cm").returncode == 0
+    bad = lab_ssh(lab, "node1", "mkdir /sys/kernel/config/rdma_cm/mlx5_42")
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == "mkdir: cannot create directory '/sys/kernel/config/rdma_cm/mlx5_42': No such device"
+    root = lab.root("node1")
+    assert not (root / "sys/kernel/config/rdma_cm/mlx5_42").exists()
+    assert lab_ssh(lab, "node1", "mkdir /sys/kernel/config/rdma_cm/mlx5_3").returncode == 0
+    port = root / "sys/kernel/config/rdma_cm/mlx5_3/ports/1"
+    assert (port / "default_roce_mode").read_text() == "IB/RoCE v1\n"
+    assert (port / "default_roce_tos").read_text() == "0\n"
+    # plain mkdir elsewhere is untouched by the shim
+    assert lab_ssh(lab, "node1", "mkdir /tmp/plain && test -d /tmp/plain").returncode == 0
+
+
+def test_configfs_can_be_absent_and_mounted(make_lab):
+    lab = make_lab(nodes=1, faults=["node1:configfs_unmounted"])
+    assert lab_ssh(lab, "node1", "awk '$2==\"/sys/kernel/config\"' /proc/mounts").stdout == ""
+    assert lab_ssh(lab, "node1", "modprobe rdma_cm && mount -t configfs none /sys/kernel/config").returncode == 0
+    assert (lab.root("node1") / "sys/kernel/config/rdma_cm").is_dir()
+    again = lab_ssh(lab, "node1", "mount -t configfs none /sys/kernel/config")
+    assert again.returncode == 32 and "already mounted" in again.stderr
+
+
+def test_faults_change_the_emulated_hardware(make_lab):
+    lab = make_lab(nodes=2, faults=[
+        "node1:port_down=mlx5_2", "node1:port_rate=mlx5_5:200", "node1:pcie_width=mlx5_6:8", "node2:rdma_missing=mlx5_7",
+    ])
+    ib = lab.root("node1") / "sys/class/infiniband"
+    assert (ib / "mlx5_2/ports/1/state").read_text() == "1: DOWN\n"
+    assert (ib / "mlx5_2/ports/1/phys_state").read_text() == "3: Disabled\n"
+    assert (ib / "mlx5_5/ports/1/rate").read_text() == "200 Gb/sec (4X HDR)\n"
+    assert (ib / "mlx5_6/device/current_link_width").read_text() == "8\n"
+    assert (ib / "mlx5_6/device/max_link_width").read_text() == "16\n"
+    assert (ib / "mlx5_0/ports/1/state").read_text() == "4: ACTIVE\n"
+    names = sorted(p.name for p in (lab.root("node2") / "sys/class/infiniband").iterdir())
+    assert names == [f"mlx5_{i}" for i in range(7)]
+
+
+def test_reboot_resets_volatile_state_and_keeps_disk(make_lab):
+    lab = make_lab(nodes=1)
+    assert lab_ssh(lab, "node1", "modprobe rdma_ucm && mkdir /sys/kernel/config/rdma_cm/mlx5_0 && "
+                                 "echo 'RoCE v2' > /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_mode && "
+                                 "echo keep > /etc/ccrhost-disk").returncode == 0
+    lab.reboot("node1")
+    root = lab.root("node1")
+    assert not (root / "sys/module/rdma_ucm").exists()
+    assert not (root / "sys/kernel/config/rdma_cm").exists()
+    assert (root / "etc/ccrhost-disk").read_text() == "keep\n"
+    assert lab_ssh(lab, "node1", "true").returncode == 0
+
+
+def test_up_reuses_same_shape_and_refuses_another(make_lab):
+    lab = make_lab(nodes=2)
+    first = lab.load()
+    again = lab.up(2, "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET)
+    assert [n.sshd_pid for n in again.nodes] == [n.sshd_pid for n in first.nodes]
+    with pytest.raises(LabError, match="already running"):
+        lab.up(3, "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET)
+
+
+def test_down_removes_everything_and_is_safe_twice():
+    lab = Lab(LAB_DIR)
+    lab.down()
+    lab.up(2, "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET)
+    pids = [p for n in lab.load().nodes for p in (n.holder_pid, n.sshd_pid)]
+    lab.down()
+    assert lab.down() == []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"ccr{LAB_NAME}-" not in netns
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"ccr{LAB_NAME}" not in links
+    assert not LAB_DIR.exists()
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(") ")[1][:1]
+
+
+def test_bad_profile_and_fault_change_nothing(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: x\nnics: [\n")
+    with pytest.raises(ProfileError, match="not valid YAML"):
+        load_profile(str(bad))
+    with pytest.raises(ProfileError, match="unknown profile 'hgx-nope'"):
+        load_profile("hgx-nope")
+    with pytest.raises(ProfileError, match="unknown fault 'port_gone'"):
+        parse_faults(["node1:port_gone"])
+    lab = Lab(LAB_DIR)
+    lab.down()
+    with pytest.raises(ProfileError):
+        lab.up(2, str(bad), {}, name=LAB_NAME, subnet=LAB_SUBNET)
+    assert not LAB_DIR.exists()
+    assert f"ccr{LAB_NAME}-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -1,0 +1,19 @@
+# A production-style inventory: replace the host names with your nodes.
+#
+# Host keys are checked strictly against ~/.ssh/known_hosts. pyinfra's own
+# default is accept-new (trust on first use), and StrictHostKeyChecking in
+# ~/.ssh/config is not read, so it is set here explicitly.
+_ssh = {
+    "ssh_user": "root",
+    "ssh_strict_host_key_checking": "yes",
+    "ssh_known_hosts_file": "~/.ssh/known_hosts",
+}
+
+compute = (
+    [f"gpu-{n:03d}.cluster.example" for n in range(1, 5)],
+    {
+        **_ssh,
+        "roce_dscp": 26,
+        "roce_ecn_bits": 2,
+    },
+)

@@ -40,6 +40,16 @@ class LabError(RuntimeError):
     pass
 
 
+def shim_python() -> str:
+    """An interpreter the nodes can see: shims need only the standard
+    library, and the controller's venv may sit under /tmp, which each node
+    replaces with its own."""
+    for candidate in ("/usr/bin/python3", os.path.realpath(getattr(sys, "_base_executable", sys.executable))):
+        if os.access(candidate, os.X_OK) and not candidate.startswith(("/tmp/", "/run/")):
+            return candidate
+    raise LabError("no python3 outside /tmp and /run for the lab's shims (install python3)")
+
+
 def lab_dir() -> Path:
     return Path(os.environ.get("CCRHOST_LAB_DIR", DEFAULT_DIR))
 
@@ -224,7 +234,7 @@ class Lab:
                 continue
             text = entry.read_text()
             if text.startswith("#!/usr/bin/env python3"):
-                text = f"#!{sys.executable}" + text[len("#!/usr/bin/env python3"):]
+                text = f"#!{shim_python()}" + text[len("#!/usr/bin/env python3"):]
             path = target / entry.name
             path.write_text(text)
             path.chmod(0o755 if text.startswith("#!") else 0o644)
@@ -294,7 +304,7 @@ class Lab:
         if "ecn_readonly" in kinds:
             readonly = [f"/sys/class/net/{nd}/ecn" for nd in built["netdevs"] if profile.ofed]
         (ndir / "boot" / "readonly").write_text("\n".join(readonly))
-        (ndir / "boot" / "python").write_text(sys.executable)
+        (ndir / "boot" / "python").write_text(shim_python())
 
         kver = os.uname().release
         moddir = ndir / "usrlib" / "upper" / "modules" / kver

@@ -12,7 +12,12 @@ import difflib
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from ccrhost import ccr as ccrmod
+from ccrhost.checks import Expectation, Policy
+from ccrhost.gpu_peaks import PRECISIONS
+from ccrhost.hardware import PROFILES
 
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
@@ -21,6 +26,24 @@ OWNED_PREFIXES = ("ccrhost_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_"
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 
 DEFAULT_MODULES = ("ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm")
+
+# RDMA device names, or fnmatch patterns of them (mlx5_*, rocep*s0).
+DevicePattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_*?\[\]-]{1,64}$")]
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
+
+
+class Workload(BaseModel):
+    """Derives beta, the bytes moved per FLOP, for data-parallel training."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    grad_bytes_per_param: float = Field(gt=0, description="2 for bf16 gradients")
+    tokens_per_gpu_step: float = Field(gt=0)
+    dp_size: int = Field(ge=1, le=1_000_000)
+
+    @property
+    def beta(self) -> float:
+        return ccrmod.beta_from_workload(self.grad_bytes_per_param, self.tokens_per_gpu_step, self.dp_size)
 
 
 class HostSettings(BaseModel):
@@ -44,6 +67,74 @@ class HostSettings(BaseModel):
         description="Also write the OFED-only tc/<port>/traffic_class. It overrides the "
         "traffic class of every application on the port, hence opt-in.",
     )
+
+    rdma_exclude_devices: tuple[DevicePattern, ...] = Field(
+        (), description="RDMA devices (names or fnmatch patterns) that are not compute fabric: storage, management."
+    )
+
+    verify_profile: str | None = Field(
+        None, description=f"Declared hardware: {', '.join(PROFILES)}. Sets the four verify_* expectations below."
+    )
+    verify_gpu_model: str | None = Field(None, max_length=128, description="Expected GPU name as NVML reports it.")
+    verify_gpu_count: int | None = Field(None, ge=0, le=64, description="Expected number of GPUs.")
+    verify_ports: int | None = Field(None, ge=0, le=64, description="Expected active compute ports.")
+    verify_port_gbps: float | None = Field(None, gt=0, le=3200, description="Expected rate of each compute port.")
+    verify_precision: Precision = Field("bf16", description="Precision of F, the GPU compute.")
+    verify_beta: float | None = Field(None, gt=0, le=1e6, description="Bytes per FLOP; default 4 (the seed's).")
+    verify_workload: Workload | None = Field(None, description="Derive beta from a workload instead.")
+    verify_bandwidth_model: Literal["bottleneck", "sum"] = Field("bottleneck", description="How B is summed.")
+    verify_min_ccr: float | None = Field(None, ge=0, description="Absolute CCR floor; below it a host FAILS.")
+    verify_min_ccr_fraction: float = Field(0.9, ge=0, le=1, description="Fail below this share of the expected CCR.")
+    verify_gpu_tflops: dict[Precision, float] | None = Field(
+        None, description="Peak dense TFLOPS per GPU by precision, for a model the table lacks."
+    )
+    verify_fleet_tolerance: float | None = Field(
+        None, gt=0, lt=1, description="Flag hosts whose CCR is this share below the fleet median (0.1 = 10%)."
+    )
+    verify_report_dir: str = Field(
+        "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
+        description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",
+    )
+
+    @field_validator("verify_profile")
+    @classmethod
+    def _known_profile(cls, value):
+        if value is not None and value not in PROFILES:
+            raise ValueError(f"allowed: {', '.join(PROFILES)}")
+        return value
+
+    @field_validator("verify_gpu_tflops")
+    @classmethod
+    def _positive_tflops(cls, value):
+        for precision, tflops in (value or {}).items():
+            if not tflops > 0:
+                raise ValueError(f"{precision}: TFLOPS must be positive")
+        return value
+
+    def model_post_init(self, _context) -> None:
+        if self.verify_beta is not None and self.verify_workload is not None:
+            raise ValueError("set verify_beta or verify_workload, not both")
+
+    def expectation(self) -> Expectation:
+        base = PROFILES.get(self.verify_profile or "", Expectation())
+        return Expectation(
+            gpu_model=self.verify_gpu_model or base.gpu_model,
+            gpu_count=self.verify_gpu_count if self.verify_gpu_count is not None else base.gpu_count,
+            ports=self.verify_ports if self.verify_ports is not None else base.ports,
+            port_gbps=self.verify_port_gbps or base.port_gbps,
+        )
+
+    def policy(self) -> Policy:
+        workload = self.verify_workload
+        return Policy(
+            precision=self.verify_precision,
+            beta=workload.beta if workload else (self.verify_beta or ccrmod.SEED_BETA),
+            beta_from_workload=workload is not None,
+            bandwidth_model=self.verify_bandwidth_model,
+            min_ccr=self.verify_min_ccr,
+            min_ccr_fraction=self.verify_min_ccr_fraction,
+            gpu_tflops=dict(self.verify_gpu_tflops) if self.verify_gpu_tflops else None,
+        )
 
     @property
     def roce_tos(self) -> int:
@@ -92,7 +183,7 @@ def _describe(key: str, error: dict) -> str:
         return _bounds(key) or error["msg"]
     if kind == "string_pattern_mismatch":
         return f"must match {ctx.get('pattern')}"
-    return error["msg"]
+    return error["msg"].removeprefix("Value error, ")
 
 
 def owned_keys(data: dict) -> dict:
@@ -109,13 +200,17 @@ def validate_host(name: str, data: dict) -> HostSettings:
         hint = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
         errors.append(DataError(name, key, mine.pop(key), hint))
     # YAML/py data gives lists; the model stores tuples.
-    if isinstance(mine.get("rdma_modules"), list):
-        mine["rdma_modules"] = tuple(mine["rdma_modules"])
+    for key in ("rdma_modules", "rdma_exclude_devices"):
+        if isinstance(mine.get(key), list):
+            mine[key] = tuple(mine[key])
     try:
         settings = HostSettings(**mine)
     except ValidationError as exc:
         for err in exc.errors():
-            key = str(err["loc"][0]) if err["loc"] else "?"
+            if not err["loc"]:  # a rule across keys (model_post_init)
+                errors.append(DataError(name, "verify_beta/verify_workload", None, err["msg"].removeprefix("Value error, ")))
+                continue
+            key = str(err["loc"][0])
             value = mine.get(key)
             if len(err["loc"]) > 1:
                 key = f"{key}[{err['loc'][1]}]"

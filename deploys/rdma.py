@@ -2,7 +2,8 @@
 
     pyinfra -y INVENTORY deploys/rdma.py
 
-Stages, in order: kernel modules, RoCE defaults for rdma_cm. Every host's
+Stages, in order: kernel modules, RoCE defaults for rdma_cm, then the
+verification of each node's CCR (hosts below threshold fail). Every host's
 inventory data is validated before any host is touched; the keys are in
 the README.
 """
@@ -10,7 +11,8 @@ the README.
 from pyinfra import host, inventory
 
 from ccrhost.inventory import host_settings
-from ccrhost.operations import rdma, roce
+from ccrhost.operations import rdma, roce, verify
+from ccrhost.report import fleet_report
 
 settings = host_settings(host, inventory)
 
@@ -25,4 +27,10 @@ roce.mode(
     tos=settings.roce_tos,
     force_traffic_class=settings.roce_force_traffic_class,
     require_devices=settings.rdma_require_devices,
+)
+
+verify.ccr(
+    name="Verify CCR",
+    settings=settings,
+    report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance),
 )

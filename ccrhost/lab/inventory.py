@@ -18,6 +18,8 @@ def lab_hosts(directory=None) -> list[tuple[str, dict]]:
             "ssh_key": str(lab.dir / "client_key"),
             "ssh_known_hosts_file": str(lab.dir / "known_hosts"),
             "ssh_strict_host_key_checking": "yes",
+            # every lab profile is an HGX H100 with eight 400 Gb/s ports
+            "verify_profile": "hgx-h100-8x400",
         })
         for node in state.nodes
     ]

@@ -1,0 +1,17 @@
+"""Declared hardware: what a node of a known build should have.
+
+``verify_profile`` names one of these; the verification compares the
+node's readings with it (GPU model and count, compute ports and rate).
+"""
+
+from __future__ import annotations
+
+from ccrhost.checks import Expectation
+
+PROFILES: dict[str, Expectation] = {
+    # 2-8-9-400 reference designs: one 400 Gb/s compute NIC per GPU.
+    "hgx-h100-8x400": Expectation("NVIDIA H100 80GB HBM3", 8, 8, 400),
+    "hgx-h200-8x400": Expectation("NVIDIA H200 141GB HBM3e", 8, 8, 400),
+    "hgx-b200-8x400": Expectation("NVIDIA B200", 8, 8, 400),
+    "dgx-a100-8x200": Expectation("NVIDIA A100-SXM4-80GB", 8, 8, 200),
+}

@@ -1,0 +1,42 @@
+"""The verification stage: evaluate each node's CCR and fail the bad ones."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from ccrhost.checks import FAIL, OK, evaluate, readings_from_facts
+from ccrhost.facts.gpu import NvidiaGpus
+from ccrhost.facts.rdma import RdmaDevices
+from ccrhost.operations.util import fail
+
+
+@operation()
+def ccr(settings, report=None):
+    """
+    Measure this node's CCR from its RDMA ports and GPUs and judge it.
+
+    + settings: the host's validated ``HostSettings`` (expectations, policy)
+    + report: a ``FleetReport`` that collects the verdict for the fleet report
+
+    Read-only: yields nothing for OK, WARN and UNKNOWN (reasons are logged),
+    and fails the host, naming the reasons, for FAIL.
+
+    **Example:**
+
+    .. code:: python
+
+        verify.ccr(name="Verify CCR", settings=settings, report=report)
+    """
+    readings = readings_from_facts(host.get_fact(RdmaDevices), host.get_fact(NvidiaGpus),
+                                   settings.rdma_exclude_devices)
+    verdict = evaluate(readings, settings.expectation(), settings.policy())
+    if report is not None:
+        report.record(host.name, verdict)
+    value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
+    if verdict.status == FAIL:
+        yield from fail(f"verification FAIL ({value}): {verdict.summary()}")
+    elif verdict.status == OK:
+        host.log(f"verification OK ({value})")
+    else:
+        host.log(f"verification {verdict.status} ({value}): {verdict.summary()}")

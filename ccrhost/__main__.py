@@ -1,3 +1,3 @@
-from ccrhost.cli import main
+from ccrhost.cli import entry
 
-main()
+entry()

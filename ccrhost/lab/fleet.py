@@ -305,6 +305,11 @@ class Lab:
             readonly = [f"/sys/class/net/{nd}/ecn" for nd in built["netdevs"] if profile.ofed]
         (ndir / "boot" / "readonly").write_text("\n".join(readonly))
         (ndir / "boot" / "python").write_text(shim_python())
+        import ccrhost
+
+        install = {os.path.realpath(sys.prefix), os.path.dirname(os.path.dirname(os.path.realpath(ccrhost.__file__)))}
+        (ndir / "boot" / "share").write_text(
+            "\n".join(sorted(p for p in install if p.startswith(("/tmp/", "/run/")))))
 
         kver = os.uname().release
         moddir = ndir / "usrlib" / "upper" / "modules" / kver

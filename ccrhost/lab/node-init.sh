@@ -20,6 +20,11 @@ mount -t tmpfs -o mode=0755 lab-run /run
 mkdir -p /run/sshd /run/ccrhost-lab
 cp "$N/node.json" /run/ccrhost-lab/node.json
 mount -t tmpfs -o mode=1777 lab-tmp /tmp
+# The controller's own install, when it sits under /tmp or /run, stays
+# visible so `ccrhost check` can run on the node (pid 1 still sees it).
+for p in $(cat "$N/boot/share" 2>/dev/null); do
+    mkdir -p "$p" && mount --bind "/proc/1/root$p" "$p"
+done
 "$(cat "$N/boot/python")" "$2/labsysfsd.py" </dev/null >>"$N/sysfsd.log" 2>&1 &
 : > "$N/boot/ready"
 exec sleep infinity

@@ -1,0 +1,121 @@
+"""ccrhost check: output formats, exit codes and the Slurm drain rules."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from ccrhost import node_check
+from ccrhost.checks import Policy, evaluate
+from ccrhost.config import validate_host
+from test_checks import H100, healthy, port
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def failing():
+    ports = [port(i) for i in range(8)]
+    ports[3] = port(3, state="DOWN", phys="Disabled")
+    return evaluate(healthy(ports=ports), H100)
+
+
+def test_nhc_format_is_silent_when_healthy_and_one_line_when_not():
+    assert node_check.format_nhc(evaluate(healthy(), H100)) == ""
+    line = node_check.format_nhc(failing())
+    assert line.startswith("ERROR: ccrhost: Health check failed: FAIL: port mlx5_3/1 is DOWN/Disabled")
+    assert line.count("\n") == 1
+
+
+def test_prometheus_textfile():
+    text = node_check.format_prometheus(failing())
+    assert "ccrhost_check_status 2\n" in text
+    assert 'ccrhost_port_effective_gbps{device="mlx5_3",port="1",active="0"}' in text
+    assert 'ccrhost_check_reason{level="FAIL",code="port_down",' in text
+    for line in text.splitlines():
+        assert line.startswith("#") or line.split()[-1].replace(".", "").replace("e-", "").replace("e+", "").isdigit()
+
+
+def test_atomic_write_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "ccrhost.prom"
+    node_check.write_atomic(str(target), "x 1\n")
+    assert target.read_text() == "x 1\n" and os.listdir(tmp_path) == ["ccrhost.prom"]
+
+
+@pytest.fixture
+def scontrol(tmp_path):
+    """A stand-in scontrol that keeps the node's state in a file and logs updates."""
+    state = tmp_path / "reason"
+    log = tmp_path / "updates"
+    script = tmp_path / "scontrol"
+    script.write_text(f"""#!/bin/sh
+if [ "$1" = show ]; then
+  r=$(cat {state} 2>/dev/null); echo "NodeName=$3 Arch=x86_64 State=IDLE Reason=${{r:-(null)}}"
+else
+  echo "$@" >> {log}
+fi
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, state, log
+
+
+def test_drain_on_fail_with_our_prefix(scontrol):
+    script, state, log = scontrol
+    msg = node_check.drain(failing(), node="gpu01", scontrol=str(script))
+    assert msg.startswith("drained gpu01: ccrhost: port mlx5_3/1 is DOWN/Disabled")
+    assert log.read_text().startswith("update NodeName=gpu01 State=DRAIN Reason=ccrhost: port mlx5_3/1")
+
+
+def test_drain_never_touches_someone_elses_reason(scontrol):
+    script, state, log = scontrol
+    state.write_text("disk replacement [admin@2026-12-01T10:00:00]")
+    msg = node_check.drain(failing(), node="gpu01", scontrol=str(script))
+    assert "set by someone else; left alone" in msg
+    assert not log.exists()
+    msg = node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script))
+    assert not log.exists()
+
+
+def test_healthy_node_resumes_only_from_our_own_drain(scontrol):
+    script, state, log = scontrol
+    state.write_text("ccrhost: port mlx5_3/1 is DOWN/Disabled [root@2026-12-01T10:00:00]")
+    assert node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
+    assert log.read_text() == "update NodeName=gpu01 State=RESUME\n"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "ccrhost", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_check_cli_bad_arguments_are_unknown_with_a_clear_message(tmp_path):
+    bad = run_cli("check", "--profile", "hgx-h999")
+    assert bad.returncode == 3
+    assert "verify_profile = 'hgx-h999': allowed: hgx-h100-8x400" in bad.stderr
+    assert run_cli("check", "--no-such-flag").returncode == 3
+    config = tmp_path / "check.yaml"
+    config.write_text("verify_min_ccr_fraction: 1.5\n")
+    out = run_cli("check", "--config", str(config))
+    assert out.returncode == 3 and "verify_min_ccr_fraction = 1.5" in out.stderr
+    config.write_text("verify_profile: [unclosed\n")
+    assert run_cli("check", "--config", str(config)).returncode == 3
+
+
+def test_check_cli_on_this_machine_has_no_rdma_and_fails():
+    out = run_cli("check", "--format", "json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 2 and doc["status"] == "FAIL"
+    assert any(r["code"] == "no_rdma" for r in doc["reasons"])
+
+
+def test_calc_cli_worked_example():
+    out = run_cli("calc", "--gpu", "H100 SXM", "--gpus", "8", "--nics", "8", "--nic-gbps", "400")
+    assert out.returncode == 0
+    assert "CCR = B / (beta x F) = 1.263e-05" in out.stdout
+    assert "0.01263" in out.stdout
+
+
+def test_settings_for_check_reuse_inventory_validation():
+    s = validate_host("node", {"verify_profile": "hgx-h100-8x400", "rdma_exclude_devices": ["mlx5_bond_*"]})
+    assert s.expectation().ports == 8 and s.rdma_exclude_devices == ("mlx5_bond_*",)

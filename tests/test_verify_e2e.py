@@ -1,0 +1,71 @@
+"""End to end: an 8-node lab with injected faults; exactly the faulty hosts
+fail or warn, for the right reasons, through the pyinfra CLI and on the node."""
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import REPO, lab_ssh, node_address, run_pyinfra
+
+pytestmark = pytest.mark.lab
+
+FAULTS = {
+    "node2": ("node2:port_down=mlx5_4", "FAIL", {"port_down", "port_count", "ccr_below_expected"}),
+    "node3": ("node3:port_rate=mlx5_1:200", "FAIL", {"port_rate", "ccr_below_expected"}),
+    "node4": ("node4:pcie_width=mlx5_6:8", "FAIL", {"nic_pcie_width", "ccr_below_expected"}),
+    "node5": ("node5:gpu_missing", "FAIL", {"gpu_count"}),
+    "node6": ("node6:gpu_throttled=2", "WARN", {"gpu_throttled"}),
+}
+
+
+@pytest.fixture
+def fleet(make_lab):
+    return make_lab(nodes=8, faults=[spec for spec, _, _ in FAULTS.values()])
+
+
+def test_faulty_hosts_fail_or_warn_for_the_right_reasons(fleet, tmp_path):
+    report_dir = tmp_path / "report"
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(
+        "from ccrhost.lab.inventory import lab_hosts\n"
+        f"nodes = [(n, {{**d, 'verify_report_dir': {str(report_dir)!r}}}) for n, d in lab_hosts()]\n"
+    )
+    run = run_pyinfra("deploys/verify.py", inventory=str(inventory))
+    assert run.rc == 1, run.out
+    assert "Traceback" not in run.out
+    assert run.results()["Verify CCR"] == {"hosts": "8", "success": "-", "error": "4", "no_change": "4"}
+    assert f"[{node_address(2)}] verification FAIL" in run.out and "port mlx5_4/1 is DOWN/Disabled" in run.out
+
+    doc = json.loads((report_dir / "ccr-report.json").read_text())
+    for i in range(1, 9):
+        host = doc["hosts"][node_address(i)]
+        status, reasons = FAULTS.get(f"node{i}", (None, "OK", set()))[1:]
+        assert host["status"] == status, (i, host["reasons"])
+        assert {r["code"] for r in host["reasons"]} == reasons, i
+    healthy = doc["hosts"][node_address(1)]
+    assert healthy["ccr"]["bandwidth_model"] == "bottleneck"
+    assert healthy["ccr"]["ccr"] == pytest.approx(healthy["expected_ccr"])
+
+    suite = ET.parse(report_dir / "ccr-report.xml").getroot()
+    assert suite.get("tests") == "8" and suite.get("failures") == "4"
+    failed = {c.get("name") for c in suite if c.find("failure") is not None}
+    assert failed == {node_address(i) for i in (2, 3, 4, 5)}
+    table = (report_dir / "ccr-report.txt").read_text()
+    assert "OK: 3  WARN: 1  FAIL: 4  UNKNOWN: 0" in table
+    assert table in run.out  # printed at the end of the run
+    assert "<svg" in (report_dir / "ccr-report.html").read_text()
+
+
+def test_node_local_check_uses_the_same_evaluation(fleet):
+    cmd = f"{sys.executable} -m ccrhost check --profile hgx-h100-8x400 --format json"
+    ok = lab_ssh(fleet, "node1", f"cd {REPO} && {cmd}")
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    assert doc["status"] == "OK" and len(doc["gpus"]) == 8 and len(doc["ports"]) == 8
+    bad = lab_ssh(fleet, "node2", f"cd {REPO} && {cmd}")
+    assert bad.returncode == 2
+    assert {r["code"] for r in json.loads(bad.stdout)["reasons"]} == FAULTS["node2"][2]
+    warn = lab_ssh(fleet, "node6", f"cd {REPO} && {sys.executable} -m ccrhost check --profile hgx-h100-8x400 --format nhc")
+    assert warn.returncode == 1 and warn.stdout.startswith("WARNING: ccrhost: GPU 2 SM clock 1188/1980 MHz (HwSlowdown)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ccrhost import ccr as ccrmod
 from ccrhost import gpu_peaks
@@ -55,9 +55,13 @@ class Port:
         return pcie_gbps(self.pcie_gts, self.pcie_width)
 
     @property
+    def link_gbps(self) -> float:
+        """What the link and the NIC's PCIe allow, before any measurement."""
+        return ccrmod.effective_gbps(self.rate_gbps or 0.0, self.pcie_gbps)
+
+    @property
     def effective_gbps(self) -> float:
-        rate = ccrmod.effective_gbps(self.rate_gbps or 0.0, self.pcie_gbps)
-        return rate if self.measured_gbps is None else min(rate, self.measured_gbps)
+        return self.link_gbps if self.measured_gbps is None else min(self.link_gbps, self.measured_gbps)
 
     @property
     def name(self) -> str:
@@ -70,6 +74,7 @@ class Readings:
     gpus: list[GpuReading]
     gpu_error: str | None = None
     measure_errors: list[str] = field(default_factory=list)
+    measure_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class Policy:
     min_ccr: float | None = None
     min_ccr_fraction: float = 0.9
     gpu_tflops: dict | None = None  # {precision: TFLOPS} for a model the table lacks
+    measure_min_fraction: float = 0.9
 
 
 @dataclass
@@ -118,6 +124,7 @@ class Verdict:
             "gpus": [g.to_dict() for g in r.gpus],
             "gpu_error": r.gpu_error,
             "measure_errors": r.measure_errors,
+            "measure_note": r.measure_note,
         }
 
 
@@ -202,6 +209,16 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
 
     for error in readings.measure_errors:
         reasons.append(Reason(UNKNOWN, "measure_failed", error))
+    slow = [p for p in active
+            if p.measured_gbps is not None and p.measured_gbps < policy.measure_min_fraction * p.link_gbps]
+    if slow:
+        note = f" ({readings.measure_note})" if readings.measure_note else ""
+        worst_port = min(slow, key=lambda p: p.measured_gbps)
+        names = ", ".join(p.name for p in slow)
+        reasons.append(Reason(FAIL, "measured_slow",
+                              f"ports {names} measured below {policy.measure_min_fraction:.0%} of their rate "
+                              f"(slowest {worst_port.name}: {worst_port.measured_gbps:.0f} of "
+                              f"{worst_port.link_gbps:.0f} Gb/s){note}"))
 
     gpus = readings.gpus
     if readings.gpu_error:
@@ -256,10 +273,17 @@ def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, 
     }
 
 
-def readings_from_facts(rdma: dict, gpus: dict, exclude: tuple[str, ...] = ()) -> Readings:
-    """Readings from the RdmaDevices and NvidiaGpus facts (remote or local)."""
+def readings_from_facts(rdma: dict, gpus: dict, exclude: tuple[str, ...] = (), measured=None) -> Readings:
+    """Readings from the RdmaDevices and NvidiaGpus facts (remote or local),
+    plus a ``HostMeasurement`` when bandwidth was measured."""
+    ports = compute_ports(rdma.get("devices", {}), exclude)
+    if measured is not None:
+        ports = [replace(p, measured_gbps=measured.gbps.get(p.device)) for p in ports]
     return Readings(
-        ports=compute_ports(rdma.get("devices", {}), exclude),
-        gpus=[GpuReading(**g) for g in gpus.get("gpus", [])],
+        ports=ports,
+        gpus=[GpuReading(**{k: v for k, v in g.items() if k in GpuReading.__dataclass_fields__})
+              for g in gpus.get("gpus", [])],
         gpu_error=gpus.get("error"),
+        measure_errors=list(measured.errors) if measured is not None else [],
+        measure_note=measured.note if measured is not None else None,
     )

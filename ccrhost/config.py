@@ -91,6 +91,16 @@ class HostSettings(BaseModel):
     verify_fleet_tolerance: float | None = Field(
         None, gt=0, lt=1, description="Flag hosts whose CCR is this share below the fleet median (0.1 = 10%)."
     )
+    verify_measure: bool = Field(False, description="Measure bandwidth with ib_write_bw between host pairs (deploys/verify.py).")
+    verify_measure_seconds: int = Field(10, ge=1, le=3600, description="Sustained duration of each ib_write_bw run.")
+    verify_measure_retries: int = Field(2, ge=0, le=10, description="Reruns of a slow pair before it counts as slow.")
+    verify_measure_min_fraction: float = Field(
+        0.9, gt=0, le=1, description="A port measured below this share of its effective rate FAILS."
+    )
+    verify_measure_timeout: int = Field(
+        60, ge=5, le=7200, description="Seconds after which one ib_write_bw run is killed and counts as UNKNOWN."
+    )
+    verify_measure_port: int = Field(18515, ge=1024, le=65000, description="First TCP port of the ib_write_bw servers.")
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
         description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",
@@ -114,6 +124,11 @@ class HostSettings(BaseModel):
     def model_post_init(self, _context) -> None:
         if self.verify_beta is not None and self.verify_workload is not None:
             raise ValueError("set verify_beta or verify_workload, not both")
+        if self.verify_measure_timeout < self.verify_measure_seconds + 5:
+            raise ValueError(
+                f"verify_measure_timeout ({self.verify_measure_timeout}) must exceed verify_measure_seconds "
+                f"({self.verify_measure_seconds}) by at least 5"
+            )
 
     def expectation(self) -> Expectation:
         base = PROFILES.get(self.verify_profile or "", Expectation())
@@ -134,6 +149,7 @@ class HostSettings(BaseModel):
             min_ccr=self.verify_min_ccr,
             min_ccr_fraction=self.verify_min_ccr_fraction,
             gpu_tflops=dict(self.verify_gpu_tflops) if self.verify_gpu_tflops else None,
+            measure_min_fraction=self.verify_measure_min_fraction,
         )
 
     @property
@@ -208,7 +224,9 @@ def validate_host(name: str, data: dict) -> HostSettings:
     except ValidationError as exc:
         for err in exc.errors():
             if not err["loc"]:  # a rule across keys (model_post_init)
-                errors.append(DataError(name, "verify_beta/verify_workload", None, err["msg"].removeprefix("Value error, ")))
+                msg = err["msg"].removeprefix("Value error, ")
+                keys = "verify_beta/verify_workload" if "verify_workload" in msg else "verify_measure_timeout"
+                errors.append(DataError(name, keys, mine.get(keys), msg))
                 continue
             key = str(err["loc"][0])
             value = mine.get(key)

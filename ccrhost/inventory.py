@@ -14,6 +14,13 @@ from ccrhost.config import HostSettings, InventoryDataError, validate_all
 _ATTR = "_ccrhost_settings"
 
 
+def all_settings(inventory) -> dict[str, HostSettings]:
+    """Every host's settings (validated on the first call)."""
+    first = next(iter(inventory))
+    host_settings(first, inventory)
+    return getattr(inventory, _ATTR)
+
+
 def host_settings(host, inventory) -> HostSettings:
     settings = getattr(inventory, _ATTR, None)
     if settings is None:

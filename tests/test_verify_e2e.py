@@ -69,3 +69,53 @@ def test_node_local_check_uses_the_same_evaluation(fleet):
     assert {r["code"] for r in json.loads(bad.stdout)["reasons"]} == FAULTS["node2"][2]
     warn = lab_ssh(fleet, "node6", f"cd {REPO} && {sys.executable} -m ccrhost check --profile hgx-h100-8x400 --format nhc")
     assert warn.returncode == 1 and warn.stdout.startswith("WARNING: ccrhost: GPU 2 SM clock 1188/1980 MHz (HwSlowdown)")
+
+
+def measuring_inventory(tmp_path, report_dir, **extra):
+    inventory = tmp_path / "inventory.py"
+    data = {"verify_measure": True, "verify_measure_seconds": 1, "verify_measure_retries": 0,
+            "verify_report_dir": str(report_dir), **extra}
+    inventory.write_text(
+        "from ccrhost.lab.inventory import lab_hosts\n"
+        f"nodes = [(n, {{**d, **{data!r}}}) for n, d in lab_hosts()]\n"
+    )
+    return str(inventory)
+
+
+def test_measured_bandwidth_names_the_slow_host(make_lab, tmp_path):
+    make_lab(nodes=4, faults=["node3:link_slow=80", "node4:perftest_missing"])
+    report = tmp_path / "report"
+    run = run_pyinfra("deploys/verify.py", inventory=measuring_inventory(tmp_path, report))
+    assert run.rc == 1, run.out
+    hosts = json.loads((report / "ccr-report.json").read_text())["hosts"]
+    status = {i: hosts[node_address(i)]["status"] for i in range(1, 5)}
+    assert status == {1: "OK", 2: "OK", 3: "FAIL", 4: "UNKNOWN"}, run.out
+    slow = hosts[node_address(3)]
+    assert [r["code"] for r in slow["reasons"]] == ["measured_slow", "ccr_below_expected"]
+    assert f"with known-good {node_address(1)}" in slow["reasons"][0]["message"]
+    # 80 of the nominal 200 Mbit/s lab link, scaled to 400 Gb/s ports: about 150
+    measured = [p["measured_gbps"] for p in slow["ports"]]
+    assert all(120 < m < 165 for m in measured), measured
+    healthy = [p["measured_gbps"] for p in hosts[node_address(1)]["ports"]]
+    assert all(360 < m <= 400 for m in healthy), healthy
+    missing = hosts[node_address(4)]
+    assert [r["code"] for r in missing["reasons"]] == ["measure_failed"]
+    assert "ib_write_bw not found (install perftest)" in missing["reasons"][0]["message"]
+
+
+def test_hanging_bandwidth_test_is_bounded_and_unknown(make_lab, tmp_path):
+    import time
+
+    make_lab(nodes=2, faults=["node2:perftest_hang"])
+    report = tmp_path / "report"
+    inventory = measuring_inventory(tmp_path, report, verify_measure_timeout=6, verify_profile=None,
+                                    rdma_exclude_devices=["mlx5_[1-7]"])
+    start = time.monotonic()
+    run = run_pyinfra("deploys/verify.py", inventory=inventory, timeout=60)
+    assert time.monotonic() - start < 40
+    hosts = json.loads((report / "ccr-report.json").read_text())["hosts"]
+    for i in (1, 2):
+        host = hosts[node_address(i)]
+        assert host["status"] == "UNKNOWN", host
+        assert "ib_write_bw on mlx5_0 timed out" in host["reasons"][0]["message"]
+    assert run.rc == 0  # UNKNOWN is not a failed host

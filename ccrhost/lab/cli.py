@@ -32,8 +32,10 @@ _dir = click.option("--dir", "directory", default=None, envvar="CCRHOST_LAB_DIR"
 @click.option("--name", default="lab", show_default=True, help="Prefix of namespaces and links.")
 @click.option("--subnet", type=click.IntRange(0, 255), default=0, show_default=True,
               help="Use 198.18.<subnet>.0/24.")
+@click.option("--link-mbit", type=click.IntRange(10, 10000), default=200, show_default=True,
+              help="Rate each node's lab link is shaped to; bandwidth tests scale it to the profile's rates.")
 @_dir
-def up(nodes, profile, node_profiles, faults, name, subnet, directory):
+def up(nodes, profile, node_profiles, faults, name, subnet, link_mbit, directory):
     """Start a lab, or reuse the running one if it has the same shape."""
     profiles = {}
     for item in node_profiles:
@@ -43,7 +45,7 @@ def up(nodes, profile, node_profiles, faults, name, subnet, directory):
         profiles[node] = prof
     try:
         state = _lab(directory).up(nodes, profile, parse_faults(list(faults)), name=name,
-                                   subnet=subnet, profiles=profiles)
+                                   subnet=subnet, profiles=profiles, link_mbit=link_mbit)
     except (LabError, ProfileError) as exc:
         raise click.ClickException(str(exc)) from None
     for node in state.nodes:

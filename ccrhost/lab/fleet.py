@@ -71,6 +71,7 @@ class LabState:
     name: str
     subnet: int
     nodes: list[Node]
+    link_mbit: int = 200
 
     @property
     def bridge(self) -> str:
@@ -138,7 +139,7 @@ class Lab:
             data = json.loads(self.state_file.read_text())
         except FileNotFoundError:
             return None
-        return LabState(data["name"], data["subnet"], [Node(**n) for n in data["nodes"]])
+        return LabState(data["name"], data["subnet"], [Node(**n) for n in data["nodes"]], data.get("link_mbit", 200))
 
     def save(self, state: LabState) -> None:
         tmp = self.state_file.with_suffix(".tmp")
@@ -167,7 +168,8 @@ class Lab:
 
     # -- lifecycle -------------------------------------------------------
     def up(self, nodes: int, profile: str, faults: dict[str, list[Fault]] | None = None,
-           name: str = "lab", subnet: int = 0, profiles: dict[str, str] | None = None) -> LabState:
+           name: str = "lab", subnet: int = 0, profiles: dict[str, str] | None = None,
+           link_mbit: int = 200) -> LabState:
         """Start ``nodes`` emulated nodes. A running lab of the same shape is reused."""
         preflight()
         faults = faults or {}
@@ -176,6 +178,8 @@ class Lab:
             raise LabError(f"lab name {name!r}: use 1-6 lowercase letters or digits, starting with a letter")
         if not 1 <= nodes <= MAX_NODES:
             raise LabError(f"--nodes {nodes}: allowed 1..{MAX_NODES}")
+        if not 10 <= link_mbit <= 10000:
+            raise LabError(f"link rate {link_mbit} Mbit/s: allowed 10..10000")
         if not 0 <= subnet <= 255:
             raise LabError(f"subnet {subnet}: allowed 0..255 (198.18.<subnet>.0/24)")
         names = [f"node{i}" for i in range(1, nodes + 1)]
@@ -201,7 +205,7 @@ class Lab:
         key = self.dir / "client_key"
         if not key.exists():
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ccrhost-lab", "-f", str(key))
-        state = LabState(name, subnet, [])
+        state = LabState(name, subnet, [], link_mbit)
         self.save(state)
         try:
             self._bridge(state)
@@ -282,7 +286,20 @@ class Lab:
         _run("ip", "-n", node.netns, "link", "set", "lo", "up")
         _run("ip", "-n", node.netns, "link", "set", "eth0", "up")
         _run("ip", "-n", node.netns, "route", "add", "default", "via", state.gateway)
+        # Both directions shaped, so bandwidth tests move real traffic at a known rate.
+        rate = self.link_mbit(state, faults)
+        for prefix in ((), ("ip", "netns", "exec", node.netns)):
+            dev = host_if if not prefix else "eth0"
+            _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate}mbit",
+                 "burst", "256kb", "latency", "100ms")
         self.boot(node)
+
+    @staticmethod
+    def link_mbit(state: LabState, faults: list[Fault]) -> int:
+        slow = [f.value for f in faults if f.kind == "link_slow"]
+        if slow and not (slow[0] or "").isdigit():
+            raise ProfileError(f"fault link_slow={slow[0]}: give a rate in Mbit/s")
+        return int(slow[0]) if slow else state.link_mbit
 
     def _prepare_boot(self, node: Node) -> None:
         """Render the node's hardware as it looks right after power-on."""
@@ -292,7 +309,7 @@ class Lab:
         saved = json.loads((ndir / "profile.json").read_text())
         profile = Profile(**saved["profile"])
         faults = [parse_fault(f"{node.name}:{f}")[1] for f in saved["faults"]]
-        for sub in ("image", "boot"):
+        for sub in ("image", "boot", "shims"):
             if (ndir / sub).exists():
                 shutil.rmtree(ndir / sub)
         (ndir / "boot").mkdir()
@@ -305,6 +322,12 @@ class Lab:
             readonly = [f"/sys/class/net/{nd}/ecn" for nd in built["netdevs"] if profile.ofed]
         (ndir / "boot" / "readonly").write_text("\n".join(readonly))
         (ndir / "boot" / "python").write_text(shim_python())
+        shims = self.dir / "shims"
+        if "perftest_missing" in kinds:
+            shims = ndir / "shims"
+            shutil.copytree(self.dir / "shims", shims, dirs_exist_ok=True)
+            (shims / "ib_write_bw").unlink()
+        (ndir / "boot" / "shims").write_text(str(shims))
         import ccrhost
 
         install = {os.path.realpath(sys.prefix), os.path.dirname(os.path.dirname(os.path.realpath(ccrhost.__file__)))}
@@ -325,6 +348,7 @@ class Lab:
             f"kernel/fs/{name}/{name}.ko\n" for name in profile.modules.builtin))
         (ndir / "node.json").write_text(json.dumps({
             "name": node.name, "dir": str(ndir), "profile": profile.name,
+            "link_mbit": self.load().link_mbit,  # nominal: a link_slow node measures slow
             "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
             "nics": built["nics"],
             "gpus": profile.gpus.model_dump(),
@@ -338,7 +362,7 @@ class Lab:
         log = open(ndir / "init.log", "w")
         holder = subprocess.Popen(
             ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--propagation", "private",
-             "/bin/sh", str(self.dir / "node-init.sh"), str(ndir), str(self.dir / "shims")],
+             "/bin/sh", str(self.dir / "node-init.sh"), str(ndir), (ndir / "boot" / "shims").read_text()],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
         node.holder_pid = holder.pid

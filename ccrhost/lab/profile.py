@@ -100,6 +100,9 @@ FAULT_KINDS = {
     "ecn_readonly": "the OFED ecn/ files are read-only",
     "configfs_unmounted": "nothing is mounted on /sys/kernel/config at boot",
     "modprobe_fails": "MODULE: inserting this module fails",
+    "link_slow": "MBIT: the node's lab link is shaped to this rate instead of the lab's",
+    "perftest_missing": "ib_write_bw is not installed",
+    "perftest_hang": "ib_write_bw hangs instead of measuring",
 }
 
 

@@ -12,12 +12,13 @@ from ccrhost.operations.util import fail
 
 
 @operation()
-def ccr(settings, report=None):
+def ccr(settings, report=None, measured=None):
     """
     Measure this node's CCR from its RDMA ports and GPUs and judge it.
 
     + settings: the host's validated ``HostSettings`` (expectations, policy)
     + report: a ``FleetReport`` that collects the verdict for the fleet report
+    + measured: this host's ``HostMeasurement`` from ``ccrhost.measure``, if any
 
     Read-only: yields nothing for OK, WARN and UNKNOWN (reasons are logged),
     and fails the host, naming the reasons, for FAIL.
@@ -29,7 +30,7 @@ def ccr(settings, report=None):
         verify.ccr(name="Verify CCR", settings=settings, report=report)
     """
     readings = readings_from_facts(host.get_fact(RdmaDevices), host.get_fact(NvidiaGpus),
-                                   settings.rdma_exclude_devices)
+                                   settings.rdma_exclude_devices, measured)
     verdict = evaluate(readings, settings.expectation(), settings.policy())
     if report is not None:
         report.record(host.name, verdict)

@@ -1,0 +1,210 @@
+"""Measured bandwidth across the fleet with ib_write_bw, host pair by pair.
+
+Runs from deploy code before operations are queued: every round starts the
+servers of all its pairs at once, then all the clients, through pyinfra
+facts in parallel greenlets. Slow pairs are retried (healthy nodes vary),
+then split against known-good partners so that the culprit is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gevent
+import gevent.lock
+from pyinfra.context import ctx_host, ctx_state
+
+from ccrhost.facts.perftest import IbWriteBwClients, IbWriteBwServers
+from ccrhost.pairing import first_rounds, isolation_round
+from ccrhost.perftest import DEFAULT_PORT
+
+
+@dataclass
+class HostMeasurement:
+    gbps: dict[str, float] = field(default_factory=dict)  # device -> measured Gb/s
+    errors: list[str] = field(default_factory=list)
+    partner: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    devices: dict[str, list[str]]               # host -> its active compute devices, in order
+    expected: dict[str, dict[str, float]]       # host -> device -> effective link Gb/s
+    address: dict[str, str]                     # host -> address its peers connect to
+    seconds: int = 10
+    timeout: int = 60
+    retries: int = 2
+    min_fraction: float = 0.9
+    port: int = DEFAULT_PORT
+
+
+def _parallel(state, calls):
+    """Run (host, fact, kwargs) fact reads at once; results in call order."""
+    def one(h, fact, kwargs):
+        with ctx_state.use(state), ctx_host.use(h):
+            return h.get_fact(fact, **kwargs)
+
+    greenlets = [gevent.spawn(one, h, fact, kwargs) for h, fact, kwargs in calls]
+    gevent.joinall(greenlets)
+    return [g.value if g.successful() else {"error": f"{g.exception}"} for g in greenlets]
+
+
+@dataclass
+class PairResult:
+    server: str
+    client: str
+    gbps: list[tuple[str, str, float]]  # (server device, client device, Gb/s)
+    errors: list[str]
+    slow: bool
+
+
+def run_round(state, hosts: dict, pairs: list[tuple[str, str]], plan: MeasurePlan) -> list[PairResult]:
+    timeout = plan.timeout
+    widths = [min(len(plan.devices[s]), len(plan.devices[c])) for s, c in pairs]
+    servers = _parallel(state, [
+        (hosts[s], IbWriteBwServers, {"devices": plan.devices[s][:n], "port": plan.port, "seconds": plan.seconds,
+                                      "timeout": n * timeout + 10})
+        for (s, c), n in zip(pairs, widths)
+    ])
+    gevent.sleep(1)  # let the servers listen
+    clients = _parallel(state, [
+        (hosts[c], IbWriteBwClients, {"devices": plan.devices[c][:n], "peer": plan.address[s], "port": plan.port,
+                                      "seconds": plan.seconds, "timeout": timeout})
+        for (s, c), n in zip(pairs, widths)
+    ])
+    results = []
+    for (s, c), n, server, client in zip(pairs, widths, servers, clients):
+        errors = [f"{s}: {server['error']}"] if server.get("error") else []
+        gbps, slow = [], False
+        if "@all" in client:
+            errors.append(f"{c}: {client['@all']['error']}")
+        for sdev, cdev in zip(plan.devices[s][:n], plan.devices[c][:n]):
+            got = client.get(cdev, {"gbps": None, "error": f"no result for {cdev}"})
+            if got.get("gbps") is None:
+                if "@all" not in client and not errors:
+                    errors.append(f"{s}<->{c}: {got.get('error')}")
+                continue
+            gbps.append((sdev, cdev, got["gbps"]))
+            want = min(plan.expected[s].get(sdev, 0), plan.expected[c].get(cdev, 0))
+            slow |= got["gbps"] < plan.min_fraction * want
+        results.append(PairResult(s, c, gbps, errors, slow and not errors))
+    return results
+
+
+def _with_retries(runner, pairs, plan):
+    results = {(r.server, r.client): r for r in runner(pairs)}
+    for _ in range(plan.retries):
+        again = [key for key, r in results.items() if r.slow or r.errors]
+        if not again:
+            break
+        for r in runner(again):
+            if not (r.slow or r.errors) or results[(r.server, r.client)].errors:
+                results[(r.server, r.client)] = r
+    return list(results.values())
+
+
+def _take(r: PairResult, name: str, note: str | None = None) -> HostMeasurement:
+    server = name == r.server
+    return HostMeasurement(
+        gbps={(sdev if server else cdev): g for sdev, cdev, g in r.gbps},
+        errors=list(r.errors), partner=r.client if server else r.server, note=note,
+    )
+
+
+def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[str, HostMeasurement]:
+    """Measure every host in ``hosts`` (name -> pyinfra Host) against a peer.
+
+    ``runner(pairs) -> [PairResult]`` runs one round; the default drives
+    ib_write_bw through pyinfra, tests pass their own.
+    """
+    if runner is None:
+        def runner(pairs):
+            return run_round(state, hosts, pairs, plan)
+
+    out: dict[str, HostMeasurement] = {}
+    slow: dict[str, bool] = {}
+    names = [n for n in hosts if plan.devices.get(n)]
+    for n in hosts:
+        if not plan.devices.get(n):
+            out[n] = HostMeasurement(errors=["no active compute port to measure"])
+    if len(names) == 1:
+        out[names[0]] = HostMeasurement(errors=["no peer to measure against (one host in the run)"])
+    if len(names) < 2:
+        return out
+
+    results = [r for pairs in first_rounds(names) for r in _with_retries(runner, pairs, plan)]
+    for r in results:
+        for name in (r.server, r.client):
+            fine = not (r.slow or r.errors)
+            if name not in out or (fine and (slow[name] or out[name].errors)):
+                out[name], slow[name] = _take(r, name), r.slow
+
+    good = [n for n in names if not slow[n] and not out[n].errors]
+    # Pairs that were slow, or could not measure, are split against known-good
+    # hosts: one bad host must not take its partner down with it.
+    suspects = [(r.server, r.client) for r in results if r.slow or r.errors]
+    retest = {}
+    if suspects:
+        retest = {r.client: r for r in _with_retries(runner, isolation_round(suspects, good), plan)}
+    for a, b in suspects:
+        for suspect, partner in ((a, b), (b, a)):
+            if not slow[suspect] and not out[suspect].errors:
+                continue  # it was fine in another pair
+            r = retest.get(suspect)
+            what = "slow" if slow[suspect] else "unmeasurable"
+            if r is None:
+                if slow[suspect]:
+                    out[suspect].note = f"slow with {partner}; no known-good partner left to tell which is at fault"
+            elif r.errors:
+                out[suspect] = _take(r, suspect, f"{what} with {partner}, unmeasurable with known-good {r.server}")
+            elif r.slow:
+                out[suspect] = _take(r, suspect, f"slow with {partner} and with known-good {r.server}")
+            else:
+                out[suspect] = _take(r, suspect, f"{what} with {partner}, fine with known-good {r.server}")
+    return out
+
+
+def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePlan]:
+    """Read every measuring host's RDMA ports (in parallel) and plan the test."""
+    from ccrhost.checks import compute_ports
+    from ccrhost.facts.rdma import RdmaDevices
+
+    active = set(inventory.get_active_hosts())
+    # inventory order, so pairs are predictable from the inventory file
+    hosts = {h.name: h for h in inventory if h in active and settings_by_host[h.name].verify_measure}
+    facts = _parallel(state, [(h, RdmaDevices, {}) for h in hosts.values()])
+    devices, expected = {}, {}
+    for (name, h), fact in zip(hosts.items(), facts):
+        ports = [p for p in compute_ports(fact.get("devices", {}), settings_by_host[name].rdma_exclude_devices)
+                 if p.active]
+        devices[name] = list(dict.fromkeys(p.device for p in ports))
+        expected[name] = {p.device: p.link_gbps for p in ports}
+    first = settings_by_host[next(iter(hosts))] if hosts else None
+    plan = MeasurePlan(
+        devices=devices, expected=expected,
+        address={n: h.data.get("ssh_hostname") or n for n, h in hosts.items()},
+        seconds=first.verify_measure_seconds if first else 10,
+        timeout=first.verify_measure_timeout if first else 60,
+        retries=first.verify_measure_retries if first else 2,
+        min_fraction=first.verify_measure_min_fraction if first else 0.9,
+        port=first.verify_measure_port if first else DEFAULT_PORT,
+    )
+    return hosts, plan
+
+
+_ATTR = "_ccrhost_measurements"
+# pyinfra runs each host's deploy code in its own greenlet: the first one
+# measures the whole fleet while the others wait for its result.
+_LOCK = gevent.lock.Semaphore()
+
+
+def fleet_measurements(state, inventory, settings_by_host: dict) -> dict[str, HostMeasurement]:
+    """Measure once per run, on the first host's deploy pass; cached after."""
+    with _LOCK:
+        cached = getattr(inventory, _ATTR, None)
+        if cached is None:
+            hosts, plan = plan_for(state, inventory, settings_by_host)
+            cached = measure_fleet(state, hosts, plan) if hosts else {}
+            setattr(inventory, _ATTR, cached)
+    return cached

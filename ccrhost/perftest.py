@@ -1,0 +1,66 @@
+"""perftest's ib_write_bw: the command line and its report.
+
+The report has several header variants (``BW average[Gb/sec]`` with
+``--report_gbits``, ``[MB/sec]`` without, ``[MiB/sec]`` in newer releases)
+and may carry a warning line such as "Conflicting CPU frequency values
+detected" between the header and the data row.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+DEFAULT_PORT = 18515
+
+_UNIT_GBPS = {"Gb/sec": 1.0, "MB/sec": 8 * 2**20 / 1e9, "MiB/sec": 8 * 2**20 / 1e9}
+_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[([^\]]+)\]\s+BW average\[([^\]]+)\]")
+
+
+class PerftestFormatError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class BwResult:
+    msg_bytes: int
+    iterations: int
+    peak_gbps: float
+    average_gbps: float
+
+
+def parse_ib_write_bw(text: str) -> BwResult:
+    unit = None
+    for line in text.splitlines():
+        header = _HEADER.search(line)
+        if header:
+            unit = header.group(2)
+            if unit not in _UNIT_GBPS:
+                raise PerftestFormatError(f"unknown bandwidth unit {unit!r}")
+            continue
+        if unit is None:
+            continue
+        fields = line.split()
+        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
+            try:
+                peak, avg = float(fields[2]), float(fields[3])
+            except ValueError:
+                continue  # a warning line that happens to start with numbers
+            scale = _UNIT_GBPS[unit]
+            return BwResult(int(fields[0]), int(fields[1]), peak * scale, avg * scale)
+    raise PerftestFormatError("no ib_write_bw result row found" if unit else "no ib_write_bw report header found")
+
+
+def client_command(device: str, peer: str, port: int, seconds: int, gid_index: int | None = None) -> str:
+    args = ["ib_write_bw", "-d", device, "-p", str(port), "-D", str(seconds), "-F", "--report_gbits"]
+    if gid_index is not None:
+        args += ["-x", str(gid_index)]
+    return " ".join(shlex.quote(a) for a in [*args, peer])
+
+
+def server_command(device: str, port: int, seconds: int, gid_index: int | None = None) -> str:
+    args = ["ib_write_bw", "-d", device, "-p", str(port), "-D", str(seconds), "-F", "--report_gbits"]
+    if gid_index is not None:
+        args += ["-x", str(gid_index)]
+    return " ".join(shlex.quote(a) for a in args)

@@ -94,6 +94,37 @@ def check(config_path, fmt, output, drain, **overrides):
     return verdict.exit_code
 
 
+@main.command("nccl-env")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="YAML file of the same keys as inventory data (roce_*, nccl_*, rdma_exclude_devices).")
+@click.option("--format", "fmt", type=click.Choice(["shell", "conf", "json"]), default="shell", show_default=True)
+def nccl_env(config_path, fmt):
+    """Print this node's NCCL settings, for sbatch scripts and containers.
+
+    eval "$(ccrhost nccl-env)" exports them; --format conf prints
+    /etc/nccl.conf lines.
+    """
+    import shlex
+    import socket
+
+    from ccrhost import nccl
+    from ccrhost.config import InventoryDataError, validate_host
+    from ccrhost.probes import rdma
+
+    try:
+        settings = validate_host(socket.gethostname(), _load_check_data(config_path, {}))
+        env = nccl.derive(rdma.read_local(), settings)
+    except InventoryDataError as exc:
+        raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
+    except nccl.NcclError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "json":
+        click.echo(nccl.render_json(env), nl=False)
+    else:
+        for key, value in env.items():
+            click.echo(f"export {key}={shlex.quote(value)}" if fmt == "shell" else f"{key}={value}")
+
+
 @main.command()
 @click.option("--gpu", "gpu", required=True, help="GPU model: an NVML name or a table model such as 'H100 SXM'.")
 @click.option("--gpus", type=click.IntRange(1, 1024), default=8, show_default=True)

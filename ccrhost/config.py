@@ -30,6 +30,14 @@ DEFAULT_MODULES = ("ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm")
 # RDMA device names, or fnmatch patterns of them (mlx5_*, rocep*s0).
 DevicePattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_*?\[\]-]{1,64}$")]
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
+# Kernel interface names (at most 15 characters, no '/', no white space),
+# in NCCL's list syntax: an optional '=' (exact) or '^' (exclude) prefix.
+IfnameList = Annotated[str, StringConstraints(pattern=r"^[=^]?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*$")]
+HcaList = Annotated[str, StringConstraints(pattern=r"^[=^]{0,2}[A-Za-z0-9_.-]{1,64}(:\d{1,3})?(,[A-Za-z0-9_.-]{1,64}(:\d{1,3})?)*$")]
+NcclName = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,64}$")]
+# Values pass through to a file NCCL reads literally and to a shell profile:
+# no newlines, '=', quotes, backslashes or shell metacharacters.
+NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:/@%+^-]{0,255}$")]
 
 
 class Workload(BaseModel):
@@ -71,6 +79,28 @@ class HostSettings(BaseModel):
     rdma_exclude_devices: tuple[DevicePattern, ...] = Field(
         (), description="RDMA devices (names or fnmatch patterns) that are not compute fabric: storage, management."
     )
+
+    nccl_ib_hca: HcaList | None = Field(None, description="NCCL_IB_HCA as given, instead of the discovered ports.")
+    nccl_socket_ifname: IfnameList | None = Field(
+        None, description="NCCL_SOCKET_IFNAME; default: exactly the interface of the default route."
+    )
+    nccl_fifo_dscp: int | None = Field(
+        None, ge=0, le=63, description="DSCP of NCCL's control and credit-return messages (default: roce_dscp)."
+    )
+    nccl_ib_addr_family: Literal["AF_INET", "AF_INET6"] = Field("AF_INET", description="GID address family.")
+    nccl_ib_addr_range: str | None = Field(
+        None, pattern=r"^[0-9a-fA-F:.]{2,39}/\d{1,3}$", description="Fabric subnet (CIDR) for GID auto-selection."
+    )
+    nccl_ib_gid_index: int | None = Field(
+        None, ge=0, le=255,
+        description="Pin NCCL_IB_GID_INDEX; only if the RoCE v2 IPv4 GID sits there on every compute port.",
+    )
+    nccl_net_gdr_level: Literal["LOC", "PIX", "PXB", "PHB", "SYS"] | None = Field(None, description="GPUDirect RDMA level.")
+    nccl_ib_qps_per_connection: int | None = Field(None, ge=1, le=128)
+    nccl_ib_timeout: int | None = Field(None, ge=1, le=31, description="4.096 us x 2^value.")
+    nccl_ib_retry_cnt: int | None = Field(None, ge=0, le=7)
+    nccl_cross_nic: Literal[0, 1, 2] | None = Field(None)
+    nccl_extra: dict[NcclName, NcclValue] | None = Field(None, description="Other NCCL_* variables, passed through.")
 
     verify_profile: str | None = Field(
         None, description=f"Declared hardware: {', '.join(PROFILES)}. Sets the four verify_* expectations below."
@@ -124,6 +154,8 @@ class HostSettings(BaseModel):
     def model_post_init(self, _context) -> None:
         if self.verify_beta is not None and self.verify_workload is not None:
             raise ValueError("set verify_beta or verify_workload, not both")
+        if self.nccl_ib_gid_index is not None and self.nccl_ib_addr_family == "AF_INET6":
+            raise ValueError("nccl_ib_gid_index pins an IPv4 GID; it cannot go with nccl_ib_addr_family AF_INET6")
         if self.verify_measure_timeout < self.verify_measure_seconds + 5:
             raise ValueError(
                 f"verify_measure_timeout ({self.verify_measure_timeout}) must exceed verify_measure_seconds "
@@ -225,7 +257,8 @@ def validate_host(name: str, data: dict) -> HostSettings:
         for err in exc.errors():
             if not err["loc"]:  # a rule across keys (model_post_init)
                 msg = err["msg"].removeprefix("Value error, ")
-                keys = "verify_beta/verify_workload" if "verify_workload" in msg else "verify_measure_timeout"
+                keys = next(k for k in ("verify_workload", "nccl_ib_gid_index", "verify_measure_timeout") if k in msg)
+                keys = {"verify_workload": "verify_beta/verify_workload"}.get(keys, keys)
                 errors.append(DataError(name, keys, mine.get(keys), msg))
                 continue
             key = str(err["loc"][0])

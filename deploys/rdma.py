@@ -2,7 +2,8 @@
 
     pyinfra -y INVENTORY deploys/rdma.py
 
-Stages, in order: kernel modules, RoCE defaults for rdma_cm, then the
+Stages, in order: kernel modules, RoCE defaults for rdma_cm, the NCCL
+environment (/etc/nccl.conf and /etc/profile.d/ccrhost-nccl.sh), then the
 verification of each node's CCR (hosts below threshold fail). Every host's
 inventory data is validated before any host is touched; the keys are in
 the README.
@@ -11,7 +12,7 @@ the README.
 from pyinfra import host, inventory
 
 from ccrhost.inventory import host_settings
-from ccrhost.operations import rdma, roce, verify
+from ccrhost.operations import nccl, rdma, roce, verify
 from ccrhost.report import fleet_report
 
 settings = host_settings(host, inventory)
@@ -27,6 +28,11 @@ roce.mode(
     tos=settings.roce_tos,
     force_traffic_class=settings.roce_force_traffic_class,
     require_devices=settings.rdma_require_devices,
+)
+
+nccl.environment(
+    name="Write NCCL environment",
+    settings=settings,
 )
 
 verify.ccr(

@@ -100,6 +100,7 @@ FAULT_KINDS = {
     "ecn_readonly": "the OFED ecn/ files are read-only",
     "configfs_unmounted": "nothing is mounted on /sys/kernel/config at boot",
     "modprobe_fails": "MODULE: inserting this module fails",
+    "gid_index": "DEV:INDEX: the RoCE v2 IPv4 GID of that port sits at INDEX (as in containers)",
     "link_slow": "MBIT: the node's lab link is shaped to this rate instead of the lab's",
     "perftest_missing": "ib_write_bw is not installed",
     "perftest_hang": "ib_write_bw hangs instead of measuring",
@@ -224,6 +225,13 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
             raise ProfileError(f"fault pcie_width={value}: need a NIC of {profile.name} and a width")
         widths[dev] = int(width)
 
+    gid_moves = {}
+    for value in _fault_values(faults, "gid_index"):
+        dev, index = _split_dev_value(value, "gid_index")
+        if dev not in names or not index.isdigit() or not 4 <= int(index) < 16:
+            raise ProfileError(f"fault gid_index={value}: need a NIC of {profile.name} and an index 4..15")
+        gid_moves[dev] = int(index)
+
     defaults = profile.nic_defaults
     built = {"nics": [], "netdevs": {}}
     for i, nic in enumerate(profile.nics):
@@ -283,6 +291,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
             ip = None
             table = [(link_local, "IB/RoCE v1")]
         zero = ipaddress.IPv6Address("::").exploded
+        if nic.name in gid_moves:
+            table = table[:3] + [(zero, None)] * (gid_moves[nic.name] - 3) + table[3:]
         for index in range(16):
             gid, gid_type = table[index] if index < len(table) else (zero, None)
             _write(port / "gids" / str(index), gid + "\n")

@@ -1,4 +1,4 @@
-"""Whole files that ccrhost owns."""
+"""Files that ccrhost writes: whole files it owns, and blocks inside site files."""
 
 from __future__ import annotations
 
@@ -11,6 +11,20 @@ from ccrhost.facts.files import FileStates
 from ccrhost.operations.util import upload_text
 
 MANAGED_HEADER = "# Managed by ccrhost: local edits are overwritten on the next deploy.\n"
+
+
+def converge(path: str, wanted: str, state: dict | None, mode: str = "644", owned: bool = True):
+    """Commands that bring ``path`` to ``wanted`` from its ``FileStates`` entry.
+
+    ``owned``: the whole file is ccrhost's, so a file that exists without
+    ccrhost's header is copied to ``<path>.ccrhost-bak.<unix time>`` first.
+    """
+    if state is None or state["content"] != wanted:
+        if owned and state is not None and not state["content"].startswith(MANAGED_HEADER):
+            yield StringCommand("cp -p", QuoteString(path), QuoteString(f"{path}.ccrhost-bak.{int(time.time())}"))
+        yield from upload_text(wanted, path, mode)
+    elif state["mode"] != mode.lstrip("0") or (state["uid"], state["gid"]) != (0, 0):
+        yield StringCommand("chown 0:0", QuoteString(path), "&& chmod", mode, QuoteString(path))
 
 
 @operation()
@@ -35,12 +49,5 @@ def managed(path: str, content: str, mode: str = "644"):
             content="ib_uverbs\\nmlx5_ib\\n",
         )
     """
-    wanted = MANAGED_HEADER + content
     state = host.get_fact(FileStates, paths=[path]).get(path)
-    if state is None or state["content"] != wanted:
-        if state is not None and not state["content"].startswith(MANAGED_HEADER):
-            backup = f"{path}.ccrhost-bak.{int(time.time())}"
-            yield StringCommand("cp -p", QuoteString(path), QuoteString(backup))
-        yield from upload_text(wanted, path, mode)
-    elif state["mode"] != mode.lstrip("0") or (state["uid"], state["gid"]) != (0, 0):
-        yield StringCommand("chown 0:0", QuoteString(path), "&& chmod", mode, QuoteString(path))
+    yield from converge(path, MANAGED_HEADER + content, state, mode)

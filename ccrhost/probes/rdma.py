@@ -43,6 +43,12 @@ echo @@cm
 if cd {RDMA_CM} 2>/dev/null; then
 grep -Hs '' */ports/*/default_roce_mode */ports/*/default_roce_tos
 fi
+echo @@route
+ip -o -4 route show default 2>/dev/null
+echo @@ssh
+echo "${{SSH_CONNECTION:-}}"
+echo @@addr
+ip -o addr show 2>/dev/null
 true"""
 
 
@@ -187,7 +193,36 @@ def parse_rdma_dump(lines: list[str]) -> dict:
         "ecn": sorted(ofed["ecn"]),
         "qos": sorted(ofed["qos"]),
     }
+    configfs["default_route_dev"] = _default_route_dev(sections.get("route", []))
+    ssh = " ".join(sections.get("ssh", [])).split()
+    configfs["ssh_server_ip"] = ssh[2] if len(ssh) == 4 else None
+    configfs["addresses"] = _addresses(sections.get("addr", []))
+    if configfs["ssh_server_ip"]:
+        configfs["ssh_dev"] = next((dev for dev, ips in configfs["addresses"].items()
+                                    if configfs["ssh_server_ip"] in ips), None)
+    else:
+        configfs["ssh_dev"] = None
     return {"devices": dict(sorted(devices.items())), "node": configfs}
+
+
+def _default_route_dev(lines: list[str]) -> str | None:
+    """``default via 198.18.0.1 dev eth0 ...`` -> ``eth0``."""
+    for line in lines:
+        words = line.split()
+        if "dev" in words[:-1]:
+            return words[words.index("dev") + 1]
+    return None
+
+
+def _addresses(lines: list[str]) -> dict[str, list[str]]:
+    """``ip -o addr show``: ``2: eth0    inet 198.18.0.11/24 brd ... scope global eth0``."""
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        words = line.split()
+        if len(words) >= 4 and words[2] in ("inet", "inet6"):
+            dev = words[1].split("@")[0]
+            out.setdefault(dev, []).append(words[3].split("/")[0])
+    return out
 
 
 def read_local() -> dict:

@@ -1,0 +1,140 @@
+"""NCCL settings derived from a node's facts and its inventory data. Pure.
+
+/etc/nccl.conf is parsed by NCCL itself (src/misc/param.cc): one
+``KEY=VALUE`` per line, no quoting, no trimming, ``#`` comments; the first
+definition of a key wins, and the environment wins over every file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+BEGIN = "# BEGIN ccrhost managed block: rerun the deploy instead of editing"
+END = "# END ccrhost managed block"
+CONF_PATH = "/etc/nccl.conf"
+PROFILE_PATH = "/etc/profile.d/ccrhost-nccl.sh"
+ROCE_ONLY = ("NCCL_IB_TC", "NCCL_IB_FIFO_TC", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_ADDR_FAMILY",
+             "NCCL_IB_ADDR_RANGE", "NCCL_IB_GID_INDEX")
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+class NcclError(ValueError):
+    """A host whose facts cannot give a consistent NCCL configuration."""
+
+
+def _natural(name: str):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _v2_ipv4_index(port: dict) -> int | None:
+    return next((g["index"] for g in port["gids"] if g["type"] == "RoCE v2" and g["ipv4"]), None)
+
+
+def derive(facts: dict, settings) -> dict[str, str]:
+    """The NCCL_* variables for one node, in the order they are written."""
+    from ccrhost.checks import compute_ports
+
+    devices = facts.get("devices", {})
+    compute = [p for p in compute_ports(devices, settings.rdma_exclude_devices) if p.active]
+    compute.sort(key=lambda p: (_natural(p.device), p.port))
+    if not compute and settings.nccl_ib_hca is None:
+        raise NcclError("no active compute RDMA port to give NCCL (all down, absent or excluded)")
+    out: dict[str, str] = {}
+    # "=" asks NCCL for exact names, so mlx5_1 does not also match mlx5_10.
+    out["NCCL_IB_HCA"] = settings.nccl_ib_hca or "=" + ",".join(f"{p.device}:{p.port}" for p in compute)
+
+    roce = [p for p in compute if p.link_layer == "Ethernet"]
+    if roce:
+        out["NCCL_IB_TC"] = str(settings.roce_tos)
+        fifo_dscp = settings.nccl_fifo_dscp if settings.nccl_fifo_dscp is not None else settings.roce_dscp
+        out["NCCL_IB_FIFO_TC"] = str(fifo_dscp << 2 | settings.roce_ecn_bits)
+        out["NCCL_IB_ROCE_VERSION_NUM"] = str(settings.roce_version)
+        out["NCCL_IB_ADDR_FAMILY"] = settings.nccl_ib_addr_family
+        if settings.nccl_ib_addr_range:
+            out["NCCL_IB_ADDR_RANGE"] = settings.nccl_ib_addr_range
+        if settings.nccl_ib_gid_index is not None:
+            found = {p.name: _v2_ipv4_index(devices[p.device]["ports"][p.port]) for p in roce}
+            wanted = settings.nccl_ib_gid_index
+            wrong = {name: index for name, index in found.items() if index != wanted}
+            if wrong:
+                detail = ", ".join(f"{n} at {'none' if i is None else i}" for n, i in sorted(wrong.items()))
+                raise NcclError(
+                    f"nccl_ib_gid_index {wanted} does not hold the RoCE v2 IPv4 GID on every compute port "
+                    f"({detail}); leave it unset so NCCL selects the GID per port"
+                )
+            out["NCCL_IB_GID_INDEX"] = str(wanted)
+
+    ifname = settings.nccl_socket_ifname or facts.get("node", {}).get("default_route_dev")
+    if ifname:
+        out["NCCL_SOCKET_IFNAME"] = ifname if settings.nccl_socket_ifname else "=" + ifname
+    for key, name in (("nccl_net_gdr_level", "NCCL_NET_GDR_LEVEL"),
+                      ("nccl_ib_qps_per_connection", "NCCL_IB_QPS_PER_CONNECTION"),
+                      ("nccl_ib_timeout", "NCCL_IB_TIMEOUT"), ("nccl_ib_retry_cnt", "NCCL_IB_RETRY_CNT"),
+                      ("nccl_cross_nic", "NCCL_CROSS_NIC")):
+        value = getattr(settings, key)
+        if value is not None:
+            out[name] = str(value)
+    for name, value in sorted((settings.nccl_extra or {}).items()):
+        if name in out:
+            raise NcclError(f"nccl_extra sets {name}, which ccrhost derives; use its own key instead")
+        out[name] = value
+    if not roce:
+        for name in ROCE_ONLY:
+            out.pop(name, None)
+    return out
+
+
+def _env() -> Environment:
+    return Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
+                       keep_trailing_newline=True, autoescape=False)
+
+
+def render_block(env: dict[str, str]) -> str:
+    return _env().get_template("nccl.conf.j2").render(begin=BEGIN, end=END, env=env)
+
+
+def render_profile(env: dict[str, str]) -> str:
+    return _env().get_template("ccrhost-nccl.sh.j2").render(env=env, quote=shlex.quote)
+
+
+def render_json(env: dict[str, str]) -> str:
+    return json.dumps(env, indent=2) + "\n"
+
+
+def merge_block(existing: str | None, block: str) -> str:
+    """``existing`` with our block replaced (or appended); other lines kept."""
+    lines = (existing or "").splitlines(keepends=True)
+    out, inside, placed = [], False, False
+    for line in lines:
+        if line.rstrip("\n") == BEGIN:
+            inside = True
+            if not placed:
+                out.append(block)
+                placed = True
+            continue
+        if inside:
+            inside = line.rstrip("\n") != END
+            continue
+        out.append(line)
+    if not placed:
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n"
+        out.append(block)
+    return "".join(out)
+
+
+def site_overrides(existing: str | None, env: dict[str, str]) -> list[str]:
+    """Keys the site sets outside our block, before it: NCCL keeps the first."""
+    seen = []
+    for line in (existing or "").splitlines():
+        if line == BEGIN:
+            break
+        key = line.split("=", 1)[0]
+        if not line.startswith("#") and "=" in line and key in env:
+            seen.append(key)
+    return seen

@@ -1,0 +1,42 @@
+"""NCCL's environment: /etc/nccl.conf (a managed block) and a shell profile."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from ccrhost import nccl
+from ccrhost.facts.files import FileStates
+from ccrhost.facts.rdma import RdmaDevices
+from ccrhost.operations.files import MANAGED_HEADER, converge
+from ccrhost.operations.util import fail
+
+
+@operation()
+def environment(settings, conf_path: str = nccl.CONF_PATH, profile_path: str = nccl.PROFILE_PATH):
+    """
+    Write the NCCL settings derived from this node's RDMA ports.
+
+    + settings: the host's validated ``HostSettings``
+    + conf_path: NCCL's own config file; only ccrhost's marked block in it
+      is rewritten, the site's lines around it stay as they are
+    + profile_path: the same settings as shell exports, owned by ccrhost
+
+    **Example:**
+
+    .. code:: python
+
+        nccl.environment(name="Write NCCL environment", settings=settings)
+    """
+    try:
+        env = nccl.derive(host.get_fact(RdmaDevices), settings)
+    except nccl.NcclError as exc:
+        yield from fail(f"NCCL: {exc}")
+        return
+    states = host.get_fact(FileStates, paths=[conf_path, profile_path])
+    current = states.get(conf_path)
+    existing = current["content"] if current else None
+    for key in nccl.site_overrides(existing, env):
+        host.log(f"{conf_path}: the site sets {key} above ccrhost's block, and NCCL keeps the first value")
+    yield from converge(conf_path, nccl.merge_block(existing, nccl.render_block(env)), current, owned=False)
+    yield from converge(profile_path, MANAGED_HEADER + nccl.render_profile(env), states.get(profile_path))

@@ -1,0 +1,6 @@
+# NCCL settings for interactive shells and job scripts, the same as the
+# ccrhost block in /etc/nccl.conf. Variables already set are left alone.
+[ -n "${NCCL_IB_HCA+set}" ] || export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1
+[ -n "${NCCL_SOCKET_IFNAME+set}" ] || export NCCL_SOCKET_IFNAME==bond0
+[ -n "${NCCL_NET_GDR_LEVEL+set}" ] || export NCCL_NET_GDR_LEVEL=PHB
+[ -n "${NCCL_IB_TIMEOUT+set}" ] || export NCCL_IB_TIMEOUT=22

@@ -1,0 +1,134 @@
+"""NCCL settings from facts: golden renders, the managed block, refusals."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ccrhost import nccl
+from ccrhost.config import InventoryDataError, validate_host
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def port(link="Ethernet", state="ACTIVE", rate=400.0, gid_index=3, ip="198.19.0.1", netdev="ens1np0"):
+    gids = [{"index": 0, "gid": "fe80::1", "type": "IB/RoCE v1", "ndev": netdev, "ipv4": None}]
+    if link == "Ethernet":
+        gids += [{"index": gid_index - 1, "gid": f"::ffff:{ip}", "type": "IB/RoCE v1", "ndev": netdev, "ipv4": ip},
+                 {"index": gid_index, "gid": f"::ffff:{ip}", "type": "RoCE v2", "ndev": netdev, "ipv4": ip}]
+    return {"link_layer": link, "state": state, "phys_state": "LinkUp" if state == "ACTIVE" else "Disabled",
+            "rate_gbps": rate, "gids": gids, "netdev": netdev}
+
+
+def facts(devices, route="eth0"):
+    return {"devices": {name: {"pci": {}, "netdevs": [], "ofed_tc": False, "ports": {1: p}}
+                        for name, p in devices.items()},
+            "node": {"default_route_dev": route}}
+
+
+# Device names in discovery order, deliberately not sorted: mlx5_10 must come after mlx5_9.
+ROCE_8 = facts({f"mlx5_{i}": port(ip=f"198.19.{i}.1", netdev=f"ens{i + 1}np0") for i in (7, 6, 5, 4, 3, 2, 1, 0)})
+IB_8 = facts({f"mlx5_{i}": port("InfiniBand", netdev=f"ibp{i}s0") for i in range(8)}, route="bond0")
+MIXED = facts({**{f"mlx5_{i}": port(ip=f"198.19.{i}.1") for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10)},
+               "mlx5_bond_0": port(rate=100.0, ip="10.1.0.5")})
+
+PROFILES = {
+    "roce-8x400": (ROCE_8, {}),
+    "ib-8x400": (IB_8, {"nccl_ib_timeout": 22, "nccl_net_gdr_level": "PHB"}),
+    "mixed-storage-excluded": (MIXED, {"rdma_exclude_devices": ["mlx5_bond_*"], "nccl_ib_addr_range": "198.19.0.0/16",
+                                       "nccl_fifo_dscp": 48, "nccl_ib_qps_per_connection": 4,
+                                       "nccl_extra": {"NCCL_DEBUG": "WARN"}}),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_golden_renders(profile):
+    fact, data = PROFILES[profile]
+    env = nccl.derive(fact, validate_host("n1", data))
+    rendered = {"conf": nccl.render_block(env), "sh": nccl.render_profile(env)}
+    for kind, text in rendered.items():
+        path = GOLDEN / f"nccl-{profile}.{kind}"
+        if os.environ.get("UPDATE_GOLDEN"):
+            path.write_text(text)
+        assert text == path.read_text(), path
+
+
+def test_roce_derivation():
+    env = nccl.derive(ROCE_8, validate_host("n1", {}))
+    assert env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    assert env["NCCL_IB_TC"] == "106" and env["NCCL_IB_FIFO_TC"] == "106"
+    assert env["NCCL_IB_ROCE_VERSION_NUM"] == "2" and env["NCCL_IB_ADDR_FAMILY"] == "AF_INET"
+    assert "NCCL_IB_GID_INDEX" not in env  # NCCL selects per port unless pinned
+    assert env["NCCL_SOCKET_IFNAME"] == "=eth0"
+
+
+def test_natural_order_and_exclusion():
+    env = nccl.derive(MIXED, validate_host("n1", {"rdma_exclude_devices": ["mlx5_bond_*"]}))
+    assert env["NCCL_IB_HCA"].endswith("mlx5_7:1,mlx5_9:1,mlx5_10:1")
+    assert "mlx5_bond_0" not in env["NCCL_IB_HCA"]
+
+
+def test_infiniband_gets_no_roce_keys():
+    env = nccl.derive(IB_8, validate_host("n1", {"nccl_ib_gid_index": 3, "nccl_extra": {"NCCL_DEBUG": "INFO"}}))
+    assert not set(env) & set(nccl.ROCE_ONLY)
+    assert env["NCCL_DEBUG"] == "INFO"
+
+
+def test_down_ports_are_left_out():
+    fact = facts({"mlx5_0": port(), "mlx5_1": port(state="DOWN")})
+    assert nccl.derive(fact, validate_host("n1", {}))["NCCL_IB_HCA"] == "=mlx5_0:1"
+
+
+def test_gid_index_pinned_when_consistent():
+    assert nccl.derive(ROCE_8, validate_host("n1", {"nccl_ib_gid_index": 3}))["NCCL_IB_GID_INDEX"] == "3"
+
+
+def test_gid_index_conflict_names_ports_and_indexes():
+    fact = facts({"mlx5_0": port(), "mlx5_1": port(gid_index=5), "mlx5_2": port(gid_index=7)})
+    with pytest.raises(nccl.NcclError) as info:
+        nccl.derive(fact, validate_host("n1", {"nccl_ib_gid_index": 3}))
+    assert str(info.value) == (
+        "nccl_ib_gid_index 3 does not hold the RoCE v2 IPv4 GID on every compute port "
+        "(mlx5_1/1 at 5, mlx5_2/1 at 7); leave it unset so NCCL selects the GID per port")
+
+
+def test_no_compute_port():
+    with pytest.raises(nccl.NcclError, match="no active compute RDMA port"):
+        nccl.derive(facts({"mlx5_0": port(state="DOWN")}), validate_host("n1", {}))
+
+
+def test_extra_may_not_shadow_a_derived_key():
+    with pytest.raises(nccl.NcclError, match="nccl_extra sets NCCL_IB_HCA"):
+        nccl.derive(ROCE_8, validate_host("n1", {"nccl_extra": {"NCCL_IB_HCA": "mlx5_0"}}))
+
+
+@pytest.mark.parametrize("value", ["INFO\nNCCL_X=1", "a=b", '"quoted"', "'q'", "$(reboot)", "`id`", "a;b", "a b", "a\\b", "x|y"])
+def test_unsafe_extra_values_are_refused(value):
+    with pytest.raises(InventoryDataError) as info:
+        validate_host("n1", {"nccl_extra": {"NCCL_DEBUG": value}})
+    assert info.value.errors[0].key == "nccl_extra[NCCL_DEBUG]"
+    assert info.value.errors[0].value == value
+
+
+def test_merge_block_keeps_site_lines_and_replaces_only_the_block():
+    block = nccl.render_block({"NCCL_IB_TC": "106"})
+    site = "# site settings\nNCCL_DEBUG=WARN\n"
+    first = nccl.merge_block(site, block)
+    assert first == site + block
+    edited = first + "NCCL_TOPO_FILE=/opt/topo.xml\n"
+    again = nccl.merge_block(edited, nccl.render_block({"NCCL_IB_TC": "98"}))
+    assert again == site + nccl.render_block({"NCCL_IB_TC": "98"}) + "NCCL_TOPO_FILE=/opt/topo.xml\n"
+    assert nccl.merge_block(again, nccl.render_block({"NCCL_IB_TC": "98"})) == again
+    assert nccl.merge_block(None, block) == block
+    assert nccl.merge_block("NCCL_DEBUG=WARN", block) == "NCCL_DEBUG=WARN\n" + block
+
+
+def test_site_override_is_reported():
+    existing = "NCCL_IB_TC=96\n" + nccl.render_block({"NCCL_IB_TC": "106"})
+    assert nccl.site_overrides(existing, {"NCCL_IB_TC": "106"}) == ["NCCL_IB_TC"]
+
+
+def test_conf_block_is_what_ncclparses():
+    env = nccl.derive(ROCE_8, validate_host("n1", {}))
+    for line in nccl.render_block(env).splitlines():
+        assert line.startswith("#") or ("=" in line and not line.startswith("export") and '"' not in line)

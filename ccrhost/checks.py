@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from ccrhost import ccr as ccrmod
 from ccrhost import gpu_peaks
 from ccrhost.gpu_readings import GpuReading
-from ccrhost.sysfs import pcie_gbps
+from ccrhost.sysfs import natural_key, pcie_gbps
 
 OK, WARN, FAIL, UNKNOWN = "OK", "WARN", "FAIL", "UNKNOWN"
 EXIT_CODES = {OK: 0, WARN: 1, FAIL: 2, UNKNOWN: 3}
@@ -135,7 +135,7 @@ def worst(statuses) -> str:
 def compute_ports(devices: dict, exclude: tuple[str, ...] = ()) -> list[Port]:
     """Ports of the RdmaDevices fact that carry compute traffic."""
     ports = []
-    for dev, data in sorted(devices.items()):
+    for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0])):
         if any(fnmatch.fnmatchcase(dev, pattern) for pattern in exclude):
             continue
         pci = data.get("pci", {})

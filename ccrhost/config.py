@@ -18,6 +18,7 @@ from ccrhost import ccr as ccrmod
 from ccrhost.checks import Expectation, Policy
 from ccrhost.gpu_peaks import PRECISIONS
 from ccrhost.hardware import PROFILES
+from ccrhost.qos import DCQCN_NP, DCQCN_RP, Wanted
 
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
@@ -54,6 +55,12 @@ class Workload(BaseModel):
         return ccrmod.beta_from_workload(self.grad_bytes_per_param, self.tokens_per_gpu_step, self.dp_size)
 
 
+Priority = Annotated[int, Field(ge=0, le=7)]
+EightSizes = Annotated[tuple[Annotated[int, Field(ge=0, le=1 << 30)], ...], Field(min_length=8, max_length=8)]
+EightBuffers = Annotated[tuple[Priority, ...], Field(min_length=8, max_length=8)]
+DcqcnName = Literal[tuple(sorted({**DCQCN_RP, **DCQCN_NP}))]  # type: ignore[valid-type]
+
+
 class HostSettings(BaseModel):
     """The validated settings for one host. Field docs are the README's key table."""
 
@@ -74,6 +81,34 @@ class HostSettings(BaseModel):
         False,
         description="Also write the OFED-only tc/<port>/traffic_class. It overrides the "
         "traffic class of every application on the port, hence opt-in.",
+    )
+
+    qos_enable: bool = Field(True, description="Run the QoS stage (trust, PFC, ECN, buffers) on RoCE ports.")
+    qos_roce_priority: Priority = Field(3, description="Priority that roce_dscp maps to.")
+    qos_cnp_dscp: int = Field(48, ge=0, le=63, description="DSCP of congestion notification packets (CNP).")
+    qos_cnp_priority: Priority = Field(6, description="Priority that qos_cnp_dscp maps to, and CNPs' 802.1p priority.")
+    qos_pfc_priorities: tuple[Priority, ...] | None = Field(
+        None, max_length=8, description="Priorities with PFC on; default: only qos_roce_priority."
+    )
+    qos_cable_len: int | None = Field(None, ge=1, le=999, description="Cable length (m) for the xoff/xon thresholds.")
+    qos_buffer_size: EightSizes | None = Field(None, description="Receive buffer sizes in bytes, 8 values.")
+    qos_prio2buffer: EightBuffers | None = Field(None, description="Buffer of each priority, 8 values.")
+    qos_min_headroom: int | None = Field(
+        None, gt=0, description="Bytes each lossless buffer must hold above xoff (checked on OFED's read-back)."
+    )
+    qos_credit_threshold: int | None = Field(
+        None, gt=0, description="Written to a port's credit_threshold attribute, on drivers that have one."
+    )
+    qos_allow_ssh_interface: bool = Field(
+        False, description="Allow QoS changes (which toggle the link) on the interface carrying SSH or the default route."
+    )
+    ecn_priorities: tuple[Priority, ...] | None = Field(
+        None, max_length=8, description="Priorities with ECN (DCQCN) on; default: only qos_roce_priority."
+    )
+    ecn_rp: bool = Field(True, description="Enable the reaction point (roce_rp) on ecn_priorities.")
+    ecn_np: bool = Field(True, description="Enable the notification point (roce_np) on ecn_priorities.")
+    dcqcn_params: dict[DcqcnName, Annotated[int, Field(ge=0, le=1 << 31)]] | None = Field(
+        None, description="DCQCN parameters by their MLNX_OFED names (rpg_ai_rate, min_time_between_cnps, ...)."
     )
 
     rdma_exclude_devices: tuple[DevicePattern, ...] = Field(
@@ -152,13 +187,23 @@ class HostSettings(BaseModel):
         return value
 
     def model_post_init(self, _context) -> None:
+        if self.roce_dscp == self.qos_cnp_dscp:
+            raise ValueError(f"[qos_cnp_dscp] {self.qos_cnp_dscp} is also roce_dscp: CNPs need their own DSCP")
+        mapped = {self.qos_roce_priority, self.qos_cnp_priority}
+        for prio in self.qos_pfc_priorities or ():
+            if prio not in mapped:
+                raise ValueError(
+                    f"[qos_pfc_priorities] PFC on priority {prio}, but no configured DSCP maps to it "
+                    f"(roce_dscp {self.roce_dscp} -> {self.qos_roce_priority}, "
+                    f"qos_cnp_dscp {self.qos_cnp_dscp} -> {self.qos_cnp_priority})"
+                )
         if self.verify_beta is not None and self.verify_workload is not None:
-            raise ValueError("set verify_beta or verify_workload, not both")
+            raise ValueError("[verify_beta/verify_workload] set verify_beta or verify_workload, not both")
         if self.nccl_ib_gid_index is not None and self.nccl_ib_addr_family == "AF_INET6":
-            raise ValueError("nccl_ib_gid_index pins an IPv4 GID; it cannot go with nccl_ib_addr_family AF_INET6")
+            raise ValueError("[nccl_ib_gid_index] pins an IPv4 GID; it cannot go with nccl_ib_addr_family AF_INET6")
         if self.verify_measure_timeout < self.verify_measure_seconds + 5:
             raise ValueError(
-                f"verify_measure_timeout ({self.verify_measure_timeout}) must exceed verify_measure_seconds "
+                f"[verify_measure_timeout] {self.verify_measure_timeout} must exceed verify_measure_seconds "
                 f"({self.verify_measure_seconds}) by at least 5"
             )
 
@@ -182,6 +227,19 @@ class HostSettings(BaseModel):
             min_ccr_fraction=self.verify_min_ccr_fraction,
             gpu_tflops=dict(self.verify_gpu_tflops) if self.verify_gpu_tflops else None,
             measure_min_fraction=self.verify_measure_min_fraction,
+        )
+
+    def qos_wanted(self) -> Wanted:
+        pfc = set(self.qos_pfc_priorities if self.qos_pfc_priorities is not None else (self.qos_roce_priority,))
+        return Wanted(
+            dscp_map={self.roce_dscp: self.qos_roce_priority, self.qos_cnp_dscp: self.qos_cnp_priority},
+            pfc=tuple(int(p in pfc) for p in range(8)),
+            ecn_priorities=tuple(self.ecn_priorities if self.ecn_priorities is not None else (self.qos_roce_priority,)),
+            ecn_rp=self.ecn_rp, ecn_np=self.ecn_np,
+            cnp_dscp=self.qos_cnp_dscp, cnp_802p_prio=self.qos_cnp_priority,
+            dcqcn=dict(self.dcqcn_params or {}),
+            cable_len=self.qos_cable_len,
+            buffer_size=self.qos_buffer_size, prio2buffer=self.qos_prio2buffer,
         )
 
     @property
@@ -248,18 +306,18 @@ def validate_host(name: str, data: dict) -> HostSettings:
         hint = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
         errors.append(DataError(name, key, mine.pop(key), hint))
     # YAML/py data gives lists; the model stores tuples.
-    for key in ("rdma_modules", "rdma_exclude_devices"):
-        if isinstance(mine.get(key), list):
-            mine[key] = tuple(mine[key])
+    for key, value in mine.items():  # YAML and Python data give lists; the model holds tuples
+        if isinstance(value, list):
+            mine[key] = tuple(value)
     try:
         settings = HostSettings(**mine)
     except ValidationError as exc:
         for err in exc.errors():
             if not err["loc"]:  # a rule across keys (model_post_init)
-                msg = err["msg"].removeprefix("Value error, ")
-                keys = next(k for k in ("verify_workload", "nccl_ib_gid_index", "verify_measure_timeout") if k in msg)
-                keys = {"verify_workload": "verify_beta/verify_workload"}.get(keys, keys)
-                errors.append(DataError(name, keys, mine.get(keys), msg))
+                # cross-key rules raise "[key] message"
+                keys, _, msg = err["msg"].removeprefix("Value error, [").partition("] ")
+                value = {k: mine.get(k) for k in keys.split("/")} if "/" in keys else mine.get(keys)
+                errors.append(DataError(name, keys, value, msg))
                 continue
             key = str(err["loc"][0])
             value = mine.get(key)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from ccrhost.render import render
+from ccrhost.sysfs import natural_key
 
 BEGIN = "# BEGIN ccrhost managed block: rerun the deploy instead of editing"
 END = "# END ccrhost managed block"
@@ -20,15 +20,10 @@ CONF_PATH = "/etc/nccl.conf"
 PROFILE_PATH = "/etc/profile.d/ccrhost-nccl.sh"
 ROCE_ONLY = ("NCCL_IB_TC", "NCCL_IB_FIFO_TC", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_ADDR_FAMILY",
              "NCCL_IB_ADDR_RANGE", "NCCL_IB_GID_INDEX")
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 class NcclError(ValueError):
     """A host whose facts cannot give a consistent NCCL configuration."""
-
-
-def _natural(name: str):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _v2_ipv4_index(port: dict) -> int | None:
@@ -41,7 +36,7 @@ def derive(facts: dict, settings) -> dict[str, str]:
 
     devices = facts.get("devices", {})
     compute = [p for p in compute_ports(devices, settings.rdma_exclude_devices) if p.active]
-    compute.sort(key=lambda p: (_natural(p.device), p.port))
+    compute.sort(key=lambda p: (natural_key(p.device), p.port))
     if not compute and settings.nccl_ib_hca is None:
         raise NcclError("no active compute RDMA port to give NCCL (all down, absent or excluded)")
     out: dict[str, str] = {}
@@ -89,17 +84,12 @@ def derive(facts: dict, settings) -> dict[str, str]:
     return out
 
 
-def _env() -> Environment:
-    return Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
-                       keep_trailing_newline=True, autoescape=False)
-
-
 def render_block(env: dict[str, str]) -> str:
-    return _env().get_template("nccl.conf.j2").render(begin=BEGIN, end=END, env=env)
+    return render("nccl.conf.j2", begin=BEGIN, end=END, env=env)
 
 
 def render_profile(env: dict[str, str]) -> str:
-    return _env().get_template("ccrhost-nccl.sh.j2").render(env=env, quote=shlex.quote)
+    return render("ccrhost-nccl.sh.j2", env=env, quote=shlex.quote)
 
 
 def render_json(env: dict[str, str]) -> str:

@@ -13,6 +13,11 @@ import re
 from dataclasses import dataclass
 
 
+def natural_key(name: str) -> list:
+    """Sort device names as people do: mlx5_2 before mlx5_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
 class SysfsFormatError(ValueError):
     """A sysfs file did not have the format the kernel prints."""
 

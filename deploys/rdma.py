@@ -2,8 +2,10 @@
 
     pyinfra -y INVENTORY deploys/rdma.py
 
-Stages, in order: kernel modules, RoCE defaults for rdma_cm, the NCCL
-environment (/etc/nccl.conf and /etc/profile.d/ccrhost-nccl.sh), then the
+Stages, in order: kernel modules, RoCE defaults for rdma_cm, lossless
+QoS (trust/DSCP, PFC, buffers, ECN/DCQCN), the NCCL environment
+(/etc/nccl.conf and /etc/profile.d/ccrhost-nccl.sh), the boot unit that
+re-applies the volatile settings, then the
 verification of each node's CCR (hosts below threshold fail). Every host's
 inventory data is validated before any host is touched; the keys are in
 the README.
@@ -12,7 +14,7 @@ the README.
 from pyinfra import host, inventory
 
 from ccrhost.inventory import host_settings
-from ccrhost.operations import nccl, rdma, roce, verify
+from ccrhost.operations import nccl, qos, rdma, roce, verify
 from ccrhost.report import fleet_report
 
 settings = host_settings(host, inventory)
@@ -30,8 +32,23 @@ roce.mode(
     require_devices=settings.rdma_require_devices,
 )
 
+if settings.qos_enable:
+    qos.lossless(
+        name="Configure lossless RoCE (trust, PFC, buffers, ECN)",
+        settings=settings,
+    )
+    qos.headroom(
+        name="Check PFC headroom",
+        settings=settings,
+    )
+
 nccl.environment(
     name="Write NCCL environment",
+    settings=settings,
+)
+
+qos.persist(
+    name="Install the boot unit that re-applies these settings",
     settings=settings,
 )
 

@@ -279,17 +279,18 @@ class Lab:
             {"profile": profile.model_dump(), "faults": [str(f) for f in faults], "index": node.index}))
 
         host_if = f"ccr{state.name}{node.index}h"
+        mgmt = profile.nics[0].netdev if any(f.kind == "ssh_on_fabric" for f in faults) else "eth0"
         _run("ip", "netns", "add", node.netns)
-        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
+        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", mgmt, "netns", node.netns)
         _run("ip", "link", "set", host_if, "master", state.bridge, "up")
-        _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", "eth0")
+        _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", mgmt)
         _run("ip", "-n", node.netns, "link", "set", "lo", "up")
-        _run("ip", "-n", node.netns, "link", "set", "eth0", "up")
+        _run("ip", "-n", node.netns, "link", "set", mgmt, "up")
         _run("ip", "-n", node.netns, "route", "add", "default", "via", state.gateway)
         # Both directions shaped, so bandwidth tests move real traffic at a known rate.
         rate = self.link_mbit(state, faults)
         for prefix in ((), ("ip", "netns", "exec", node.netns)):
-            dev = host_if if not prefix else "eth0"
+            dev = host_if if not prefix else mgmt
             _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate}mbit",
                  "burst", "256kb", "latency", "100ms")
         self.boot(node)
@@ -309,7 +310,7 @@ class Lab:
         saved = json.loads((ndir / "profile.json").read_text())
         profile = Profile(**saved["profile"])
         faults = [parse_fault(f"{node.name}:{f}")[1] for f in saved["faults"]]
-        for sub in ("image", "boot", "shims"):
+        for sub in ("image", "boot", "shims", "kernel"):
             if (ndir / sub).exists():
                 shutil.rmtree(ndir / sub)
         (ndir / "boot").mkdir()

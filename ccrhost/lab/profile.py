@@ -72,6 +72,7 @@ class Profile(_Model):
     name: str
     description: str = ""
     ofed: bool
+    credit_threshold_attr: bool = False  # a driver with the seed's per-port credit_threshold file
     configfs_mounted: bool = True
     modules: Modules
     nic_defaults: NicDefaults = NicDefaults()
@@ -101,6 +102,7 @@ FAULT_KINDS = {
     "configfs_unmounted": "nothing is mounted on /sys/kernel/config at boot",
     "modprobe_fails": "MODULE: inserting this module fails",
     "gid_index": "DEV:INDEX: the RoCE v2 IPv4 GID of that port sits at INDEX (as in containers)",
+    "ssh_on_fabric": "the management link (SSH, default route) is the first NIC's netdev, not eth0",
     "link_slow": "MBIT: the node's lab link is shaped to this rate instead of the lab's",
     "perftest_missing": "ib_write_bw is not installed",
     "perftest_hang": "ib_write_bw hangs instead of measuring",
@@ -249,6 +251,7 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         _write(netdir / "mtu", "4200\n" if defaults.link_layer == "Ethernet" else "4092\n")
         _write(netdir / "operstate", ("down" if nic.name in down else "up") + "\n")
         _link(root / "class" / "net" / nic.netdev, f"../../devices/pci0000:00/{nic.pci}/net/{nic.netdev}")
+        _link(netdir / "device", "../../../" + nic.pci)
         if profile.ofed and defaults.link_layer == "Ethernet":
             for point in ("roce_rp", "roce_np"):
                 for prio in range(8):
@@ -258,6 +261,11 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
             _write(netdir / "ecn" / "roce_np" / "min_time_between_cnps", "4\n")
             _write(netdir / "ecn" / "roce_rp" / "rate_reduce_monitor_period", "4\n")
             _write(netdir / "qos" / "tc_num", "8\n")
+            _write(netdir / "qos" / "buffer_size",
+                   "Port buffer size = 4151520\nSpare buffer size = 3889504\n"
+                   "Buffer\tSize\txoff_threshold\txon_threshold\n"
+                   + "".join(f"{b}\t{262016 if b == 0 else 0}\t0\t\t0\n" for b in range(8)))
+            _write(netdir / "qos" / "prio2buffer", "Priority\tBuffer\n" + "".join(f"{p}\t\t0\n" for p in range(8)))
         built["netdevs"][nic.netdev] = nic.name
 
         if nic.name in missing:
@@ -304,6 +312,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
                     _write(port / "gid_attrs" / "ndevs" / str(index), nic.netdev + "\n")
         if profile.ofed:
             _write(ib / "tc" / "1" / "traffic_class", "")
+        if profile.credit_threshold_attr:
+            _write(port / "credit_threshold", "1024\n")
         built["nics"].append({"name": nic.name, "netdev": nic.netdev, "ipv4": ip, "ports": 1})
 
     _link(root / "class" / "net" / "eth0", "../../devices/virtual/net/eth0")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.files import FileStates
-from ccrhost.operations.util import upload_text
+from ccrhost.operations.util import operation, upload_text
 
 MANAGED_HEADER = "# Managed by ccrhost: local edits are overwritten on the next deploy.\n"
 
@@ -20,14 +20,15 @@ def converge(path: str, wanted: str, state: dict | None, mode: str = "644", owne
     ccrhost's header is copied to ``<path>.ccrhost-bak.<unix time>`` first.
     """
     if state is None or state["content"] != wanted:
-        if owned and state is not None and not state["content"].startswith(MANAGED_HEADER):
+        # ours if the header is on its first lines (a script keeps its shebang first)
+        if owned and state is not None and MANAGED_HEADER not in state["content"][:512]:
             yield StringCommand("cp -p", QuoteString(path), QuoteString(f"{path}.ccrhost-bak.{int(time.time())}"))
         yield from upload_text(wanted, path, mode)
     elif state["mode"] != mode.lstrip("0") or (state["uid"], state["gid"]) != (0, 0):
         yield StringCommand("chown 0:0", QuoteString(path), "&& chmod", mode, QuoteString(path))
 
 
-@operation()
+@operation
 def managed(path: str, content: str, mode: str = "644"):
     """
     Own a whole file: content, root ownership and mode.

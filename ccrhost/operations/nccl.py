@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import operation
 
 from ccrhost import nccl
 from ccrhost.facts.files import FileStates
 from ccrhost.facts.rdma import RdmaDevices
 from ccrhost.operations.files import MANAGED_HEADER, converge
-from ccrhost.operations.util import fail
+from ccrhost.operations.util import fail, operation
 
 
-@operation()
+@operation
 def environment(settings, conf_path: str = nccl.CONF_PATH, profile_path: str = nccl.PROFILE_PATH):
     """
     Write the NCCL settings derived from this node's RDMA ports.

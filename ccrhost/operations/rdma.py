@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.config import DEFAULT_MODULES
 from ccrhost.facts.kernel import KernelModules
 from ccrhost.operations import files
+from ccrhost.operations.util import operation
 
 MODULES_FILE = "/etc/modules-load.d/ccrhost-rdma.conf"
 
 
-@operation()
+@operation
 def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
     """
     Load RDMA kernel modules now and list them for systemd-modules-load.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.rdma import CONFIGFS, IB_ROOT, RDMA_CM, RdmaDevices
-from ccrhost.operations.util import fail, write_sysfs
+from ccrhost.operations.util import fail, operation, write_sysfs
 
 _GLOBAL_TCLASS = re.compile(r"^\s*Global tclass=(\d+)\s*$")
 
@@ -33,7 +33,7 @@ def _group_command(dev: str) -> StringCommand:
     )
 
 
-@operation()
+@operation
 def mode(roce_mode: str = "RoCE v2", tos: int = 106, force_traffic_class: bool = False,
          require_devices: bool = True):
     """

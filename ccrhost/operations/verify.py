@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import operation
 
 from ccrhost.checks import FAIL, OK, evaluate, readings_from_facts
 from ccrhost.facts.gpu import NvidiaGpus
 from ccrhost.facts.rdma import RdmaDevices
-from ccrhost.operations.util import fail
+from ccrhost.operations.util import fail, operation
 
 
-@operation()
+@operation
 def ccr(settings, report=None, measured=None):
     """
     Measure this node's CCR from its RDMA ports and GPUs and judge it.

@@ -34,3 +34,81 @@ def register_rdma_cm() -> None:
     """rdma_cm adds its configfs subsystem when both it and configfs are there."""
     if module_loaded("rdma_cm") and configfs_mounted():
         os.makedirs("/sys/kernel/config/rdma_cm", exist_ok=True)
+
+
+# --- DCB (dcbnl) state of a netdev: what mlx5 keeps in the kernel and the
+# firmware. Both mlnx_qos and dcb act on it; a reboot clears it.
+
+DEFAULT_CABLE_LEN = 7          # mlx5e default cable length, metres
+PORT_BUFFER = 4151520          # CX-7 max_buffer_size in the reference's sample
+DEFAULT_BUFFERS = [262016, 0, 0, 0, 0, 0, 0, 0]
+
+
+def netdev_exists(ifname: str) -> bool:
+    return os.path.isdir(f"/sys/class/net/{ifname}")
+
+
+def _dcb_path(ifname: str) -> str:
+    return os.path.join(node()["dir"], "kernel", "dcb", f"{ifname}.json")
+
+
+def dcb_state(ifname: str) -> dict:
+    try:
+        with open(_dcb_path(ifname)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {"pfc": [0] * 8, "delay": DEFAULT_CABLE_LEN, "app": {}, "buffer_size": list(DEFAULT_BUFFERS),
+                "prio2buffer": [0] * 8, "macsec_bypass": "off"}
+
+
+def port_speed_mtu(ifname: str) -> tuple[int, int]:
+    nic = next((n for n in node()["nics"] if n["netdev"] == ifname), None)
+    speed = 40
+    if nic:
+        with open(f"/sys/class/infiniband/{nic['name']}/ports/1/rate") as f:
+            speed = int(f.read().split()[0])
+    with open(f"/sys/class/net/{ifname}/mtu") as f:
+        return speed, int(f.read())
+
+
+def xoff(cable_len: int, speed: int, mtu: int) -> int:
+    """mlx5 port_buffer.c calculate_xoff()."""
+    return (301 + 216 * cable_len // 100) * max(speed, 40) // 1000 + 272 * mtu // 100
+
+
+def lossless_error(ifname: str, st: dict) -> str | None:
+    speed, mtu = port_speed_mtu(ifname)
+    need = xoff(st["delay"], speed, mtu) + mtu
+    for buf in sorted({st["prio2buffer"][p] for p in range(8) if st["pfc"][p]}):
+        if st["buffer_size"][buf] < need:
+            return f"buffer_size[{buf}]={st['buffer_size'][buf]} is not enough for lossless buffer"
+    if sum(st["buffer_size"]) > PORT_BUFFER:
+        return f"total buffer size {sum(st['buffer_size'])} exceeds the port buffer {PORT_BUFFER}"
+    return None
+
+
+def save_dcb(ifname: str, st: dict) -> None:
+    """Commit a DCB change the way the driver does: refuse a lossless buffer
+    too small for its xoff, else store it and refresh OFED's qos/ files."""
+    error = lossless_error(ifname, st)
+    if error:
+        die(f"{error}\nError: Invalid argument")
+    path = _dcb_path(ifname)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(st, f)
+    qos = f"/sys/class/net/{ifname}/qos"
+    if os.path.isdir(qos):
+        speed, mtu = port_speed_mtu(ifname)
+        lossless = {st["prio2buffer"][p] for p in range(8) if st["pfc"][p]}
+        headroom = xoff(st["delay"], speed, mtu)
+        rows = []
+        for i, size in enumerate(st["buffer_size"]):
+            x_off = size - headroom if i in lossless and size else 0
+            x_on = x_off - mtu if x_off else 0
+            rows.append(f"{i}\t{size}\t{x_off}\t\t{x_on}\n")
+        with open(f"{qos}/buffer_size", "w") as f:
+            f.write(f"Port buffer size = {PORT_BUFFER}\nSpare buffer size = {PORT_BUFFER - sum(st['buffer_size'])}\n"
+                    "Buffer\tSize\txoff_threshold\txon_threshold\n" + "".join(rows))
+        with open(f"{qos}/prio2buffer", "w") as f:
+            f.write("Priority\tBuffer\n" + "".join(f"{p}\t\t{b}\n" for p, b in enumerate(st["prio2buffer"])))

@@ -1,0 +1,16 @@
+"""Jinja2 templates from the repository's templates/ folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+def render(name: str, **values) -> str:
+    """Render ``templates/<name>``; an undefined value is an error, not blank."""
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
+                      keep_trailing_newline=True, autoescape=False)
+    return env.get_template(name).render(**values)

@@ -1,0 +1,88 @@
+"""QoS planning: commands per backend, the mlx5 buffer arithmetic, no-ops."""
+
+from ccrhost import qos
+from ccrhost.config import validate_host
+
+
+def wanted(**data):
+    return validate_host("n1", data).qos_wanted()
+
+
+def fresh_ofed():
+    ecn = {f"{p}/enable/{i}": 0 for p in ("roce_rp", "roce_np") for i in range(8)}
+    ecn.update({"roce_np/cnp_dscp": 48, "roce_np/cnp_802p_prio": 6})
+    return {"backend": "ofed", "mtu": 4200, "trust": "pcp", "dscp2prio": {}, "pfc": [0] * 8, "cable_len": 7,
+            "buffer_size": [262016] + [0] * 7, "prio2buffer": [0] * 8, "port_buffer": 4151520, "ecn": ecn}
+
+
+def lines(cmds):
+    return [qos.shell_line(c) for c in cmds]
+
+
+def test_xoff_matches_the_driver_formula():
+    # (301 + 216 * 7 / 100) * 400 / 1000 + 272 * 4200 / 100, in integers
+    assert qos.xoff_bytes(7, 400, 4200) == 126 + 11424
+    assert qos.xoff_bytes(30, 400, 4200) == 146 + 11424
+    assert qos.xoff_bytes(7, 25, 1500) == qos.xoff_bytes(7, 40, 1500)  # the driver floors speed at 40G
+
+
+def test_ofed_plan_from_fresh_port():
+    cmds, notes = qos.plan_interface("ens1np0", "ofed", wanted(), fresh_ofed())
+    assert lines(cmds) == [
+        "mlnx_qos -i ens1np0 --trust dscp",
+        "mlnx_qos -i ens1np0 --dscp2prio set,26,3",
+        "mlnx_qos -i ens1np0 --dscp2prio set,48,6",
+        "mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0",
+        "printf '%s\\n' 1 > /sys/class/net/ens1np0/ecn/roce_rp/enable/3",
+        "printf '%s\\n' 1 > /sys/class/net/ens1np0/ecn/roce_np/enable/3",
+    ]
+    assert notes == []
+
+
+def test_ofed_plan_is_empty_when_the_port_matches():
+    cur = fresh_ofed()
+    cur.update(trust="dscp", dscp2prio={26: 3, 48: 6}, pfc=[0, 0, 0, 1, 0, 0, 0, 0])
+    cur["ecn"].update({"roce_rp/enable/3": 1, "roce_np/enable/3": 1})
+    assert qos.plan_interface("ens1np0", "ofed", wanted(), cur) == ([], [])
+    forced, _ = qos.plan_interface("ens1np0", "ofed", wanted(), cur, force=True)
+    assert len(forced) == 4 + 16 + 2  # trust, two maps, pfc; 16 ECN enables; two CNP values
+
+
+def test_upstream_plan_and_firmware_notes():
+    cur = {"backend": "upstream", "dscp2prio": {26: 0}, "pfc": [0] * 8, "cable_len": 7, "ecn": None}
+    cmds, notes = qos.plan_interface("enp26s0np0", "upstream", wanted(qos_cable_len=30, dcqcn_params={"rpg_ai_rate": 5}), cur)
+    assert lines(cmds) == [
+        "dcb app replace dev enp26s0np0 dscp-prio 26:3 48:6",
+        "dcb pfc set dev enp26s0np0 prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off delay 30",
+    ]
+    assert notes[0].startswith("no ecn/ tree and no debugfs cc_params: np_cnp_dscp, np_cnp_prio, rp_ai_rate need firmware")
+    assert "ROCE_CC_PRIO_MASK_P1" in notes[1]
+
+
+def test_upstream_debugfs_cc_params():
+    cur = {"backend": "upstream", "dscp2prio": {26: 3, 48: 6}, "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn": None,
+           "cc_params_dir": "/sys/kernel/debug/mlx5/0000:1a:00.0/cc_params",
+           "cc_params": {"np_cnp_dscp": 48, "np_cnp_prio": 0, "rp_ai_rate": 5}}
+    cmds, notes = qos.plan_interface("enp26s0np0", "upstream", wanted(dcqcn_params={"rpg_ai_rate": 5}), cur)
+    assert lines(cmds) == ["printf '%s\\n' 6 > /sys/kernel/debug/mlx5/0000:1a:00.0/cc_params/np_cnp_prio"]
+    assert len(notes) == 1  # only the per-priority enable needs firmware
+
+
+def test_buffer_too_small_for_pfc_is_refused_before_writing():
+    w = wanted(qos_cable_len=30, qos_buffer_size=[130944, 8000, 0, 0, 0, 0, 0, 0], qos_prio2buffer=[0, 0, 0, 1, 0, 0, 0, 0])
+    problems = qos.buffer_problems(w, fresh_ofed(), 400, 4200)
+    assert problems == ["buffer 1 is 8000 bytes but carries PFC priorities and needs at least "
+                        "xoff + MTU = 11570 + 4200 = 15770 (cable 30 m, 400 Gb/s)"]
+
+
+def test_buffers_over_the_port_buffer():
+    w = wanted(qos_buffer_size=[4000000, 200000, 0, 0, 0, 0, 0, 0], qos_prio2buffer=[0, 0, 0, 1, 0, 0, 0, 0])
+    assert qos.buffer_problems(w, fresh_ofed(), 400, 4200) == [
+        "buffers total 4200000 bytes, more than the port's 4151520"]
+
+
+def test_headroom_read_back():
+    buffers = [{"buffer": 0, "size": 130944, "xoff": 0, "xon": 0}, {"buffer": 1, "size": 131072, "xoff": 119502, "xon": 115302}]
+    assert qos.headroom_problems(buffers, {1}, 10000) == []
+    assert qos.headroom_problems(buffers, {1}, 20000) == [
+        "buffer 1: headroom 11570 bytes (size 131072, xoff 119502) is below qos_min_headroom 20000"]

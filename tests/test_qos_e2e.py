@@ -1,0 +1,175 @@
+"""End to end: lossless RoCE on OFED and upstream lab nodes, persistence
+across a reboot, the SSH-path guard and the per-host failures."""
+
+from pathlib import Path
+
+import pytest
+
+from ccrhost.qos_parsers import parse_dcb_app_dscp, parse_dcb_pfc, parse_mlnx_qos
+from conftest import lab_ssh, node_address, run_pyinfra, tree_snapshot
+
+pytestmark = pytest.mark.lab
+
+FIXTURES = Path(__file__).parent / "fixtures"
+OFED_IFS = [f"ens{i}np0" for i in range(1, 9)]
+UP_IFS = [f"enp{0x1a + 0x10 * i}s0np0" for i in range(8)]
+
+
+def inventory_with(tmp_path, per_node=None, **data):
+    path = tmp_path / "inventory.py"
+    data.setdefault("verify_report_dir", str(tmp_path / "report"))
+    path.write_text(
+        "from ccrhost.lab.inventory import lab_hosts\n"
+        f"per_node = {per_node or {}!r}\n"
+        f"nodes = [(n, {{**d, **{data!r}, **per_node.get(d['lab_node'], {{}})}}) for n, d in lab_hosts()]\n")
+    return str(path)
+
+
+def qos_view(lab, node, ifaces, backend):
+    """What the node's tools report, plus its ECN files and rdma_cm values."""
+    if backend == "ofed":
+        out = lab_ssh(lab, node, "; ".join(f"mlnx_qos -i {i}" for i in ifaces)).stdout
+        chunks = out.split("DCBX mode:")[1:]
+        view = {i: parse_mlnx_qos("DCBX mode:" + c) for i, c in zip(ifaces, chunks)}
+    else:
+        view = {}
+        for i in ifaces:
+            app = lab_ssh(lab, node, f"dcb -N app show dev {i} dscp-prio").stdout
+            pfc = lab_ssh(lab, node, f"dcb pfc show dev {i}").stdout
+            view[i] = {"app": parse_dcb_app_dscp(app), "pfc": parse_dcb_pfc(pfc)}
+    root = lab.root(node)
+    return view, tree_snapshot(root / "sys/class/net"), tree_snapshot(root / "sys/kernel/config")
+
+
+def test_ofed_and_upstream_converge_and_survive_a_reboot(make_lab, tmp_path):
+    lab = make_lab(nodes=2, profiles={"node2": "hgx-h100-8x400-upstream"})
+    inventory = inventory_with(tmp_path)
+    first = run_pyinfra("deploys/rdma.py", inventory=inventory)
+    assert first.rc == 0, first.out
+
+    ofed, _, _ = qos_view(lab, "node1", OFED_IFS, "ofed")
+    for state in ofed.values():
+        assert state["trust"] == "dscp" and state["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+        assert state["dscp2prio"][26] == 3 and state["dscp2prio"][48] == 6
+    ecn = lab.root("node1") / "sys/class/net/ens1np0/ecn"
+    assert [(ecn / f"roce_rp/enable/{p}").read_text() for p in range(8)] == ["0\n"] * 3 + ["1\n"] + ["0\n"] * 4
+    assert (ecn / "roce_np/enable/3").read_text() == "1\n"
+    assert (ecn / "roce_np/cnp_dscp").read_text() == "48\n"
+    assert (ecn / "roce_np/cnp_802p_prio").read_text() == "6\n"
+
+    upstream, _, _ = qos_view(lab, "node2", UP_IFS, "upstream")
+    for state in upstream.values():
+        assert state["app"] == {26: 3, 48: 6}
+        assert state["pfc"]["prio_pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert (f"[{node_address(2)}] {', '.join(UP_IFS)}: per-priority ECN enable (priorities [3]) is firmware "
+            "configuration on this driver (mlxconfig ROCE_CC_PRIO_MASK_P1); left alone") in first.out
+
+    second = run_pyinfra("deploys/rdma.py", inventory=inventory)
+    assert second.rc == 0 and not second.changed(), second.out
+
+    before = {n: qos_view(lab, n, ifs, b) for n, ifs, b in (("node1", OFED_IFS, "ofed"), ("node2", UP_IFS, "upstream"))}
+    script = lab.root("node1") / "etc/ccrhost/boot-apply.sh"
+    assert oct(script.stat().st_mode & 0o777) == "0o755" and script.stat().st_uid == 0
+    unit = (lab.root("node1") / "etc/systemd/system/ccrhost-boot.service").read_text()
+    assert "ExecStart=/etc/ccrhost/boot-apply.sh" in unit and "Type=oneshot" in unit
+    for node, ifs, backend in (("node1", OFED_IFS, "ofed"), ("node2", UP_IFS, "upstream")):
+        lab.reboot(node)
+        lost = qos_view(lab, node, ifs, backend)
+        assert lost != before[node]  # a reboot really loses the settings
+        boot = lab_ssh(lab, node, "/etc/ccrhost/boot-apply.sh")
+        assert boot.returncode == 0, boot.stderr
+        assert qos_view(lab, node, ifs, backend) == before[node], node
+    third = run_pyinfra("deploys/rdma.py", inventory=inventory)
+    assert third.rc == 0 and not third.changed(), third.out
+
+
+def test_buffers_are_checked_before_writing_and_read_back(make_lab, tmp_path):
+    lab = make_lab(nodes=2)
+    lossless = {"qos_cable_len": 30, "qos_prio2buffer": [0, 0, 0, 1, 0, 0, 0, 0]}
+    inventory = inventory_with(tmp_path, per_node={
+        "node1": {"qos_buffer_size": [130944, 131072, 0, 0, 0, 0, 0, 0], "qos_min_headroom": 10000},
+        "node2": {"qos_buffer_size": [130944, 8000, 0, 0, 0, 0, 0, 0]},
+    }, **lossless)
+    before = qos_view(lab, "node2", OFED_IFS, "ofed")[:2]  # rdma_cm is an earlier stage
+    run = run_pyinfra("deploys/rdma.py", inventory=inventory)
+    assert run.rc == 1
+    assert (f"[{node_address(2)}] QoS not changed: ens1np0: buffer 1 is 8000 bytes but carries PFC priorities "
+            "and needs at least xoff + MTU = 11570 + 4200 = 15770 (cable 30 m, 400 Gb/s)") in run.out
+    assert qos_view(lab, "node2", OFED_IFS, "ofed")[:2] == before
+
+    state = parse_mlnx_qos(lab_ssh(lab, "node1", "mlnx_qos -i ens1np0").stdout)
+    assert state["buffer_size"] == [130944, 131072, 0, 0, 0, 0, 0, 0] and state["cable_len"] == 30
+    assert state["prio2buffer"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    buffers = (lab.root("node1") / "sys/class/net/ens1np0/qos/buffer_size").read_text()
+    assert "1\t131072\t119502\t\t115302" in buffers  # xoff_threshold = size - xoff, xon = xoff_threshold - MTU
+
+    strict = inventory_with(tmp_path, per_node={"node1": {"qos_buffer_size": [130944, 131072, 0, 0, 0, 0, 0, 0],
+                                                          "qos_min_headroom": 20000}}, **lossless)
+    check = run_pyinfra("deploys/rdma.py", "--limit", node_address(1), inventory=strict)
+    assert check.rc == 1
+    assert ("PFC headroom: ens1np0: buffer 1: headroom 11570 bytes (size 131072, xoff 119502) is below "
+            "qos_min_headroom 20000") in check.out
+
+
+def test_ssh_path_guard_refuses_then_allows(make_lab, tmp_path):
+    lab = make_lab(nodes=2, faults=["node1:ssh_on_fabric"])
+    before = qos_view(lab, "node1", OFED_IFS, "ofed")[:2]
+    run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path))
+    assert run.rc == 1
+    assert (f"[{node_address(1)}] refusing to change QoS: ens1np0 carries this SSH connection; ens1np0 carries "
+            "the default route. Changing PFC toggles the port link and would cut this node off. "
+            "Set qos_allow_ssh_interface: true for this host to allow it.") in run.out
+    assert qos_view(lab, "node1", OFED_IFS, "ofed")[:2] == before
+    assert run.results()["Configure lossless RoCE (trust, PFC, buffers, ECN)"]["success"] == "1"  # node2 went on
+
+    allowed = run_pyinfra("deploys/rdma.py", inventory=inventory_with(
+        tmp_path, per_node={"node1": {"qos_allow_ssh_interface": True}}))
+    assert allowed.rc == 0, allowed.out
+    assert parse_mlnx_qos(lab_ssh(lab, "node1", "mlnx_qos -i ens1np0").stdout)["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+
+
+def test_read_only_ecn_fails_that_host_and_credit_threshold_is_never_created(make_lab, tmp_path):
+    lab = make_lab(nodes=3, faults=["node2:ecn_readonly"],
+                   profiles={"node3": str(FIXTURES / "profile-credit-threshold.yaml")})
+    run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path, qos_credit_threshold=2048))
+    assert run.rc == 1
+    assert "/sys/class/net/ens1np0/ecn/roce_rp/enable/3: Read-only file system" in run.out
+    assert run.results()["Configure lossless RoCE (trust, PFC, buffers, ECN)"]["error"] == "1"
+    assert (f"[{node_address(1)}] mlx5_0 port 1: credit_threshold is unsupported on this driver "
+            "(no /sys/class/infiniband/mlx5_0/ports/1/credit_threshold); not created") in run.out
+    assert not (lab.root("node1") / "sys/class/infiniband/mlx5_0/ports/1/credit_threshold").exists()
+    assert (lab.root("node3") / "sys/class/infiniband/mlx5_0/ports/1/credit_threshold").read_text() == "2048\n"
+
+
+def test_dry_run_lists_writes_and_makes_none(make_lab, tmp_path):
+    lab = make_lab(nodes=1)
+    root = lab.root("node1")
+    before = (tree_snapshot(root / "sys"), tree_snapshot(root / "etc"))
+    dry = run_pyinfra("--dry", "deploys/rdma.py", inventory=inventory_with(tmp_path))
+    assert dry.rc == 0, dry.out
+    for planned in ("mlnx_qos -i ens1np0 --trust dscp", "mlnx_qos -i ens8np0 --pfc 0,0,0,1,0,0,0,0",
+                    "printf '%s\\n' 1 > /sys/class/net/ens1np0/ecn/roce_rp/enable/3", "modprobe rdma_ucm",
+                    "upload /etc/nccl.conf.ccrhost-new", "upload /etc/ccrhost/boot-apply.sh.ccrhost-new"):
+        assert f"[{node_address(1)}] would run: {planned}" in dry.out
+    assert (tree_snapshot(root / "sys"), tree_snapshot(root / "etc")) == before
+
+
+def test_shims_refuse_what_the_real_tools_refuse(make_lab):
+    lab = make_lab(nodes=2, profiles={"node2": "hgx-h100-8x400-upstream"})
+    before = lab_ssh(lab, "node1", "mlnx_qos -i ens1np0").stdout
+    for bad in ("--tc_bw 50,50,0,0,0,0,0,0", "--up2tc 0,0,0,1,0,0,0,0"):
+        out = lab_ssh(lab, "node1", f"mlnx_qos -i ens1np0 {bad}")
+        assert out.returncode == 2 and f"no such option: {bad.split()[0]}" in out.stderr
+    short = lab_ssh(lab, "node1", "mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0")
+    assert short.returncode == 2 and "8 comma-separated values" in short.stderr
+    tiny = lab_ssh(lab, "node1", "mlnx_qos -i ens1np0 --buffer_size 8000,0,0,0,0,0,0,0 && "
+                                 "mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0")
+    assert tiny.returncode == 1 and "buffer_size[0]=8000 is not enough for lossless buffer" in tiny.stderr
+    assert lab_ssh(lab, "node1", "mlnx_qos -i nope0").returncode == 1
+    after = parse_mlnx_qos(lab_ssh(lab, "node1", "mlnx_qos -i ens1np0").stdout)
+    assert after["pfc"] == parse_mlnx_qos(before)["pfc"] == [0] * 8
+    dcb = lab_ssh(lab, "node2", "dcb pfc set dev enp26s0np0 prio-pfc 3:maybe")
+    assert dcb.returncode == 1 and dcb.stderr.strip() == 'What is "3:maybe"?'
+    assert lab_ssh(lab, "node2", "dcb app show dev nope0").stderr.strip() == 'Cannot find device "nope0"'
+    names = lab_ssh(lab, "node2", "dcb app add dev enp26s0np0 dscp-prio 26:3 48:6 && dcb app show dev enp26s0np0")
+    assert names.stdout.strip() == "dscp-prio AF31:3 CS6:6"

@@ -1,0 +1,65 @@
+"""QoS tool output: the verbatim mlnx_qos and dcb samples."""
+
+from pathlib import Path
+
+import pytest
+
+from ccrhost import qos_parsers as p
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def test_mlnx_qos_older_ofed_sample():
+    out = p.parse_mlnx_qos((FIX / "mlnx_qos_sample1.txt").read_text())
+    assert out["trust"] == "dscp" and out["dcbx"] == "OS controlled"
+    assert out["cable_len"] == 7
+    assert out["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert out["buffer_size"] is None and out["prio2buffer"] is None
+    assert out["dscp2prio"][26] == 3 and out["dscp2prio"][48] == 6 and len(out["dscp2prio"]) == 64
+
+
+def test_mlnx_qos_ofed_23_sample_with_unknown_line():
+    out = p.parse_mlnx_qos((FIX / "mlnx_qos_sample2.txt").read_text())
+    assert out["buffer_size"] == [19872, 220896, 0, 0, 0, 0, 0, 0]
+    assert out["max_buffer_size"] == 4151520
+    assert out["cable_len"] == 30
+    assert out["pfc"] == [0, 0, 0, 0, 0, 1, 0, 0]
+    assert out["prio2buffer"] == [0, 0, 0, 0, 0, 1, 0, 0]
+    assert out["dscp2prio"][40] == 5 and out["dscp2prio"][48] == 6
+
+
+def test_mlnx_qos_without_trust_line_is_an_error():
+    with pytest.raises(p.QosFormatError):
+        p.parse_mlnx_qos("DCBX mode: OS controlled\n")
+
+
+def test_dcb_pfc_man_page_and_pre_release_samples():
+    out = p.parse_dcb_pfc("pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc 0:off 1:off 2:off 3:off 4:off 5:off 6:on 7:on\n")
+    assert out == {"pfc_cap": 8, "macsec_bypass": "off", "delay": 4096, "prio_pfc": [0, 0, 0, 0, 0, 0, 1, 1]}
+    old = p.parse_dcb_pfc("pfc-cap 8 macsec-bypass on delay 0\npg-pfc 0:off 1:on 2:off 3:off 4:off 5:off 6:off 7:on\n"
+                          "requests 0:0 1:217 2:0 3:0 4:0 5:0 6:0 7:28\nindications 0:0 1:179 2:0 3:0 4:0 5:0 6:0 7:18\n")
+    assert old["prio_pfc"] == [0, 1, 0, 0, 0, 0, 0, 1] and old["delay"] == 0
+
+
+def test_dcb_app_numeric_sample():
+    assert p.parse_dcb_app_dscp("dscp-prio 0:0 24:2 24:3 48:6\n") == {0: 0, 24: 3, 48: 6}
+    with pytest.raises(p.QosFormatError, match="-N"):
+        p.parse_dcb_app_dscp("dscp-prio 0:0 CS3:2 CS3:3 CS6:6")
+    assert p.parse_dcb_app_dscp("") == {}
+
+
+def test_dcb_buffer_sample():
+    out = p.parse_dcb_buffer("prio-buffer 0:0 1:1 2:2 3:3 4:4 5:5 6:6 7:7\n"
+                             "buffer-size 0:10Kb 1:10Kb 2:10Kb 3:10Kb 4:10Kb 5:10Kb 6:1Mb 7:10Kb\ntotal-size 1222Kb\n")
+    assert out["prio_buffer"] == list(range(8))
+    assert out["buffer_size"] == [10240] * 6 + [1048576, 10240]
+    assert out["total_size"] == 1222 * 1024
+
+
+def test_ofed_buffer_files():
+    text = ("Port buffer size = 262016\nSpare buffer size = 0\nBuffer\tSize\txoff_threshold\txon_threshold\n"
+            "0\t130944\t0\t0\n1\t131072\t100000\t95000\n" + "".join(f"{i}\t0\t0\t0\n" for i in range(2, 8)))
+    out = p.parse_ofed_buffer_size(text)
+    assert out["port_buffer_size"] == 262016 and out["buffers"][1] == {"buffer": 1, "size": 131072, "xoff": 100000, "xon": 95000}
+    assert p.parse_ofed_prio2buffer("Priority\tBuffer\n" + "".join(f"{i}\t\t{int(i == 3)}\n" for i in range(8))) == \
+        [0, 0, 0, 1, 0, 0, 0, 0]

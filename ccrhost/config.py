@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from ccrhost import ccr as ccrmod
 from ccrhost.checks import Expectation, Policy
 from ccrhost.gpu_peaks import PRECISIONS
+from ccrhost.gpu_peaks import lookup as lookup_gpu
 from ccrhost.hardware import PROFILES
 from ccrhost.qos import DCQCN_NP, DCQCN_RP, Wanted
 
@@ -197,6 +198,11 @@ class HostSettings(BaseModel):
                     f"(roce_dscp {self.roce_dscp} -> {self.qos_roce_priority}, "
                     f"qos_cnp_dscp {self.qos_cnp_dscp} -> {self.qos_cnp_priority})"
                 )
+        if self.verify_gpu_model and lookup_gpu(self.verify_gpu_model) is None and not self.verify_gpu_tflops:
+            raise ValueError(
+                f"[verify_gpu_model] {self.verify_gpu_model!r} is not in the peak-TFLOPS table; give its "
+                "datasheet figures in verify_gpu_tflops, or use an NVML name such as 'NVIDIA H100 80GB HBM3'"
+            )
         if self.verify_beta is not None and self.verify_workload is not None:
             raise ValueError("[verify_beta/verify_workload] set verify_beta or verify_workload, not both")
         if self.nccl_ib_gid_index is not None and self.nccl_ib_addr_family == "AF_INET6":

@@ -282,7 +282,8 @@ def _bounds(key: str) -> str | None:
         lo = getattr(item, "ge", lo)
         hi = getattr(item, "le", hi)
     if lo is not None and hi is not None:
-        return f"allowed: integers {lo} to {hi}"
+        kind = "integers " if field.annotation in (int, int | None) else ""
+        return f"allowed: {kind}{lo} to {hi}"
     return None
 
 

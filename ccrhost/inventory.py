@@ -14,6 +14,19 @@ from ccrhost.config import HostSettings, InventoryDataError, validate_all
 _ATTR = "_ccrhost_settings"
 
 
+def require_hosts(group: str, hosts):
+    """Use in inventory files: an empty group stops the run with exit 2.
+
+    pyinfra itself runs nothing and exits 0 on an empty inventory, which a
+    scheduled "is everything still right?" run would read as success.
+    """
+    names = hosts[0] if isinstance(hosts, tuple) else hosts
+    if not names:
+        sys.stderr.write(f"ccrhost: inventory group {group!r} has no hosts; nothing would be checked\n")
+        raise SystemExit(2)
+    return hosts
+
+
 def all_settings(inventory) -> dict[str, HostSettings]:
     """Every host's settings (validated on the first call)."""
     first = next(iter(inventory))

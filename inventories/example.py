@@ -1,4 +1,6 @@
 # A production-style inventory: replace the host names with your nodes.
+from ccrhost.inventory import require_hosts
+
 #
 # Host keys are checked strictly against ~/.ssh/known_hosts. pyinfra's own
 # default is accept-new (trust on first use), and StrictHostKeyChecking in
@@ -9,11 +11,11 @@ _ssh = {
     "ssh_known_hosts_file": "~/.ssh/known_hosts",
 }
 
-compute = (
+compute = require_hosts("compute", (
     [f"gpu-{n:03d}.cluster.example" for n in range(1, 5)],
     {
         **_ssh,
         "roce_dscp": 26,
         "roce_ecn_bits": 2,
     },
-)
+))

@@ -149,7 +149,7 @@ def test_dry_run_lists_writes_and_makes_none(make_lab, tmp_path):
     assert dry.rc == 0, dry.out
     for planned in ("mlnx_qos -i ens1np0 --trust dscp", "mlnx_qos -i ens8np0 --pfc 0,0,0,1,0,0,0,0",
                     "printf '%s\\n' 1 > /sys/class/net/ens1np0/ecn/roce_rp/enable/3", "modprobe rdma_ucm",
-                    "upload /etc/nccl.conf.ccrhost-new", "upload /etc/ccrhost/boot-apply.sh.ccrhost-new"):
+                    "write /etc/nccl.conf (", "write /etc/ccrhost/boot-apply.sh ("):
         assert f"[{node_address(1)}] would run: {planned}" in dry.out
     assert (tree_snapshot(root / "sys"), tree_snapshot(root / "etc")) == before
 

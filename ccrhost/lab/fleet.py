@@ -113,6 +113,27 @@ def _kill(pid: int | None) -> None:
             pass
 
 
+def _descendants(pid: int | None) -> list[int]:
+    """Every process below ``pid`` (by /proc parent links)."""
+    if not pid:
+        return []
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def preflight() -> None:
     if os.geteuid() != 0:
         raise LabError("the lab needs root (network namespaces, mounts, sshd)")
@@ -322,6 +343,9 @@ class Lab:
         if "ecn_readonly" in kinds:
             readonly = [f"/sys/class/net/{nd}/ecn" for nd in built["netdevs"] if profile.ofed]
         (ndir / "boot" / "readonly").write_text("\n".join(readonly))
+        for kind in ("etc_readonly", "etc_full"):
+            if kind in kinds:
+                (ndir / "boot" / kind).write_text("")
         (ndir / "boot" / "python").write_text(shim_python())
         shims = self.dir / "shims"
         if "perftest_missing" in kinds:
@@ -431,10 +455,8 @@ class Lab:
         """Cut a node off: its sshd and every SSH session die (a test fault)."""
         state = self.load()
         node = next(n for n in state.nodes if n.name == name)
-        pids = _run("ip", "netns", "pids", node.netns, check=False).stdout.split()
-        for pid in map(int, pids):
-            if pid != node.holder_pid:
-                _kill(pid)
+        for pid in [node.sshd_pid, *_descendants(node.sshd_pid)]:
+            _kill(pid)
         node.sshd_pid = None
         self.save(state)
 

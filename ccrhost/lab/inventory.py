@@ -10,6 +10,8 @@ def lab_hosts(directory=None) -> list[tuple[str, dict]]:
     state = lab.load()
     if state is None:
         raise SystemExit(f"ccrhost: no lab is running in {lab.dir}; start one with `ccrhost lab up`")
+    if not state.nodes:
+        raise SystemExit(f"ccrhost: the lab in {lab.dir} has no nodes")
     return [
         (node.address, {
             "lab_node": node.name,

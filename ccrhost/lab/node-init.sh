@@ -12,18 +12,28 @@ fi
 for d in $(cat "$N/boot/readonly" 2>/dev/null); do
     mount --bind "$d" "$d" && mount -o remount,bind,ro "$d"
 done
-mount -t overlay overlay -o "lowerdir=/etc,upperdir=$N/etc/upper,workdir=$N/etc/work" /etc
+if [ -e "$N/boot/etc_full" ]; then
+    # a small filesystem under the overlay's writable layer, filled up
+    mkdir -p "$N/etc-small" && mount -t tmpfs -o size=256k etc-small "$N/etc-small"
+    mkdir -p "$N/etc-small/upper" "$N/etc-small/work"
+    cp -a "$N/etc/upper/." "$N/etc-small/upper/" 2>/dev/null || true
+    dd if=/dev/zero of="$N/etc-small/filler" bs=4k 2>/dev/null || true
+    mount -t overlay overlay -o "lowerdir=/etc,upperdir=$N/etc-small/upper,workdir=$N/etc-small/work" /etc
+else
+    mount -t overlay overlay -o "lowerdir=/etc,upperdir=$N/etc/upper,workdir=$N/etc/work" /etc
+fi
+[ -e "$N/boot/etc_readonly" ] && mount -o remount,ro /etc
 mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$N/usrlib/upper,workdir=$N/usrlib/work" /usr/lib
 mount --bind "$2" /usr/local/sbin
 mount -o remount,bind,ro /usr/local/sbin
 mount -t tmpfs -o mode=0755 lab-run /run
-mkdir -p /run/sshd /run/ccrhost-lab
+/bin/mkdir -p /run/sshd /run/ccrhost-lab
 cp "$N/node.json" /run/ccrhost-lab/node.json
 mount -t tmpfs -o mode=1777 lab-tmp /tmp
 # The controller's own install, when it sits under /tmp or /run, stays
 # visible so `ccrhost check` can run on the node (pid 1 still sees it).
 for p in $(cat "$N/boot/share" 2>/dev/null); do
-    mkdir -p "$p" && mount --bind "/proc/1/root$p" "$p"
+    /bin/mkdir -p "$p" && /bin/mount --bind "/proc/1/root$p" "$p"
 done
 "$(cat "$N/boot/python")" "$2/labsysfsd.py" </dev/null >>"$N/sysfsd.log" 2>&1 &
 : > "$N/boot/ready"

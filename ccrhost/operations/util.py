@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import sys
-from io import StringIO
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
 # pyinfra keeps no "dry run" flag in its state; its CLI's own argument is the source.
@@ -15,10 +15,10 @@ DRY = "--dry" in sys.argv
 
 
 def describe(command) -> str:
+    if isinstance(command, WriteFileCommand):
+        return f"write {command.path} ({command.size} bytes, mode {command.mode})"
     if isinstance(command, StringCommand):
         return command.get_masked_value()
-    if isinstance(command, FileUploadCommand):
-        return f"upload {command.dest}"
     if isinstance(command, FunctionCommand) and command.function is _report_failure:
         return f"fail: {command.args[0]}"
     return repr(command)
@@ -63,12 +63,27 @@ def write_sysfs(path: str, value: str) -> StringCommand:
     return StringCommand("printf '%s\\n'", QuoteString(value), ">", QuoteString(path))
 
 
+class WriteFileCommand(StringCommand):
+    """A file write; knows its path so that ``--dry`` can say what it writes."""
+
+    def __init__(self, path: str, size: int, mode: str, *bits):
+        super().__init__(*bits)
+        self.path, self.size, self.mode = path, size, mode
+
+
 def upload_text(content: str, path: str, mode: str = "644") -> list:
-    """Commands that replace ``path`` with ``content`` atomically, root-owned."""
+    """One command that replaces ``path`` with ``content`` atomically, root-owned.
+
+    The content travels base64-encoded inside the command rather than over
+    SFTP: one round trip, and a read-only or full filesystem fails with the
+    shell's own message ("Read-only file system", "No space left on device").
+    """
+    directory = path.rsplit("/", 1)[0] or "/"
     temp = f"{path}.ccrhost-new"
-    return [
-        StringCommand("mkdir -p", QuoteString(path.rsplit("/", 1)[0] or "/")),
-        FileUploadCommand(StringIO(content), temp),
-        StringCommand("chown 0:0", QuoteString(temp), "&& chmod", mode, QuoteString(temp),
-                      "&& mv -f", QuoteString(temp), QuoteString(path)),
-    ]
+    encoded = base64.b64encode(content.encode()).decode()
+    return [WriteFileCommand(
+        path, len(content.encode()), mode,
+        "mkdir -p", QuoteString(directory), "&& { printf '%s'", QuoteString(encoded), "| base64 -d >", QuoteString(temp),
+        "&& chown 0:0", QuoteString(temp), "&& chmod", mode, QuoteString(temp),
+        "&& mv -f", QuoteString(temp), QuoteString(path), "|| { rm -f", QuoteString(temp), "; exit 1; }; }",
+    )]

@@ -6,6 +6,7 @@ shims run inside lab nodes for every remote command that calls them.
 
 import json
 import os
+import subprocess
 import sys
 
 NODE_FILE = "/run/ccrhost-lab/node.json"
@@ -28,6 +29,23 @@ def module_loaded(name: str) -> bool:
 def configfs_mounted() -> bool:
     with open("/proc/mounts") as f:
         return any(line.split()[1] == "/sys/kernel/config" for line in f if len(line.split()) > 1)
+
+
+def hot_unplug() -> None:
+    """The rdma_vanish fault: the first QoS or configfs command finds the
+    device gone, as after a hot-unplug between fact gathering and the write."""
+    n = node()
+    for fault in n["faults"]:
+        if not fault.startswith("rdma_vanish="):
+            continue
+        dev = fault.split("=", 1)[1]
+        link = f"/sys/class/infiniband/{dev}"
+        if os.path.islink(link):
+            nic = next(x for x in n["nics"] if x["name"] == dev)
+            target = os.path.realpath(link)
+            os.unlink(link)
+            subprocess.run(["rm", "-rf", target, os.path.realpath(f"/sys/class/net/{nic['netdev']}")])
+            os.unlink(f"/sys/class/net/{nic['netdev']}")
 
 
 def register_rdma_cm() -> None:

@@ -295,6 +295,8 @@ class Lab:
             "MaxStartups 200\nMaxSessions 64\n"
             "LogLevel ERROR\n"
             f"Subsystem sftp {sftp}\n"
+            # every remote command is logged in the node's /run/ccrhost-lab/commands.log
+            f"ForceCommand {self.dir / 'shims' / 'count-command'}\n"
         )
         (ndir / "profile.json").write_text(json.dumps(
             {"profile": profile.model_dump(), "faults": [str(f) for f in faults], "index": node.index}))
@@ -493,6 +495,25 @@ class Lab:
             shutil.rmtree(self.dir)
             removed.append(str(self.dir))
         return removed
+
+    def remote_commands(self, name: str) -> int:
+        """How many commands the node's sshd has run since boot."""
+        try:
+            text = (self.root(name) / "run/ccrhost-lab/commands.log").read_text()
+        except FileNotFoundError:
+            return 0
+        return sum(1 for line in text.splitlines() if line.strip())
+
+    def sshd_cpu_seconds(self, name: str) -> float:
+        """CPU used by the node's sshd and the sessions it has reaped."""
+        node = self.node(name)
+        try:
+            with open(f"/proc/{node.sshd_pid}/stat") as f:
+                fields = f.read().rsplit(") ", 1)[1].split()
+        except (OSError, TypeError):
+            return 0.0
+        utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+        return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
 
     def status(self) -> list[dict]:
         state = self.load()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 from pyinfra import host
+
+from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.files import FileStates
@@ -50,5 +52,5 @@ def managed(path: str, content: str, mode: str = "644"):
             content="ib_uverbs\\nmlx5_ib\\n",
         )
     """
-    state = host.get_fact(FileStates, paths=[path]).get(path)
+    state = fact_cache.get(host, FileStates, paths=[path]).get(path)
     yield from converge(path, MANAGED_HEADER + content, state, mode)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyinfra import host
 
+from ccrhost.facts import cache as fact_cache
+
 from ccrhost import nccl
 from ccrhost.facts.files import FileStates
 from ccrhost.facts.rdma import RdmaDevices
@@ -28,11 +30,11 @@ def environment(settings, conf_path: str = nccl.CONF_PATH, profile_path: str = n
         nccl.environment(name="Write NCCL environment", settings=settings)
     """
     try:
-        env = nccl.derive(host.get_fact(RdmaDevices), settings)
+        env = nccl.derive(fact_cache.get(host, RdmaDevices), settings)
     except nccl.NcclError as exc:
         yield from fail(f"NCCL: {exc}")
         return
-    states = host.get_fact(FileStates, paths=[conf_path, profile_path])
+    states = fact_cache.get(host, FileStates, paths=[conf_path, profile_path])
     current = states.get(conf_path)
     existing = current["content"] if current else None
     for key in nccl.site_overrides(existing, env):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shlex
 from pyinfra import host
+
+from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost import qos
@@ -68,7 +70,7 @@ def lossless(settings):
 
         qos.lossless(name="Configure lossless RoCE", settings=settings)
     """
-    facts = host.get_fact(RdmaDevices)
+    facts = fact_cache.get(host, RdmaDevices)
     netdevs = roce_netdevs(facts, settings)
     if not netdevs:
         host.log("no RoCE compute netdev: QoS skipped")
@@ -77,7 +79,7 @@ def lossless(settings):
     if refused:
         yield from fail(refused)
         return
-    state = host.get_fact(QosState, interfaces=list(netdevs))["interfaces"]
+    state = fact_cache.get(host, QosState, interfaces=list(netdevs))["interfaces"]
     wanted = settings.qos_wanted()
     commands, problems, notes = [], [], {}
     for iface, info in netdevs.items():
@@ -122,10 +124,10 @@ def headroom(settings):
     """
     if settings.qos_min_headroom is None:
         return
-    netdevs = roce_netdevs(host.get_fact(RdmaDevices), settings)
+    netdevs = roce_netdevs(fact_cache.get(host, RdmaDevices), settings)
     if not netdevs:
         return
-    state = host.get_fact(QosState, interfaces=list(netdevs))["interfaces"]
+    state = fact_cache.get(host, QosState, interfaces=list(netdevs))["interfaces"]
     problems = []
     for iface in netdevs:
         current = state.get(iface, {})
@@ -171,11 +173,11 @@ def persist(settings):
 
         qos.persist(name="Install the boot unit", settings=settings)
     """
-    facts = host.get_fact(RdmaDevices)
+    facts = fact_cache.get(host, RdmaDevices)
     netdevs = roce_netdevs(facts, settings)
-    qos_facts = host.get_fact(QosState, interfaces=list(netdevs))
+    qos_facts = fact_cache.get(host, QosState, interfaces=list(netdevs))
     script, unit = render_boot(settings, facts, netdevs, qos_facts["interfaces"])
-    files = host.get_fact(FileStates, paths=[BOOT_SCRIPT, UNIT_PATH])
+    files = fact_cache.get(host, FileStates, paths=[BOOT_SCRIPT, UNIT_PATH])
     # the script's first line must stay the shebang
     body = script.split("\n", 1)
     yield from converge(BOOT_SCRIPT, body[0] + "\n" + MANAGED_HEADER + body[1], files.get(BOOT_SCRIPT), mode="755")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pyinfra import host
+
+from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.config import DEFAULT_MODULES
@@ -33,7 +35,7 @@ def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
             modules=["ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"],
         )
     """
-    present = host.get_fact(KernelModules)
+    present = fact_cache.get(host, KernelModules)
     have = set(present.get("loaded", [])) | set(present.get("builtin", []))
     for module in modules:
         if module.replace("-", "_") not in have:

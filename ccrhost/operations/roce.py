@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 from pyinfra import host
+
+from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.rdma import CONFIGFS, IB_ROOT, RDMA_CM, RdmaDevices
@@ -55,7 +57,7 @@ def mode(roce_mode: str = "RoCE v2", tos: int = 106, force_traffic_class: bool =
 
         roce.mode(name="RoCE v2, ToS 106", roce_mode="RoCE v2", tos=106)
     """
-    facts = host.get_fact(RdmaDevices)
+    facts = fact_cache.get(host, RdmaDevices)
     devices = facts.get("devices", {})
     if not devices:
         if require_devices:

@@ -10,6 +10,8 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
+from ccrhost.facts import cache as fact_cache
+
 # pyinfra keeps no "dry run" flag in its state; its CLI's own argument is the source.
 DRY = "--dry" in sys.argv
 
@@ -24,18 +26,46 @@ def describe(command) -> str:
     return repr(command)
 
 
+def batched(commands: list) -> list:
+    """Join runs of shell commands into one, stopping at the first failure as
+    pyinfra would: one SSH round trip instead of one per setting."""
+    out, run = [], []
+
+    def flush():
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            bits = []
+            for i, command in enumerate(run):
+                bits += (["&&"] if i else []) + ["{", *command.bits, ";", "}"]
+            out.append(StringCommand(*bits))
+        run.clear()
+
+    for command in commands:
+        if type(command) in (StringCommand, WriteFileCommand):
+            run.append(command)
+        else:
+            flush()
+            out.append(command)
+    flush()
+    return out
+
+
 def operation(func):
     """pyinfra's @operation, plus: under ``--dry`` each planned command is
-    listed, because pyinfra itself shows only which operations would change."""
+    listed, because pyinfra itself shows only which operations would change;
+    and an operation that yields commands drops the host's fact cache."""
 
     @functools.wraps(func)
     def listed(*args, **kwargs):
         # Plan every command first: pyinfra's change detection stops at the first.
         commands = list(func(*args, **kwargs))
+        if commands:
+            fact_cache.invalidate(host)  # these commands may change what the facts read
         if DRY:
             for command in commands:
                 host.log(f"would run: {describe(command)}")
-        yield from commands
+        yield from batched(commands)
 
     op = pyinfra_operation()(listed)
     op._inner = func  # composing with `yield from other._inner(...)` must not list twice

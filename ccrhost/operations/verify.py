@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyinfra import host
 
+from ccrhost.facts import cache as fact_cache
+
 from ccrhost.checks import FAIL, OK, evaluate, readings_from_facts
 from ccrhost.facts.gpu import NvidiaGpus
 from ccrhost.facts.rdma import RdmaDevices
@@ -28,7 +30,7 @@ def ccr(settings, report=None, measured=None):
 
         verify.ccr(name="Verify CCR", settings=settings, report=report)
     """
-    readings = readings_from_facts(host.get_fact(RdmaDevices), host.get_fact(NvidiaGpus),
+    readings = readings_from_facts(fact_cache.get(host, RdmaDevices), fact_cache.get(host, NvidiaGpus),
                                    settings.rdma_exclude_devices, measured)
     verdict = evaluate(readings, settings.expectation(), settings.policy())
     if report is not None:

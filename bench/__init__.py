@@ -1,0 +1,1 @@
+"""Benchmarks of ccrhost against the lab (see bench/run.py)."""

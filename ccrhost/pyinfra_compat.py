@@ -1,0 +1,33 @@
+"""A workaround for pyinfra 3.10 that a fleet run needs.
+
+When a host's sshd dies mid-run, paramiko raises EOFError while opening
+the next channel. pyinfra handles TimeoutError, OSError and SSHException
+per host, but not EOFError: the greenlet dies and the whole run aborts
+with "An internal exception occurred", so the healthy hosts stop too.
+Turning EOFError into OSError makes pyinfra fail only the lost host.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pyinfra.connectors.ssh import SSHConnector
+
+
+def _lost_connection_is_an_oserror(method):
+    if getattr(method, "_ccrhost_wrapped", False):
+        return method
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except EOFError as exc:
+            raise OSError(f"SSH connection to {self.host.name} lost") from exc
+
+    wrapper._ccrhost_wrapped = True
+    return wrapper
+
+
+for _name in ("run_shell_command", "put_file", "get_file"):
+    setattr(SSHConnector, _name, _lost_connection_is_an_oserror(getattr(SSHConnector, _name)))

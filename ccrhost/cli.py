@@ -94,6 +94,47 @@ def check(config_path, fmt, output, drain, **overrides):
     return verdict.exit_code
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="YAML file of the same keys as inventory data (monitor_*, rdma_exclude_devices).")
+@click.option("--interval", type=click.FloatRange(min=0.1, max=3600), default=1.0, show_default=True,
+              help="Seconds between samples.")
+@click.option("--duration", type=click.FloatRange(min=0.1), default=None, help="Seconds to watch [default: until Ctrl-C].")
+@click.option("--gpu-target", type=click.FloatRange(0, 100), default=90.0, show_default=True, help="Mean GPU utilization, %.")
+@click.option("--net-target", type=click.FloatRange(0, 100), default=80.0, show_default=True,
+              help="Network utilization, % of the effective rate.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus"]), default="text", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write the summary here atomically.")
+@click.option("--quiet", is_flag=True, help="No live display.")
+def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output, quiet):
+    """Watch GPU utilization and RDMA throughput; summarize against the targets.
+
+    Exit 0 when both targets are met, 2 when one is missed, 3 when a figure
+    could not be read.
+    """
+    import socket
+
+    from ccrhost import monitor as mon
+    from ccrhost.config import InventoryDataError, validate_host
+    from ccrhost.node_check import write_atomic
+    from ccrhost.probes import counters, gpu, rdma
+
+    try:
+        settings = validate_host(socket.gethostname(), _load_check_data(config_path, {}))
+    except InventoryDataError as exc:
+        raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
+    effective = mon.effective_rates(rdma.read_local(), settings.rdma_exclude_devices)
+    gpu_count = len(gpu.read_local().get("gpus", []))
+    summary = mon.run(effective, gpu_count, interval, duration, counters.sample_local, gpu_target, net_target,
+                      stream=None if quiet else sys.stderr)
+    text = {"text": mon.format_text, "json": mon.format_json, "prometheus": mon.format_prometheus}[fmt](summary)
+    if output:
+        write_atomic(output, text)
+    else:
+        click.echo(text, nl=False)
+    return {"OK": 0, "FAIL": 2, "UNKNOWN": 3}[summary.verdict]
+
+
 @main.command("nccl-env")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML file of the same keys as inventory data (roce_*, nccl_*, rdma_exclude_devices).")

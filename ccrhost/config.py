@@ -23,7 +23,7 @@ from ccrhost.qos import DCQCN_NP, DCQCN_RP, Wanted
 
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
-OWNED_PREFIXES = ("ccrhost_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_")
+OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_")
 
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 
@@ -167,6 +167,13 @@ class HostSettings(BaseModel):
         60, ge=5, le=7200, description="Seconds after which one ib_write_bw run is killed and counts as UNKNOWN."
     )
     verify_measure_port: int = Field(18515, ge=1024, le=65000, description="First TCP port of the ib_write_bw servers.")
+    monitor_seconds: float = Field(10, gt=0, le=86400, description="Length of deploys/monitor.py's window.")
+    monitor_interval: float = Field(1, ge=0.1, le=3600, description="Seconds between samples.")
+    monitor_gpu_target: float = Field(90, ge=0, le=100, description="Mean GPU utilization target, %.")
+    monitor_net_target: float = Field(80, ge=0, le=100, description="Network utilization target, % of effective rate.")
+    monitor_outlier_tolerance: float = Field(
+        0.2, gt=0, lt=1, description="Flag hosts this share below the fleet median (0.2 = 20%)."
+    )
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
         description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",

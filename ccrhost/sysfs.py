@@ -135,7 +135,7 @@ def parse_gid_type(text: str) -> str:
     return value
 
 
-def split_dump(lines: list[str], root: str) -> dict[str, list[str]]:
+def split_dump(lines: list[str], root: str = "") -> dict[str, list[str]]:
     """Group ``grep -H '' FILES`` output by file.
 
     Each line is ``<path>:<one line of the file>``. Paths below ``root``
@@ -143,7 +143,7 @@ def split_dump(lines: list[str], root: str) -> dict[str, list[str]]:
     ':' after the root ends the path. Returns ``{relative_path: [lines]}``.
     """
     files: dict[str, list[str]] = {}
-    prefix = root.rstrip("/") + "/"
+    prefix = root.rstrip("/") + "/" if root else ""
     for line in lines:
         if not line.startswith(prefix):
             continue

@@ -64,7 +64,7 @@ def test_garbled_sysfs_fails_only_this_host():
 def test_rdma_command_is_one_shell_snippet_that_never_fails():
     command = RdmaDevices().command()
     assert command.rstrip().endswith("true")
-    assert command.count("grep -Hs") == 2
+    assert command.count("grep -Hs") == 3  # files, GIDs (zeros left out), rdma_cm
 
 
 @pytest.mark.parametrize(

@@ -288,8 +288,12 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         _write(port / "link_layer", defaults.link_layer + "\n")
         _write(port / "lid", "0x0\n" if defaults.link_layer == "Ethernet" else f"0x{node_index * 16 + i + 1:x}\n")
         _write(port / "sm_lid", "0x0\n" if defaults.link_layer == "Ethernet" else "0x1\n")
-        for counter in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"):
+        for counter in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
+                        "port_xmit_data_64", "port_rcv_data_64"):
             _write(port / "counters" / counter, "0\n")
+        if profile.ofed:
+            for counter in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets"):
+                _write(port / "hw_counters" / counter, "0\n")
         guid = _guid(node_index, i).replace(":", "")
         link_local = ipaddress.IPv6Address(bytes.fromhex("fe80000000000000" + guid)).exploded
         if defaults.link_layer == "Ethernet":

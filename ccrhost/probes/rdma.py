@@ -21,12 +21,14 @@ _PORT_FILES = ("state", "phys_state", "rate", "link_layer", "credit_threshold")
 _PCI_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
 # Unreadable files (unpopulated GIDs give EINVAL) are skipped by grep -s; a
-# glob that matches nothing stays literal and is skipped the same way.
+# glob that matches nothing stays literal and is skipped the same way. Zero
+# GIDs are left out on the node: a real port has up to 256 table entries.
 COMMAND = f"""echo @@ib
 if cd {IB_ROOT} 2>/dev/null; then
 grep -Hs '' {' '.join(f'*/ports/*/{f}' for f in _PORT_FILES)} \\
- */ports/*/gids/* */ports/*/gid_attrs/types/* */ports/*/gid_attrs/ndevs/* \\
+ */ports/*/gid_attrs/types/* */ports/*/gid_attrs/ndevs/* \\
  {' '.join(f'*/device/{f}' for f in _PCI_FILES)} */tc/*/traffic_class
+grep -Hsv '^0000:0000:0000:0000:0000:0000:0000:0000$' */ports/*/gids/*
 echo @@net
 for n in */device/net/*; do [ -e "$n" ] && echo "$n"; done
 echo @@ofed

@@ -130,3 +130,19 @@ def save_dcb(ifname: str, st: dict) -> None:
                     "Buffer\tSize\txoff_threshold\txon_threshold\n" + "".join(rows))
         with open(f"{qos}/prio2buffer", "w") as f:
             f.write("Priority\tBuffer\n" + "".join(f"{p}\t\t{b}\n" for p, b in enumerate(st["prio2buffer"])))
+
+
+def count_bytes(dev: str, direction: str, nbytes: float) -> None:
+    """Advance a port's data counters (4-byte words) as the hardware does;
+    the 32-bit counter wraps, the _64 one does not."""
+    base = f"/sys/class/infiniband/{dev}/ports/1/counters/port_{direction}_data"
+    words = int(nbytes // 4)
+    for path, wrap in ((base, 2**32), (base + "_64", None)):
+        try:
+            with open(path) as f:
+                value = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+        value += words
+        with open(path, "w") as f:
+            f.write(f"{value % wrap if wrap else value}\n")

@@ -1,0 +1,20 @@
+"""A window of runtime samples (port counters, GPU utilization) from a node."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from ccrhost.probes.counters import parse_samples, sampler_command
+
+
+class RuntimeSamples(FactBase):
+    """Returns ``[{"t", "ports", "gpu_util"}, ...]``: ``count`` samples
+    ``interval`` seconds apart, taken by one shell loop on the node."""
+
+    default = list
+
+    def command(self, count, interval):
+        return sampler_command(count, interval)
+
+    def process(self, output):
+        return parse_samples(output)

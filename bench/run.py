@@ -155,6 +155,7 @@ def report(sizes: dict[int, dict], bandwidth: dict | None, check: list[float] | 
                 f"| {n} | {label} | {_fmt([r['wall_s'] for r in rs])} | {_fmt([r['controller_cpu_s'] for r in rs])} "
                 f"| {_fmt([r['peak_rss_mb'] for r in rs], digits=0)} | {_fmt([r['lab_cpu_s'] for r in rs])} "
                 f"| {_fmt(cmds, digits=0)} |")
+    notes = [SCALE_NOTE.format(largest=max(sizes))]
     lines += ["", "## Targets", "", "| target | measured | result |", "| --- | --- | --- |"]
     ns = sorted(sizes)
     noop_cmds = {n: statistics.median(r["commands_per_host"] for r in sizes[n]["noop"]) for n in ns}
@@ -166,6 +167,8 @@ def report(sizes: dict[int, dict], bandwidth: dict | None, check: list[float] | 
         per_host_ms = (cpu[hi] - cpu[lo]) / (hi - lo) * 1000
         lines.append(f"| controller CPU per added host on a no-op <= 30 ms ((CPU@{hi} - CPU@{lo}) / {hi - lo}) "
                      f"| {per_host_ms:.1f} ms | {'pass' if per_host_ms <= 30 else 'FAIL'} |")
+        if per_host_ms > 30:
+            notes.append(CPU_FINDING)
         flat = len(set(noop_cmds.values())) == 1
         lines.append(f"| commands per host do not grow with hosts | {', '.join(f'{n}: {c:.0f}' for n, c in noop_cmds.items())} "
                      f"| {'pass' if flat else 'FAIL'} |")
@@ -179,7 +182,21 @@ def report(sizes: dict[int, dict], bandwidth: dict | None, check: list[float] | 
         med = statistics.median(check)
         lines.append(f"| `ccrhost check` <= 0.5 s (median of {len(check)}) | {_fmt(check, ' s', 3)} "
                      f"| {'pass' if med <= 0.5 else 'FAIL'} |")
+    lines += ["", "## Findings", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+SCALE_NOTE = ("Sizes stop at {largest} nodes: at 32 a first deploy already takes about 96 s wall while the lab's sshds "
+              "use about 180 s of CPU on the same 2 cores; a larger lab measures the emulation, not ccrhost.")
+CPU_FINDING = (
+    "Controller CPU per host misses the 30 ms target. A cProfile of an 8-node no-op run puts it in pyinfra's "
+    "own per-operation bookkeeping, paid for each of the deploy's 7 operations on each host (inspect.stack() "
+    "for operation ordering, typing.get_type_hints() in all_global_arguments() for every operation and fact "
+    "call), and in paramiko reading each command's output line by line; ccrhost's parsing is a small share. "
+    "Remote commands are already one per fact (7 per host, flat in the fleet size) after the fact cache and "
+    "the GID-table filter. The lever left is fewer, larger operations, at the cost of one results row per "
+    "stage; the issue's own reference, a bare two-operation deploy at about 38 ms per host, is above the "
+    "target too.")
 
 
 def main(argv=None) -> int:

@@ -104,6 +104,7 @@ class Verdict:
     ccr: ccrmod.CcrResult | None
     expected_ccr: float | None
     readings: Readings
+    fail_below: float | None = None  # the CCR under which this host fails
 
     @property
     def exit_code(self) -> int:
@@ -120,6 +121,7 @@ class Verdict:
             "reasons": [x.to_dict() for x in self.reasons],
             "ccr": self.ccr.to_dict() if self.ccr else None,
             "expected_ccr": self.expected_ccr,
+            "fail_below": self.fail_below,
             "ports": [{**p.__dict__, "effective_gbps": p.effective_gbps, "active": p.active} for p in r.ports],
             "gpus": [g.to_dict() for g in r.gpus],
             "gpu_error": r.gpu_error,
@@ -149,13 +151,17 @@ def compute_ports(devices: dict, exclude: tuple[str, ...] = ()) -> list[Port]:
     return ports
 
 
+def _override(policy: Policy) -> float | None:
+    """The inventory's own peak figure for the policy's precision, if given."""
+    return (policy.gpu_tflops or {}).get(policy.precision)
+
+
 def gpu_tflops(gpus: list[GpuReading], policy: Policy) -> tuple[float | None, list[Reason]]:
     """Node compute at the policy's precision, scaled for throttled clocks."""
     reasons, total = [], 0.0
     for gpu in gpus:
-        if policy.gpu_tflops and policy.precision in policy.gpu_tflops:
-            peak = policy.gpu_tflops[policy.precision]
-        else:
+        peak = _override(policy)
+        if peak is None:
             row = gpu_peaks.lookup(gpu.name)
             if row is None:
                 reasons.append(Reason(UNKNOWN, "gpu_unknown_model",
@@ -174,9 +180,8 @@ def gpu_tflops(gpus: list[GpuReading], policy: Policy) -> tuple[float | None, li
 def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
     if None in (expect.gpu_model, expect.gpu_count, expect.ports, expect.port_gbps) or not expect.gpu_count:
         return None
-    if policy.gpu_tflops and policy.precision in policy.gpu_tflops:
-        peak = policy.gpu_tflops[policy.precision]
-    else:
+    peak = _override(policy)
+    if peak is None:
         row = gpu_peaks.lookup(expect.gpu_model)
         peak = row.tflops.get(policy.precision) if row else None
     if not peak:
@@ -257,8 +262,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
                                   f"its hardware should give (minimum {policy.min_ccr_fraction:.0%})"))
         if result.band == "compute-underused":
             reasons.append(Reason(WARN, "ccr_high", f"CCR {result.ccr:.3g} above {ccrmod.HIGH_BAND}: compute under-used"))
+    floors = [f for f in (policy.min_ccr, expected and policy.min_ccr_fraction * expected) if f]
     status = worst(r.level for r in reasons)
-    return Verdict(status, reasons, result, expected, readings)
+    return Verdict(status, reasons, result, expected, readings, max(floors) if floors else None)
 
 
 def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, Reason]:

@@ -13,8 +13,8 @@ import gevent.lock
 from ccrhost.facts.gpu import NvidiaGpus
 from ccrhost.facts.monitor import RuntimeSamples
 from ccrhost.facts.rdma import RdmaDevices
-from ccrhost.measure import _parallel
-from ccrhost.monitor import effective_rates, fleet_outliers, fleet_table
+from ccrhost.facts.parallel import parallel_facts
+from ccrhost.monitor import effective_rates, fleet_outliers, fleet_table, html_chart
 from ccrhost.counters import summarize
 
 _LOCK = gevent.lock.Semaphore()
@@ -30,9 +30,9 @@ def fleet_window(state, inventory, settings_by_host: dict) -> dict:
         hosts = [h for h in inventory if h in active]
         first = settings_by_host[hosts[0].name]
         count = max(2, int(first.monitor_seconds / first.monitor_interval) + 1)
-        rdma = _parallel(state, [(h, RdmaDevices, {}) for h in hosts])
-        gpus = _parallel(state, [(h, NvidiaGpus, {}) for h in hosts])
-        samples = _parallel(state, [(h, RuntimeSamples, {"count": count, "interval": first.monitor_interval})
+        rdma = parallel_facts(state, [(h, RdmaDevices, {}) for h in hosts])
+        gpus = parallel_facts(state, [(h, NvidiaGpus, {}) for h in hosts])
+        samples = parallel_facts(state, [(h, RuntimeSamples, {"count": count, "interval": first.monitor_interval})
                                     for h in hosts])
         summaries = {}
         for h, r, g, s in zip(hosts, rdma, gpus, samples):
@@ -47,6 +47,7 @@ def fleet_window(state, inventory, settings_by_host: dict) -> dict:
         (out / "monitor-report.json").write_text(json.dumps(report, indent=2) + "\n")
         table = fleet_table(summaries, flags)
         (out / "monitor-report.txt").write_text(table)
+        (out / "monitor-report.html").write_text(html_chart(summaries, flags))
         atexit.register(lambda: sys.stdout.write("\n" + table + f"Report: {out / 'monitor-report.json'}\n"))
         setattr(inventory, _ATTR, report)
         return report

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import gevent
 import gevent.lock
-from pyinfra.context import ctx_host, ctx_state
 
+from ccrhost.facts.parallel import parallel_facts
 from ccrhost.facts.perftest import IbWriteBwClients, IbWriteBwServers
 from ccrhost.pairing import first_rounds, isolation_round
 from ccrhost.perftest import DEFAULT_PORT
@@ -39,17 +39,6 @@ class MeasurePlan:
     port: int = DEFAULT_PORT
 
 
-def _parallel(state, calls):
-    """Run (host, fact, kwargs) fact reads at once; results in call order."""
-    def one(h, fact, kwargs):
-        with ctx_state.use(state), ctx_host.use(h):
-            return h.get_fact(fact, **kwargs)
-
-    greenlets = [gevent.spawn(one, h, fact, kwargs) for h, fact, kwargs in calls]
-    gevent.joinall(greenlets)
-    return [g.value if g.successful() else {"error": f"{g.exception}"} for g in greenlets]
-
-
 @dataclass
 class PairResult:
     server: str
@@ -62,13 +51,13 @@ class PairResult:
 def run_round(state, hosts: dict, pairs: list[tuple[str, str]], plan: MeasurePlan) -> list[PairResult]:
     timeout = plan.timeout
     widths = [min(len(plan.devices[s]), len(plan.devices[c])) for s, c in pairs]
-    servers = _parallel(state, [
+    servers = parallel_facts(state, [
         (hosts[s], IbWriteBwServers, {"devices": plan.devices[s][:n], "port": plan.port, "seconds": plan.seconds,
                                       "timeout": n * timeout + 10})
         for (s, c), n in zip(pairs, widths)
     ])
     gevent.sleep(1)  # let the servers listen
-    clients = _parallel(state, [
+    clients = parallel_facts(state, [
         (hosts[c], IbWriteBwClients, {"devices": plan.devices[c][:n], "peer": plan.address[s], "port": plan.port,
                                       "seconds": plan.seconds, "timeout": timeout})
         for (s, c), n in zip(pairs, widths)
@@ -173,7 +162,7 @@ def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePla
     active = set(inventory.get_active_hosts())
     # inventory order, so pairs are predictable from the inventory file
     hosts = {h.name: h for h in inventory if h in active and settings_by_host[h.name].verify_measure}
-    facts = _parallel(state, [(h, RdmaDevices, {}) for h in hosts.values()])
+    facts = parallel_facts(state, [(h, RdmaDevices, {}) for h in hosts.values()])
     devices, expected = {}, {}
     for (name, h), fact in zip(hosts.items(), facts):
         ports = [p for p in compute_ports(fact.get("devices", {}), settings_by_host[name].rdma_exclude_devices)

@@ -9,7 +9,6 @@ network >= 80% of the effective rate).
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 from ccrhost.checks import compute_ports
@@ -121,5 +120,14 @@ def fleet_table(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> s
     return "\n".join(lines) + "\n"
 
 
-def main_stream():
-    return sys.stderr
+def html_chart(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> str:
+    """Network utilization per host against the target, as the CCR report draws CCR."""
+    from ccrhost.charts import Bar, bar_chart
+
+    bars = []
+    for host, s in sorted(summaries.items()):
+        status = "FAIL" if host in flags or s.verdict == "FAIL" else s.verdict
+        value = s.network_fraction * 100 if s.network_fraction is not None else None
+        gpu = "n/a" if s.gpu_util_mean is None else f"{s.gpu_util_mean:.0f}%"
+        bars.append(Bar(host, value, status, f"net {value or 0:.1f}%, GPU {gpu}", s.net_target))
+    return bar_chart("Network utilization per host", "Share of the effective rate; dashed line: the target.", bars)

@@ -3,7 +3,6 @@ text table sorted by CCR, and an HTML chart of CCR per host."""
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import tempfile
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from ccrhost.charts import Bar, bar_chart
 from ccrhost.checks import FAIL, OK, UNKNOWN, WARN, Verdict, fleet_outliers, worst
 
 
@@ -70,26 +70,11 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
 
 
 def html_chart(verdicts: dict[str, Verdict]) -> str:
-    rows = sorted(verdicts.items(), key=lambda kv: kv[0])
-    top = max([v.ccr.ccr for _, v in rows if v.ccr] + [v.expected_ccr or 0 for _, v in rows] + [1e-12])
-    colours = {OK: "#2e7d32", WARN: "#f9a825", FAIL: "#c62828", UNKNOWN: "#757575"}
-    bar_h, width = 22, 520
-    parts = []
-    for i, (host, v) in enumerate(rows):
-        y = 10 + i * (bar_h + 6)
-        w = width * (v.ccr.ccr / top) if v.ccr else 0
-        parts.append(f'<text x="0" y="{y + 15}" font-size="12">{html.escape(host)}</text>'
-                     f'<rect x="170" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colours[v.status]}"/>'
-                     f'<text x="{175 + w:.1f}" y="{y + 15}" font-size="11">{v.status} '
-                     f'{v.ccr.ccr if v.ccr else float("nan"):.3e}</text>')
-        if v.expected_ccr:
-            x = 170 + width * v.expected_ccr * 0.9 / top
-            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y - 2}" y2="{y + bar_h + 2}" stroke="black" '
-                         'stroke-dasharray="3,2"/>')
-    height = 20 + len(rows) * (bar_h + 6)
-    return ("<!doctype html><meta charset=utf-8><title>ccrhost CCR report</title>"
-            "<h1>CCR per host</h1><p>Dashed line: the fail threshold (min_ccr_fraction of the expected CCR).</p>"
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 320}" height="{height}">{"".join(parts)}</svg>\n')
+    bars = [Bar(host, v.ccr.ccr if v.ccr else None, v.status,
+                f"{v.status} {v.ccr.ccr:.3e}" if v.ccr else v.status, v.fail_below)
+            for host, v in sorted(verdicts.items())]
+    return bar_chart("CCR per host", "Dashed line: the CCR below which the host fails "
+                     "(verify_min_ccr, or verify_min_ccr_fraction of the expected CCR).", bars)
 
 
 def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None) -> dict[str, Path]:

@@ -104,3 +104,15 @@ def tree_snapshot(root: Path) -> dict[str, tuple]:
                     digest = "unreadable"
             snap[str(path.relative_to(root))] = (st.st_mode, st.st_size, digest)
     return snap
+
+
+def lab_inventory(tmp_path: Path, per_node: dict | None = None, **data) -> str:
+    """An inventory of the running lab with extra data for every host, and
+    per lab node (``{"node2": {...}}``); reports go under ``tmp_path``."""
+    path = tmp_path / "inventory.py"
+    data.setdefault("verify_report_dir", str(tmp_path / "report"))
+    path.write_text(
+        "from ccrhost.lab.inventory import lab_hosts\n"
+        f"per_node = {per_node or {}!r}\n"
+        f"nodes = [(n, {{**d, **{data!r}, **per_node.get(d['lab_node'], {{}})}}) for n, d in lab_hosts()]\n")
+    return str(path)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ccrhost.config import InventoryDataError, validate_host
-from conftest import LAB_DIR, REPO, node_address, run_pyinfra
+from conftest import lab_inventory, LAB_DIR, REPO, node_address, run_pyinfra
 
 pytestmark = pytest.mark.lab
 
@@ -21,19 +21,11 @@ MANAGED = ["etc/modules-load.d/ccrhost-rdma.conf", "etc/nccl.conf", "etc/profile
            "etc/ccrhost/boot-apply.sh", "etc/systemd/system/ccrhost-boot.service"]
 
 
-def inventory_with(tmp_path, per_node=None, **data):
-    path = tmp_path / "inventory.py"
-    data.setdefault("verify_report_dir", str(tmp_path / "report"))
-    path.write_text(
-        "from ccrhost.lab.inventory import lab_hosts\n"
-        f"per_node = {per_node or {}!r}\n"
-        f"nodes = [(n, {{**d, **{data!r}, **per_node.get(d['lab_node'], {{}})}}) for n, d in lab_hosts()]\n")
-    return str(path)
 
 
 def test_node_lost_mid_run_then_converges(make_lab, tmp_path):
     lab = make_lab(nodes=8)
-    inventory = inventory_with(tmp_path)
+    inventory = lab_inventory(tmp_path)
     env = {**os.environ, "CCRHOST_LAB_DIR": str(LAB_DIR), "PYINFRA_PROGRESS": "off", "COLUMNS": "200"}
     proc = subprocess.Popen([sys.executable, "-m", "pyinfra", "-y", inventory, "deploys/rdma.py"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -78,7 +70,7 @@ def test_node_lost_mid_run_then_converges(make_lab, tmp_path):
 def test_per_host_failures_are_clear_and_the_others_finish(make_lab, tmp_path):
     lab = make_lab(nodes=5, faults=["node1:rdma_vanish=mlx5_3", "node2:etc_readonly", "node3:etc_full",
                                     "node4:modprobe_fails=rdma_ucm"])
-    run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path))
+    run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path))
     assert run.rc == 1
     assert "Traceback" not in run.out
     expected = {
@@ -101,7 +93,7 @@ def test_files_have_deliberate_owners_and_modes_and_site_files_are_kept(make_lab
     foreign = root / "etc/modules-load.d/ccrhost-rdma.conf"
     foreign.parent.mkdir(parents=True, exist_ok=True)
     foreign.write_text("site_module\n")
-    run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path))
+    run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path))
     assert run.rc == 0, run.out
     backups = list(foreign.parent.glob("ccrhost-rdma.conf.ccrhost-bak.*"))
     assert len(backups) == 1 and backups[0].read_text() == "site_module\n"
@@ -143,7 +135,7 @@ def test_no_inventory_string_reaches_a_shell(make_lab, tmp_path):
     for key, payload in [("rdma_modules", PAYLOADS[0]), ("nccl_extra", PAYLOADS[1]), ("nccl_socket_ifname", PAYLOADS[2]),
                          ("verify_gpu_model", PAYLOADS[0]), ("verify_gpu_model", PAYLOADS[3])]:
         extra = {key: shaped(key, payload), "verify_gpu_tflops": {"bf16": 989.5}}
-        run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path, **extra))
+        run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path, **extra))
         assert run.rc in (1, 2), (key, run.out)
     for node in ("node1", "node2"):
         root = lab.root(node)

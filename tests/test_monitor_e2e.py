@@ -60,3 +60,4 @@ def test_fleet_monitor_flags_the_outlier(make_lab, tmp_path):
     assert report[node_address(3)]["flags"] == ["GPU utilization 30 is 68% below the fleet median"]
     assert report[node_address(1)]["flags"] == [] and report[node_address(1)]["gpu_util_mean"] == 95
     assert "GPU utilization 30 is 68% below the fleet median" in run.out  # the fleet table
+    assert "<svg" in (tmp_path / "r/monitor-report.html").read_text()

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, lab_ssh, node_address, run_pyinfra
+from conftest import lab_inventory, REPO, lab_ssh, node_address, run_pyinfra
 
 pytestmark = pytest.mark.lab
 
@@ -14,18 +14,13 @@ BLOCK_HEAD = ("# BEGIN ccrhost managed block: rerun the deploy instead of editin
               "# and so does the environment.\n")
 
 
-def inventory_with(tmp_path, **data):
-    path = tmp_path / "inventory.py"
-    path.write_text("from ccrhost.lab.inventory import lab_hosts\n"
-                    f"nodes = [(n, {{**d, **{data!r}}}) for n, d in lab_hosts()]\n")
-    return str(path)
 
 
 def test_files_follow_the_facts_and_site_lines_survive(make_lab, tmp_path):
     lab = make_lab(nodes=2, profiles={"node1": "hgx-h100-8x400-upstream", "node2": "hgx-h100-8x400-ib"})
     node1 = lab.root("node1")
     (node1 / "etc/nccl.conf").write_text("# site\nNCCL_DEBUG=WARN\n")
-    inventory = inventory_with(tmp_path, verify_report_dir=str(tmp_path / "r"))
+    inventory = lab_inventory(tmp_path)
     first = run_pyinfra("deploys/rdma.py", inventory=inventory)
     assert first.rc == 0, first.out
 
@@ -60,8 +55,7 @@ def test_files_follow_the_facts_and_site_lines_survive(make_lab, tmp_path):
 
 def test_gid_index_conflict_fails_that_host_only(make_lab, tmp_path):
     lab = make_lab(nodes=2, faults=["node2:gid_index=mlx5_3:6"])
-    run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path, nccl_ib_gid_index=3,
-                                                                   verify_report_dir=str(tmp_path / "r")))
+    run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path, nccl_ib_gid_index=3))
     assert run.rc == 1
     assert (f"[{node_address(2)}] NCCL: nccl_ib_gid_index 3 does not hold the RoCE v2 IPv4 GID on every compute "
             "port (mlx5_3/1 at 6); leave it unset so NCCL selects the GID per port") in run.out

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ccrhost.qos_parsers import parse_dcb_app_dscp, parse_dcb_pfc, parse_mlnx_qos
-from conftest import lab_ssh, node_address, run_pyinfra, tree_snapshot
+from conftest import lab_inventory, lab_ssh, node_address, run_pyinfra, tree_snapshot
 
 pytestmark = pytest.mark.lab
 
@@ -15,14 +15,6 @@ OFED_IFS = [f"ens{i}np0" for i in range(1, 9)]
 UP_IFS = [f"enp{0x1a + 0x10 * i}s0np0" for i in range(8)]
 
 
-def inventory_with(tmp_path, per_node=None, **data):
-    path = tmp_path / "inventory.py"
-    data.setdefault("verify_report_dir", str(tmp_path / "report"))
-    path.write_text(
-        "from ccrhost.lab.inventory import lab_hosts\n"
-        f"per_node = {per_node or {}!r}\n"
-        f"nodes = [(n, {{**d, **{data!r}, **per_node.get(d['lab_node'], {{}})}}) for n, d in lab_hosts()]\n")
-    return str(path)
 
 
 def qos_view(lab, node, ifaces, backend):
@@ -43,7 +35,7 @@ def qos_view(lab, node, ifaces, backend):
 
 def test_ofed_and_upstream_converge_and_survive_a_reboot(make_lab, tmp_path):
     lab = make_lab(nodes=2, profiles={"node2": "hgx-h100-8x400-upstream"})
-    inventory = inventory_with(tmp_path)
+    inventory = lab_inventory(tmp_path)
     first = run_pyinfra("deploys/rdma.py", inventory=inventory)
     assert first.rc == 0, first.out
 
@@ -86,7 +78,7 @@ def test_ofed_and_upstream_converge_and_survive_a_reboot(make_lab, tmp_path):
 def test_buffers_are_checked_before_writing_and_read_back(make_lab, tmp_path):
     lab = make_lab(nodes=2)
     lossless = {"qos_cable_len": 30, "qos_prio2buffer": [0, 0, 0, 1, 0, 0, 0, 0]}
-    inventory = inventory_with(tmp_path, per_node={
+    inventory = lab_inventory(tmp_path, per_node={
         "node1": {"qos_buffer_size": [130944, 131072, 0, 0, 0, 0, 0, 0], "qos_min_headroom": 10000},
         "node2": {"qos_buffer_size": [130944, 8000, 0, 0, 0, 0, 0, 0]},
     }, **lossless)
@@ -103,7 +95,7 @@ def test_buffers_are_checked_before_writing_and_read_back(make_lab, tmp_path):
     buffers = (lab.root("node1") / "sys/class/net/ens1np0/qos/buffer_size").read_text()
     assert "1\t131072\t119502\t\t115302" in buffers  # xoff_threshold = size - xoff, xon = xoff_threshold - MTU
 
-    strict = inventory_with(tmp_path, per_node={"node1": {"qos_buffer_size": [130944, 131072, 0, 0, 0, 0, 0, 0],
+    strict = lab_inventory(tmp_path, per_node={"node1": {"qos_buffer_size": [130944, 131072, 0, 0, 0, 0, 0, 0],
                                                           "qos_min_headroom": 20000}}, **lossless)
     check = run_pyinfra("deploys/rdma.py", "--limit", node_address(1), inventory=strict)
     assert check.rc == 1
@@ -114,7 +106,7 @@ def test_buffers_are_checked_before_writing_and_read_back(make_lab, tmp_path):
 def test_ssh_path_guard_refuses_then_allows(make_lab, tmp_path):
     lab = make_lab(nodes=2, faults=["node1:ssh_on_fabric"])
     before = qos_view(lab, "node1", OFED_IFS, "ofed")[:2]
-    run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path))
+    run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path))
     assert run.rc == 1
     assert (f"[{node_address(1)}] refusing to change QoS: ens1np0 carries this SSH connection; ens1np0 carries "
             "the default route. Changing PFC toggles the port link and would cut this node off. "
@@ -122,7 +114,7 @@ def test_ssh_path_guard_refuses_then_allows(make_lab, tmp_path):
     assert qos_view(lab, "node1", OFED_IFS, "ofed")[:2] == before
     assert run.results()["Configure lossless RoCE (trust, PFC, buffers, ECN)"]["success"] == "1"  # node2 went on
 
-    allowed = run_pyinfra("deploys/rdma.py", inventory=inventory_with(
+    allowed = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(
         tmp_path, per_node={"node1": {"qos_allow_ssh_interface": True}}))
     assert allowed.rc == 0, allowed.out
     assert parse_mlnx_qos(lab_ssh(lab, "node1", "mlnx_qos -i ens1np0").stdout)["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
@@ -131,7 +123,7 @@ def test_ssh_path_guard_refuses_then_allows(make_lab, tmp_path):
 def test_read_only_ecn_fails_that_host_and_credit_threshold_is_never_created(make_lab, tmp_path):
     lab = make_lab(nodes=3, faults=["node2:ecn_readonly"],
                    profiles={"node3": str(FIXTURES / "profile-credit-threshold.yaml")})
-    run = run_pyinfra("deploys/rdma.py", inventory=inventory_with(tmp_path, qos_credit_threshold=2048))
+    run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path, qos_credit_threshold=2048))
     assert run.rc == 1
     assert "/sys/class/net/ens1np0/ecn/roce_rp/enable/3: Read-only file system" in run.out
     assert run.results()["Configure lossless RoCE (trust, PFC, buffers, ECN)"]["error"] == "1"
@@ -145,7 +137,7 @@ def test_dry_run_lists_writes_and_makes_none(make_lab, tmp_path):
     lab = make_lab(nodes=1)
     root = lab.root("node1")
     before = (tree_snapshot(root / "sys"), tree_snapshot(root / "etc"))
-    dry = run_pyinfra("--dry", "deploys/rdma.py", inventory=inventory_with(tmp_path))
+    dry = run_pyinfra("--dry", "deploys/rdma.py", inventory=lab_inventory(tmp_path))
     assert dry.rc == 0, dry.out
     for planned in ("mlnx_qos -i ens1np0 --trust dscp", "mlnx_qos -i ens8np0 --pfc 0,0,0,1,0,0,0,0",
                     "printf '%s\\n' 1 > /sys/class/net/ens1np0/ecn/roce_rp/enable/3", "modprobe rdma_ucm",

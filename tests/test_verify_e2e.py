@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import REPO, lab_ssh, node_address, run_pyinfra
+from conftest import lab_inventory, REPO, lab_ssh, node_address, run_pyinfra
 
 pytestmark = pytest.mark.lab
 
@@ -27,12 +27,7 @@ def fleet(make_lab):
 
 def test_faulty_hosts_fail_or_warn_for_the_right_reasons(fleet, tmp_path):
     report_dir = tmp_path / "report"
-    inventory = tmp_path / "inventory.py"
-    inventory.write_text(
-        "from ccrhost.lab.inventory import lab_hosts\n"
-        f"nodes = [(n, {{**d, 'verify_report_dir': {str(report_dir)!r}}}) for n, d in lab_hosts()]\n"
-    )
-    run = run_pyinfra("deploys/verify.py", inventory=str(inventory))
+    run = run_pyinfra("deploys/verify.py", inventory=lab_inventory(tmp_path, verify_report_dir=str(report_dir)))
     assert run.rc == 1, run.out
     assert "Traceback" not in run.out
     assert run.results()["Verify CCR"] == {"hosts": "8", "success": "-", "error": "4", "no_change": "4"}
@@ -72,14 +67,8 @@ def test_node_local_check_uses_the_same_evaluation(fleet):
 
 
 def measuring_inventory(tmp_path, report_dir, **extra):
-    inventory = tmp_path / "inventory.py"
-    data = {"verify_measure": True, "verify_measure_seconds": 1, "verify_measure_retries": 0,
-            "verify_report_dir": str(report_dir), **extra}
-    inventory.write_text(
-        "from ccrhost.lab.inventory import lab_hosts\n"
-        f"nodes = [(n, {{**d, **{data!r}}}) for n, d in lab_hosts()]\n"
-    )
-    return str(inventory)
+    return lab_inventory(tmp_path, verify_measure=True, verify_measure_seconds=1, verify_measure_retries=0,
+                         verify_report_dir=str(report_dir), **extra)
 
 
 def test_measured_bandwidth_names_the_slow_host(make_lab, tmp_path):
@@ -119,3 +108,19 @@ def test_hanging_bandwidth_test_is_bounded_and_unknown(make_lab, tmp_path):
         assert host["status"] == "UNKNOWN", host
         assert "ib_write_bw on mlx5_0 timed out" in host["reasons"][0]["message"]
     assert run.rc == 0  # UNKNOWN is not a failed host
+
+
+def test_unreachable_peer_is_unknown_not_fail(make_lab, tmp_path):
+    make_lab(nodes=2, faults=["node2:fabric_blocked"])
+    report = tmp_path / "report"
+    inventory = measuring_inventory(tmp_path, report, verify_measure_timeout=6, verify_profile=None,
+                                    rdma_exclude_devices=["mlx5_[1-7]"])
+    run = run_pyinfra("deploys/verify.py", inventory=inventory, timeout=60)
+    assert run.rc == 0, run.out
+    hosts = json.loads((report / "ccr-report.json").read_text())["hosts"]
+    for i in (1, 2):
+        host = hosts[node_address(i)]
+        assert host["status"] == "UNKNOWN", host
+        assert [r["code"] for r in host["reasons"]] == ["measure_failed"]
+        assert f"Couldn't connect to {node_address(1)}:18515" in host["reasons"][0]["message"] or \
+            "Unable to init the socket connection" in host["reasons"][0]["message"]

@@ -109,6 +109,7 @@ FAULT_KINDS = {
     "link_slow": "MBIT: the node's lab link is shaped to this rate instead of the lab's",
     "perftest_missing": "ib_write_bw is not installed",
     "perftest_hang": "ib_write_bw hangs instead of measuring",
+    "fabric_blocked": "ib_write_bw's out-of-band port is blocked: its server never listens, its client cannot connect",
 }
 
 

@@ -66,15 +66,6 @@ def _sections(lines: list[str]) -> dict[str, list[str]]:
     return sections
 
 
-def _split_path_lines(lines: list[str]) -> dict[str, list[str]]:
-    files: dict[str, list[str]] = {}
-    for line in lines:
-        path, sep, value = line.partition(":")
-        if sep:
-            files.setdefault(path, []).append(value)
-    return files
-
-
 def parse_rdma_dump(lines: list[str]) -> dict:
     """Turn the fact command's output into the structure documented above."""
     sections = _sections(lines)
@@ -100,7 +91,7 @@ def parse_rdma_dump(lines: list[str]) -> dict:
 
     gids: dict[tuple[str, int], dict[int, dict]] = {}
 
-    for path, values in _split_path_lines(sections.get("ib", [])).items():
+    for path, values in sysfs.split_dump(sections.get("ib", [])).items():
         parts = path.split("/")
         dev = parts[0]
         text = "\n".join(values)
@@ -174,7 +165,7 @@ def parse_rdma_dump(lines: list[str]) -> dict:
             elif len(data["netdevs"]) == 1:
                 p["netdev"] = data["netdevs"][0]
 
-    for path, values in _split_path_lines(sections.get("cm", [])).items():
+    for path, values in sysfs.split_dump(sections.get("cm", [])).items():
         parts = path.split("/")
         if len(parts) != 4 or parts[1] != "ports" or parts[0] not in devices:
             continue

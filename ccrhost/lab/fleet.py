@@ -333,7 +333,7 @@ class Lab:
         saved = json.loads((ndir / "profile.json").read_text())
         profile = Profile(**saved["profile"])
         faults = [parse_fault(f"{node.name}:{f}")[1] for f in saved["faults"]]
-        for sub in ("image", "boot", "shims", "kernel"):
+        for sub in ("image", "boot", "shims", "kernel", "share"):
             if (ndir / sub).exists():
                 shutil.rmtree(ndir / sub)
         (ndir / "boot").mkdir()
@@ -358,8 +358,9 @@ class Lab:
         import ccrhost
 
         install = {os.path.realpath(sys.prefix), os.path.dirname(os.path.dirname(os.path.realpath(ccrhost.__file__)))}
-        (ndir / "boot" / "share").write_text(
-            "\n".join(sorted(p for p in install if p.startswith(("/tmp/", "/run/")))))
+        hidden = sorted(p for p in install if p.startswith(("/tmp/", "/run/")))
+        outermost = [p for p in hidden if not any(p.startswith(q + "/") for q in hidden)]
+        (ndir / "boot" / "share").write_text("\n".join(outermost))
 
         kver = os.uname().release
         moddir = ndir / "usrlib" / "upper" / "modules" / kver

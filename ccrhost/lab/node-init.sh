@@ -26,14 +26,22 @@ fi
 mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$N/usrlib/upper,workdir=$N/usrlib/work" /usr/lib
 mount --bind "$2" /usr/local/sbin
 mount -o remount,bind,ro /usr/local/sbin
+# The controller's own install, when it sits under /tmp or /run, stays
+# visible so `ccrhost check` can run on the node: park it before those two
+# are replaced, move it back after (a bind from another namespace is refused).
+i=0
+for p in $(cat "$N/boot/share" 2>/dev/null); do
+    /bin/mkdir -p "$N/share/$i" && /bin/mount --bind "$p" "$N/share/$i"
+    i=$((i + 1))
+done
 mount -t tmpfs -o mode=0755 lab-run /run
 /bin/mkdir -p /run/sshd /run/ccrhost-lab
 cp "$N/node.json" /run/ccrhost-lab/node.json
 mount -t tmpfs -o mode=1777 lab-tmp /tmp
-# The controller's own install, when it sits under /tmp or /run, stays
-# visible so `ccrhost check` can run on the node (pid 1 still sees it).
+i=0
 for p in $(cat "$N/boot/share" 2>/dev/null); do
-    /bin/mkdir -p "$p" && /bin/mount --bind "/proc/1/root$p" "$p"
+    /bin/mkdir -p "$p" && /bin/mount --move "$N/share/$i" "$p"
+    i=$((i + 1))
 done
 "$(cat "$N/boot/python")" "$2/labsysfsd.py" </dev/null >>"$N/sysfsd.log" 2>&1 &
 : > "$N/boot/ready"

@@ -37,10 +37,13 @@ if settings.qos_enable:
         name="Configure lossless RoCE (trust, PFC, buffers, ECN)",
         settings=settings,
     )
-    qos.headroom(
-        name="Check PFC headroom",
-        settings=settings,
-    )
+    if settings.qos_min_headroom is not None:
+        # pyinfra spends its bookkeeping on every operation of every host,
+        # so a check nobody asked for is not queued at all
+        qos.headroom(
+            name="Check PFC headroom",
+            settings=settings,
+        )
 
 nccl.environment(
     name="Write NCCL environment",

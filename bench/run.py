@@ -190,9 +190,9 @@ SCALE_NOTE = ("Sizes stop at {largest} nodes: at 32 a first deploy already takes
               "use about 180 s of CPU on the same 2 cores; a larger lab measures the emulation, not ccrhost.")
 CPU_FINDING = (
     "Controller CPU per host misses the 30 ms target. A cProfile of an 8-node no-op run puts it in pyinfra's "
-    "own per-operation bookkeeping, paid for each of the deploy's 6 operations on each host (7 with qos_min_headroom) (inspect.stack() "
-    "for operation ordering, typing.get_type_hints() in all_global_arguments() for every operation and fact "
-    "call), and in paramiko reading each command's output line by line; ccrhost's parsing is a small share. "
+    "own per-operation bookkeeping, paid for each operation on each host (the deploy queues 6, 7 with "
+    "qos_min_headroom): inspect.stack() for operation ordering, typing.get_type_hints() in "
+    "all_global_arguments() for every operation and fact call; and in paramiko reading each command's output line by line; ccrhost's parsing is a small share. "
     "Remote commands are already one per fact (7 per host, flat in the fleet size) after the fact cache and "
     "the GID-table filter. The lever left is fewer, larger operations, at the cost of one results row per "
     "stage; the issue's own reference, a bare two-operation deploy at about 38 ms per host, is above the "

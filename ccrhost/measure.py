@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import gevent
-import gevent.lock
 
-from ccrhost.facts.parallel import parallel_facts
+from ccrhost.facts.parallel import once_per_run, parallel_facts
 from ccrhost.facts.perftest import IbWriteBwClients, IbWriteBwServers
 from ccrhost.pairing import first_rounds, isolation_round
 from ccrhost.perftest import DEFAULT_PORT
@@ -154,7 +153,7 @@ def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[st
     return out
 
 
-def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePlan]:
+def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePlan | None]:
     """Read every measuring host's RDMA ports (in parallel) and plan the test."""
     from ccrhost.checks import compute_ports
     from ccrhost.facts.rdma import RdmaDevices
@@ -162,38 +161,30 @@ def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePla
     active = set(inventory.get_active_hosts())
     # inventory order, so pairs are predictable from the inventory file
     hosts = {h.name: h for h in inventory if h in active and settings_by_host[h.name].verify_measure}
+    if not hosts:
+        return hosts, None
     facts = parallel_facts(state, [(h, RdmaDevices, {}) for h in hosts.values()])
     devices, expected = {}, {}
-    for (name, h), fact in zip(hosts.items(), facts):
+    for name, fact in zip(hosts, facts):
         ports = [p for p in compute_ports(fact.get("devices", {}), settings_by_host[name].rdma_exclude_devices)
                  if p.active]
         devices[name] = list(dict.fromkeys(p.device for p in ports))
         expected[name] = {p.device: p.link_gbps for p in ports}
-    first = settings_by_host[next(iter(hosts))] if hosts else None
+    first = settings_by_host[next(iter(hosts))]
     plan = MeasurePlan(
         devices=devices, expected=expected,
         address={n: h.data.get("ssh_hostname") or n for n, h in hosts.items()},
-        seconds=first.verify_measure_seconds if first else 10,
-        timeout=first.verify_measure_timeout if first else 60,
-        retries=first.verify_measure_retries if first else 2,
-        min_fraction=first.verify_measure_min_fraction if first else 0.9,
-        port=first.verify_measure_port if first else DEFAULT_PORT,
+        seconds=first.verify_measure_seconds, timeout=first.verify_measure_timeout,
+        retries=first.verify_measure_retries, min_fraction=first.verify_measure_min_fraction,
+        port=first.verify_measure_port,
     )
     return hosts, plan
 
 
-_ATTR = "_ccrhost_measurements"
-# pyinfra runs each host's deploy code in its own greenlet: the first one
-# measures the whole fleet while the others wait for its result.
-_LOCK = gevent.lock.Semaphore()
-
-
 def fleet_measurements(state, inventory, settings_by_host: dict) -> dict[str, HostMeasurement]:
     """Measure once per run, on the first host's deploy pass; cached after."""
-    with _LOCK:
-        cached = getattr(inventory, _ATTR, None)
-        if cached is None:
-            hosts, plan = plan_for(state, inventory, settings_by_host)
-            cached = measure_fleet(state, hosts, plan) if hosts else {}
-            setattr(inventory, _ATTR, cached)
-    return cached
+    def measure():
+        hosts, plan = plan_for(state, inventory, settings_by_host)
+        return measure_fleet(state, hosts, plan) if hosts else {}
+
+    return once_per_run(inventory, "measurements", measure)

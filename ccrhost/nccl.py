@@ -8,7 +8,6 @@ definition of a key wins, and the environment wins over every file.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 
 from ccrhost.render import render

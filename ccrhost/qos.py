@@ -145,7 +145,7 @@ def plan_interface(iface: str, backend: str, wanted: Wanted, current: dict,
         if pfc_args:
             cmds.append(["dcb", "pfc", "set", "dev", iface, *pfc_args])
     else:
-        notes.append(f"neither mlnx_qos (MLNX_OFED) nor iproute2 dcb found; trust, PFC and buffers not set")
+        notes.append("neither mlnx_qos (MLNX_OFED) nor iproute2 dcb found; trust, PFC and buffers not set")
 
     ecn = current.get("ecn")
     if ecn is not None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ccrhost.checks import (FAIL, OK, UNKNOWN, WARN, Expectation, Policy, Port, Readings, evaluate,
+from ccrhost.checks import (FAIL, OK, UNKNOWN, WARN, Policy, Port, Readings, evaluate,
                             fleet_outliers, readings_from_facts)
 from ccrhost.gpu_readings import GpuReading
 from ccrhost.hardware import PROFILES

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ccrhost import node_check
-from ccrhost.checks import Policy, evaluate
+from ccrhost.checks import evaluate
 from ccrhost.config import validate_host
 from test_checks import H100, healthy, port
 

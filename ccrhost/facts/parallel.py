@@ -1,8 +1,10 @@
-"""Fact reads on many hosts at once, from deploy code."""
+"""Fleet-wide work from deploy code: fact reads on many hosts at once, and
+results computed once per run for every host."""
 
 from __future__ import annotations
 
 import gevent
+import gevent.lock
 from pyinfra.context import ctx_host, ctx_state
 
 
@@ -15,3 +17,17 @@ def parallel_facts(state, calls: list) -> list:
     greenlets = [gevent.spawn(one, h, fact, kwargs) for h, fact, kwargs in calls]
     gevent.joinall(greenlets)
     return [g.value if g.successful() else {"error": f"{g.exception}"} for g in greenlets]
+
+
+# pyinfra runs each host's deploy code in its own greenlet: the first to get
+# here computes for the whole fleet while the others wait for its result.
+_LOCK = gevent.lock.Semaphore()
+
+
+def once_per_run(inventory, key: str, compute):
+    """``compute()`` on the first call of this run, its cached result after."""
+    attr = f"_ccrhost_{key}"
+    with _LOCK:
+        if not hasattr(inventory, attr):
+            setattr(inventory, attr, compute())
+    return getattr(inventory, attr)

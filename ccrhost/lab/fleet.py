@@ -170,14 +170,18 @@ class Lab:
     def node_dir(self, node: Node | str) -> Path:
         return self.dir / "nodes" / (node if isinstance(node, str) else node.name)
 
-    def node(self, name: str) -> Node:
+    def _locate(self, name: str) -> tuple[LabState, Node]:
+        """The lab's state and the named node in it (to change and save)."""
         state = self.load()
         if state is None:
             raise LabError(f"no lab is running in {self.dir}")
         for node in state.nodes:
             if node.name == name:
-                return node
+                return state, node
         raise LabError(f"no node {name!r} in the lab; nodes: {', '.join(n.name for n in state.nodes)}")
+
+    def node(self, name: str) -> Node:
+        return self._locate(name)[1]
 
     def root(self, node: Node | str) -> Path:
         """The node's filesystem as the node sees it (its mount namespace)."""
@@ -445,9 +449,7 @@ class Lab:
     def reboot(self, name: str) -> Node:
         """Power-cycle one node: volatile settings (/sys, configfs) go back to
         the profile's defaults; its disk (/etc) keeps what was written."""
-        state = self.load()
-        node = self.node(name)
-        node = next(n for n in state.nodes if n.name == name)
+        state, node = self._locate(name)
         self._stop_node(node)
         self.boot(node)
         self.save(state)
@@ -456,16 +458,14 @@ class Lab:
 
     def kill_sshd(self, name: str) -> None:
         """Cut a node off: its sshd and every SSH session die (a test fault)."""
-        state = self.load()
-        node = next(n for n in state.nodes if n.name == name)
+        state, node = self._locate(name)
         for pid in [node.sshd_pid, *_descendants(node.sshd_pid)]:
             _kill(pid)
         node.sshd_pid = None
         self.save(state)
 
     def restart_sshd(self, name: str) -> None:
-        state = self.load()
-        node = next(n for n in state.nodes if n.name == name)
+        state, node = self._locate(name)
         self.start_sshd(node)
         self.save(state)
         self._wait_ssh(node)

@@ -157,7 +157,7 @@ def parse_rdma_dump(lines: list[str]) -> dict:
                 {"index": index, "gid": gid.gid, "type": gid.type, "ndev": gid.ndev, "ipv4": gid.ipv4}
             )
 
-    for dev, data in devices.items():
+    for data in devices.values():
         for p in data["ports"].values():
             ndevs = [g["ndev"] for g in p["gids"] if g["ndev"]]
             if ndevs:

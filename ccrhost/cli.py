@@ -29,6 +29,19 @@ def main():
     """Tune GPU nodes for RDMA and prove their connection-to-compute ratio."""
 
 
+def _settings(config_path, overrides=None):
+    """This node's validated settings from ``--config`` plus command-line
+    overrides; a bad key or value is a usage error naming both."""
+    import socket
+
+    from ccrhost.settings import InventoryDataError, validate_host
+
+    try:
+        return validate_host(socket.gethostname(), _load_check_data(config_path, overrides or {}))
+    except InventoryDataError as exc:
+        raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
+
+
 def _load_check_data(config_path, overrides) -> dict:
     import yaml
 
@@ -66,17 +79,13 @@ def _load_check_data(config_path, overrides) -> dict:
 def check(config_path, fmt, output, drain, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN."""
     import json
-    import socket
 
-    from ccrhost import node_check
-    from ccrhost.config import InventoryDataError, validate_host
+    from ccrhost.node import check as node_check
+    from ccrhost.output import write_atomic
 
     if overrides.get("rdma_exclude_devices"):
         overrides["rdma_exclude_devices"] = tuple(overrides["rdma_exclude_devices"])
-    try:
-        settings = validate_host(socket.gethostname(), _load_check_data(config_path, overrides))
-    except InventoryDataError as exc:
-        raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
+    settings = _settings(config_path, overrides)
     verdict = node_check.run_check(settings)
     render = {
         "text": node_check.format_text,
@@ -86,7 +95,7 @@ def check(config_path, fmt, output, drain, **overrides):
     }[fmt]
     text = render(verdict)
     if output:
-        node_check.write_atomic(output, text)
+        write_atomic(output, text)
     else:
         click.echo(text, nl=False)
     if drain:
@@ -112,17 +121,11 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
     Exit 0 when both targets are met, 2 when one is missed, 3 when a figure
     could not be read.
     """
-    import socket
-
-    from ccrhost import monitor as mon
-    from ccrhost.config import InventoryDataError, validate_host
-    from ccrhost.node_check import write_atomic
+    from ccrhost.node import monitor as mon
+    from ccrhost.output import write_atomic
     from ccrhost.probes import counters, gpu, rdma
 
-    try:
-        settings = validate_host(socket.gethostname(), _load_check_data(config_path, {}))
-    except InventoryDataError as exc:
-        raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
+    settings = _settings(config_path)
     effective = mon.effective_rates(rdma.read_local(), settings.rdma_exclude_devices)
     gpu_count = len(gpu.read_local().get("gpus", []))
     summary = mon.run(effective, gpu_count, interval, duration, counters.sample_local, gpu_target, net_target,
@@ -146,17 +149,13 @@ def nccl_env(config_path, fmt):
     /etc/nccl.conf lines.
     """
     import shlex
-    import socket
 
-    from ccrhost import nccl
-    from ccrhost.config import InventoryDataError, validate_host
+    from ccrhost.model import nccl
     from ccrhost.probes import rdma
 
+    settings = _settings(config_path)
     try:
-        settings = validate_host(socket.gethostname(), _load_check_data(config_path, {}))
         env = nccl.derive(rdma.read_local(), settings)
-    except InventoryDataError as exc:
-        raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
     except nccl.NcclError as exc:
         raise click.ClickException(str(exc)) from None
     if fmt == "json":
@@ -180,8 +179,8 @@ def nccl_env(config_path, fmt):
 @click.option("--dp", type=click.IntRange(1), help="Workload: data-parallel size.")
 def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, grad_bytes, tokens, dp):
     """What-if: the CCR of a GPU model x count with NICs x rate."""
-    from ccrhost import ccr as ccrmod
-    from ccrhost import gpu_peaks
+    from ccrhost.model import ccr as ccrmod
+    from ccrhost.model import gpus as gpu_peaks
 
     workload = (grad_bytes, tokens, dp)
     if any(v is not None for v in workload) and None in workload:
@@ -189,13 +188,12 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, grad_bytes, tokens,
     if beta is not None and workload[0] is not None:
         raise click.UsageError("give --beta or a workload, not both")
     if tflops is None:
-        row = gpu_peaks.lookup(gpu) or next((r for r in gpu_peaks.TABLE if r.model.lower() == gpu.lower()), None)
-        if row is None:
+        try:
+            tflops, row = gpu_peaks.peak_tflops(gpu, precision)
+        except gpu_peaks.PeakUnknown as exc:
             models = ", ".join(r.model for r in gpu_peaks.TABLE)
-            raise click.UsageError(f"unknown GPU {gpu!r}; known: {models} (or pass --tflops)")
-        tflops = row.tflops.get(precision)
-        if tflops is None:
-            raise click.UsageError(f"{row.model} has no dense {precision} figure; pass --tflops")
+            hint = f"known: {models} (or pass --tflops)" if exc.code == "gpu_unknown_model" else "pass --tflops"
+            raise click.UsageError(f"{exc}; {hint}") from None
         gpu = f"{row.model} ({row.source})"
     from_workload = workload[0] is not None
     b = ccrmod.beta_from_workload(*workload) if from_workload else (beta or ccrmod.SEED_BETA)

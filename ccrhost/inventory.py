@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from ccrhost import pyinfra_compat  # noqa: F401  (fail only the lost host when sshd dies)
-from ccrhost.config import HostSettings, InventoryDataError, validate_all
+from ccrhost.settings import HostSettings, InventoryDataError, validate_all
 
 _ATTR = "_ccrhost_settings"
 

@@ -1,4 +1,5 @@
-"""Jinja2 templates from the repository's templates/ folder."""
+"""Jinja2 templates shipped inside the package (``ccrhost/templates``), so an
+installed wheel renders them as a checkout does."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def render(name: str, **values) -> str:

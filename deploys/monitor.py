@@ -7,10 +7,6 @@ flags hosts whose network or GPU utilization is an outlier against the
 fleet median. Read-only; nothing needs installing on the nodes.
 """
 
-from pyinfra import host, inventory, state
+from ccrhost.deploys import monitor_stage
 
-from ccrhost.inventory import all_settings, host_settings
-from ccrhost.fleet_monitor import fleet_window
-
-settings = host_settings(host, inventory)
-fleet_window(state, inventory, all_settings(inventory))
+monitor_stage()

@@ -8,19 +8,6 @@ that FAIL are failed by pyinfra (the run exits 1); the fleet report is
 written to verify_report_dir and its table printed at the end.
 """
 
-from pyinfra import host, inventory, state
+from ccrhost.deploys import verify_stage
 
-from ccrhost.inventory import all_settings, host_settings
-from ccrhost.measure import fleet_measurements
-from ccrhost.operations import verify
-from ccrhost.report import fleet_report
-
-settings = host_settings(host, inventory)
-measured = fleet_measurements(state, inventory, all_settings(inventory)) if settings.verify_measure else {}
-
-verify.ccr(
-    name="Verify CCR",
-    settings=settings,
-    report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance),
-    measured=measured.get(host.name),
-)
+verify_stage()

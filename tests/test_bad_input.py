@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-
-from ccrhost.config import InventoryDataError, validate_host
 from conftest import REPO, node_address, run_pyinfra, tree_snapshot
+
+from ccrhost.settings import InventoryDataError, validate_host
 
 WORKLOAD = {"grad_bytes_per_param": 2, "tokens_per_gpu_step": 4096, "dp_size": 64}
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ccrhost import ccr, gpu_peaks
+from ccrhost.model import ccr, ports
+from ccrhost.model import gpus as gpu_peaks
 
 
 def test_worked_example_h100_sxm_8x400():
@@ -37,9 +38,9 @@ def test_bandwidth_models():
 
 
 def test_effective_rate_is_capped_by_pcie():
-    assert ccr.effective_gbps(400, 252.06) == 252.06
-    assert ccr.effective_gbps(400, 504.1) == 400
-    assert ccr.effective_gbps(400, None) == 400
+    assert ports.effective_gbps(400, 252.06) == 252.06
+    assert ports.effective_gbps(400, 504.1) == 400
+    assert ports.effective_gbps(400, None) == 400
 
 
 def test_bands_only_with_a_workload():

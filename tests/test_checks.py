@@ -2,10 +2,20 @@
 
 import pytest
 
-from ccrhost.checks import (FAIL, OK, UNKNOWN, WARN, Policy, Port, Readings, evaluate,
-                            fleet_outliers, readings_from_facts)
-from ccrhost.gpu_readings import GpuReading
-from ccrhost.hardware import PROFILES
+from ccrhost.model.declared import PROFILES
+from ccrhost.model.gpus import GpuReading
+from ccrhost.model.verdict import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    WARN,
+    Policy,
+    Port,
+    Readings,
+    evaluate,
+    fleet_outliers,
+    readings_from_facts,
+)
 
 H100 = PROFILES["hgx-h100-8x400"]
 

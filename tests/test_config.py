@@ -2,7 +2,12 @@
 
 import pytest
 
-from ccrhost.config import DEFAULT_MODULES, InventoryDataError, validate_all, validate_host
+from ccrhost.settings import (
+    DEFAULT_MODULES,
+    InventoryDataError,
+    validate_all,
+    validate_host,
+)
 
 
 def test_defaults():

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ccrhost.counters import delta, parse_counters, percentile, rates, summarize
+from ccrhost.model.utilization import delta, percentile, rates, summarize
+from ccrhost.probes.counters import parse_counters
 
 
 def files(**values):

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, node_address, run_pyinfra, tree_snapshot
 
 pytestmark = pytest.mark.lab

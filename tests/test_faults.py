@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import LAB_DIR, REPO, lab_inventory, node_address, run_pyinfra
 
-from ccrhost.config import InventoryDataError, validate_host
-from conftest import lab_inventory, LAB_DIR, REPO, node_address, run_pyinfra
+from ccrhost.settings import InventoryDataError, validate_host
 
 pytestmark = pytest.mark.lab
 
@@ -149,8 +149,8 @@ def test_host_key_checking_stays_strict():
     example = runpy.run_path(str(REPO / "inventories/example.py"))
     hosts, data = example["compute"]
     assert data["ssh_strict_host_key_checking"] == "yes" and data["ssh_known_hosts_file"]
-    from ccrhost.lab.inventory import lab_hosts
     from ccrhost.lab.fleet import Lab
+    from ccrhost.lab.inventory import lab_hosts
 
     lab = Lab(LAB_DIR)
     lab.down()

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from ccrhost.gpu_readings import GpuFormatError, parse_nvsmi_csv, read_nvml
+from ccrhost.probes.gpu import GpuFormatError, parse_nvsmi_csv, read_nvml
 from ccrhost.probes import gpu as gpu_probe
 
 

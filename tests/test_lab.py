@@ -5,10 +5,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, lab_ssh, tree_snapshot
 
 from ccrhost.lab.fleet import Lab, LabError, parse_faults
 from ccrhost.lab.profile import ProfileError, load_profile
-from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, lab_ssh, tree_snapshot
 
 pytestmark = pytest.mark.lab
 

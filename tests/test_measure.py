@@ -1,7 +1,7 @@
 """Pairing, retries and culprit isolation, with a fake round runner."""
 
-from ccrhost.measure import MeasurePlan, PairResult, measure_fleet
-from ccrhost.pairing import first_rounds, isolation_round
+from ccrhost.fleet.measure import MeasurePlan, PairResult, measure_fleet
+from ccrhost.fleet.pairing import first_rounds, isolation_round
 
 DEVS = ["mlx5_0", "mlx5_1"]
 

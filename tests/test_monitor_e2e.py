@@ -4,7 +4,6 @@ import json
 import sys
 
 import pytest
-
 from conftest import REPO, lab_ssh, node_address, run_pyinfra
 
 pytestmark = pytest.mark.lab

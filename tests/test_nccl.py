@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from ccrhost import nccl
-from ccrhost.config import InventoryDataError, validate_host
+from ccrhost.model import nccl
+from ccrhost.settings import InventoryDataError, validate_host
 
 GOLDEN = Path(__file__).parent / "golden"
 

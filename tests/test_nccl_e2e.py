@@ -3,8 +3,7 @@
 import sys
 
 import pytest
-
-from conftest import lab_inventory, REPO, lab_ssh, node_address, run_pyinfra
+from conftest import REPO, lab_inventory, lab_ssh, node_address, run_pyinfra
 
 pytestmark = pytest.mark.lab
 

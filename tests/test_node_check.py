@@ -7,11 +7,12 @@ import subprocess
 import sys
 
 import pytest
-
-from ccrhost import node_check
-from ccrhost.checks import evaluate
-from ccrhost.config import validate_host
 from test_checks import H100, healthy, port
+
+from ccrhost.model.verdict import evaluate
+from ccrhost.node import check as node_check
+from ccrhost.output import write_atomic
+from ccrhost.settings import validate_host
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,7 +41,7 @@ def test_prometheus_textfile():
 
 def test_atomic_write_leaves_no_temp_file(tmp_path):
     target = tmp_path / "ccrhost.prom"
-    node_check.write_atomic(str(target), "x 1\n")
+    write_atomic(str(target), "x 1\n")
     assert target.read_text() == "x 1\n" and os.listdir(tmp_path) == ["ccrhost.prom"]
 
 

@@ -1,7 +1,7 @@
 """QoS planning: commands per backend, the mlx5 buffer arithmetic, no-ops."""
 
-from ccrhost import qos
-from ccrhost.config import validate_host
+from ccrhost.model import qos
+from ccrhost.settings import validate_host
 
 
 def wanted(**data):

@@ -4,9 +4,9 @@ across a reboot, the SSH-path guard and the per-host failures."""
 from pathlib import Path
 
 import pytest
-
-from ccrhost.qos_parsers import parse_dcb_app_dscp, parse_dcb_pfc, parse_mlnx_qos
 from conftest import lab_inventory, lab_ssh, node_address, run_pyinfra, tree_snapshot
+
+from ccrhost.probes.qos import parse_dcb_app_dscp, parse_dcb_pfc, parse_mlnx_qos
 
 pytestmark = pytest.mark.lab
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ccrhost import qos_parsers as p
+from ccrhost.probes import qos as p
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ccrhost import sysfs
+from ccrhost.model import ports
+from ccrhost.probes import sysfs
 
 
 @pytest.mark.parametrize(
@@ -50,18 +51,17 @@ def test_pcie_speed_old_and_new_kernels(text, gts):
 
 def test_pcie_bandwidth_uses_line_encoding():
     # Gen5 x16 carries 32 GT/s * 128/130 per lane; x8 halves it.
-    assert sysfs.pcie_gbps(32.0, 16) == pytest.approx(504.12, rel=1e-3)
-    assert sysfs.pcie_gbps(32.0, 8) == pytest.approx(252.06, rel=1e-3)
-    assert sysfs.pcie_gbps(2.5, 1) == pytest.approx(2.0)
-    assert sysfs.pcie_gbps(None, 16) is None
+    assert ports.pcie_gbps(32.0, 16) == pytest.approx(504.12, rel=1e-3)
+    assert ports.pcie_gbps(32.0, 8) == pytest.approx(252.06, rel=1e-3)
+    assert ports.pcie_gbps(2.5, 1) == pytest.approx(2.0)
+    assert ports.pcie_gbps(None, 16) is None
 
 
 def test_gid_ipv4_mapped_from_show_gids_sample():
     gid = sysfs.Gid(3, sysfs.parse_gid("0000:0000:0000:0000:0000:ffff:0a6c:a424"), "RoCE v2", "eth01")
     assert gid.ipv4 == "10.108.164.36"
-    assert gid.roce_version == 2
     link_local = sysfs.Gid(0, "fe80:0000:0000:0000:0e42:a1ff:fe40:29a0", "IB/RoCE v1", "eth01")
-    assert link_local.ipv4 is None and link_local.roce_version == 1
+    assert link_local.ipv4 is None
 
 
 def test_gid_type_is_one_of_the_kernel_strings():

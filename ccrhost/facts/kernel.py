@@ -4,19 +4,9 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from ccrhost.probes.kernel import COMMAND, module_name, parse_modules
 
-def module_name(entry: str) -> str:
-    """``kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko`` -> ``mlx5_ib``.
-
-    The kernel treats ``-`` and ``_`` in module names as the same character
-    and shows ``_`` under /sys/module.
-    """
-    base = entry.strip().rsplit("/", 1)[-1]
-    for suffix in (".ko.zst", ".ko.xz", ".ko.gz", ".ko"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return base.replace("-", "_")
+__all__ = ["KernelModules", "module_name"]
 
 
 class KernelModules(FactBase):
@@ -36,17 +26,7 @@ class KernelModules(FactBase):
     default = dict
 
     def command(self) -> str:
-        return (
-            "echo @@loaded; ls -1 /sys/module 2>/dev/null; "
-            'echo @@builtin; cat "/lib/modules/$(uname -r)/modules.builtin" 2>/dev/null; true'
-        )
+        return COMMAND
 
     def process(self, output):
-        section = None
-        result: dict[str, list[str]] = {"loaded": [], "builtin": []}
-        for line in output:
-            if line.startswith("@@"):
-                section = line[2:].strip()
-            elif section in result and line.strip():
-                result[section].append(module_name(line))
-        return {key: sorted(set(values)) for key, values in result.items()}
+        return parse_modules(output)

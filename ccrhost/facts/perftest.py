@@ -7,7 +7,12 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from ccrhost.perftest import PerftestFormatError, client_command, parse_ib_write_bw, server_command
+from ccrhost.probes.perftest import (
+    PerftestFormatError,
+    client_command,
+    parse_ib_write_bw,
+    server_command,
+)
 
 _MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
 

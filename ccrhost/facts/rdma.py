@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-from ccrhost import sysfs
-from ccrhost.probes.rdma import CONFIGFS, COMMAND, IB_ROOT, RDMA_CM, parse_rdma_dump
+from ccrhost.probes import sysfs
+from ccrhost.probes.rdma import COMMAND, CONFIGFS, IB_ROOT, RDMA_CM, parse_rdma_dump
 
 __all__ = ["RdmaDevices", "CONFIGFS", "IB_ROOT", "RDMA_CM"]
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import time
 
 from pyinfra import host
-
-from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.files import FileStates
-from ccrhost.operations.util import operation, upload_text
+from ccrhost.operations import cache as fact_cache
+from ccrhost.operations.base import operation, upload_text
 
 MANAGED_HEADER = "# Managed by ccrhost: local edits are overwritten on the next deploy.\n"
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ccrhost.facts import cache as fact_cache
-
-from ccrhost import nccl
 from ccrhost.facts.files import FileStates
-from ccrhost.facts.rdma import RdmaDevices
+from ccrhost.model import nccl
+from ccrhost.operations import cache as fact_cache
+from ccrhost.operations.base import fail, operation
 from ccrhost.operations.files import MANAGED_HEADER, converge
-from ccrhost.operations.util import fail, operation
 
 
 @operation
@@ -30,7 +28,7 @@ def environment(settings, conf_path: str = nccl.CONF_PATH, profile_path: str = n
         nccl.environment(name="Write NCCL environment", settings=settings)
     """
     try:
-        env = nccl.derive(fact_cache.get(host, RdmaDevices), settings)
+        env = nccl.derive(fact_cache.rdma(host), settings)
     except nccl.NcclError as exc:
         yield from fail(f"NCCL: {exc}")
         return

@@ -1,39 +1,16 @@
-"""Lossless RoCE: trust/DSCP, PFC, buffers ("credit" thresholds), ECN/DCQCN,
-and the boot unit that re-applies them."""
+"""Lossless RoCE: trust/DSCP, PFC, buffers ("credit" thresholds), ECN/DCQCN.
+The boot unit that re-applies them is :mod:`ccrhost.operations.boot`."""
 
 from __future__ import annotations
 
-import shlex
 from pyinfra import host
-
-from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
-from ccrhost import qos
-from ccrhost.checks import compute_ports
-from ccrhost.facts.files import FileStates
-from ccrhost.facts.qos import UNIT, QosState
-from ccrhost.facts.rdma import IB_ROOT, RdmaDevices
-from ccrhost.operations.files import MANAGED_HEADER, converge
-from ccrhost.operations.util import fail, operation, write_sysfs
-from ccrhost.render import render
-from ccrhost.sysfs import natural_key
-
-BOOT_SCRIPT = "/etc/ccrhost/boot-apply.sh"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
-
-
-def roce_netdevs(facts: dict, settings) -> dict[str, dict]:
-    """Compute RoCE netdevs -> {"rate_gbps", "ports": [(dev, num)]}."""
-    out: dict[str, dict] = {}
-    devices = facts.get("devices", {})
-    for p in compute_ports(devices, settings.rdma_exclude_devices):
-        netdev = devices[p.device]["ports"][p.port].get("netdev")
-        if p.link_layer == "Ethernet" and netdev:
-            entry = out.setdefault(netdev, {"rate_gbps": 0.0, "ports": []})
-            entry["rate_gbps"] = max(entry["rate_gbps"], p.rate_gbps or 0.0)
-            entry["ports"].append((p.device, p.port))
-    return dict(sorted(out.items(), key=lambda kv: natural_key(kv[0])))
+from ccrhost.facts.rdma import IB_ROOT
+from ccrhost.model import qos
+from ccrhost.model.ports import roce_netdevs
+from ccrhost.operations import cache as fact_cache
+from ccrhost.operations.base import fail, operation, write_sysfs
 
 
 def _guard(netdevs, node, settings) -> str | None:
@@ -70,8 +47,8 @@ def lossless(settings):
 
         qos.lossless(name="Configure lossless RoCE", settings=settings)
     """
-    facts = fact_cache.get(host, RdmaDevices)
-    netdevs = roce_netdevs(facts, settings)
+    facts = fact_cache.rdma(host)
+    netdevs = roce_netdevs(facts, settings.rdma_exclude_devices)
     if not netdevs:
         host.log("no RoCE compute netdev: QoS skipped")
         return
@@ -79,7 +56,7 @@ def lossless(settings):
     if refused:
         yield from fail(refused)
         return
-    state = fact_cache.get(host, QosState, interfaces=list(netdevs))["interfaces"]
+    state = fact_cache.qos_state(host, netdevs)["interfaces"]
     wanted = settings.qos_wanted()
     commands, problems, notes = [], [], {}
     for iface, info in netdevs.items():
@@ -124,10 +101,10 @@ def headroom(settings):
     """
     if settings.qos_min_headroom is None:
         return
-    netdevs = roce_netdevs(fact_cache.get(host, RdmaDevices), settings)
+    netdevs = roce_netdevs(fact_cache.rdma(host), settings.rdma_exclude_devices)
     if not netdevs:
         return
-    state = fact_cache.get(host, QosState, interfaces=list(netdevs))["interfaces"]
+    state = fact_cache.qos_state(host, netdevs)["interfaces"]
     problems = []
     for iface in netdevs:
         current = state.get(iface, {})
@@ -142,47 +119,3 @@ def headroom(settings):
         yield from fail("PFC headroom: " + "; ".join(problems))
 
 
-def render_boot(settings, facts: dict, netdevs: dict, qos_state: dict) -> tuple[str, str]:
-    commands = []
-    if settings.qos_enable:
-        wanted = settings.qos_wanted()
-        for iface in netdevs:
-            current = qos_state.get(iface, {})
-            cmds, _ = qos.plan_interface(iface, current.get("backend", "none"), wanted, current, force=True)
-            commands += [qos.shell_line(c) for c in cmds]
-    roce_ports = [(dev, num) for dev, data in facts.get("devices", {}).items()
-                  for num, p in sorted(data["ports"].items()) if p["link_layer"] == "Ethernet"]
-    all_ports = [f"{dev}/ports/{num}" for info in netdevs.values() for dev, num in info["ports"]]
-    script = render("ccrhost-boot.sh.j2",
-        modules=[shlex.quote(m) for m in settings.rdma_modules], wait_seconds=120, ports=all_ports,
-        roce_ports=roce_ports, roce_mode=settings.roce_mode, tos=settings.roce_tos, commands=commands)
-    unit = render("ccrhost-boot.service.j2", script=BOOT_SCRIPT, wait_seconds=120)
-    return script, unit
-
-
-@operation
-def persist(settings):
-    """
-    Install the boot-time oneshot unit and its script that re-apply the
-    modules, rdma_cm defaults and QoS settings after every boot; enable it
-    with systemctl where systemd runs.
-
-    **Example:**
-
-    .. code:: python
-
-        qos.persist(name="Install the boot unit", settings=settings)
-    """
-    facts = fact_cache.get(host, RdmaDevices)
-    netdevs = roce_netdevs(facts, settings)
-    qos_facts = fact_cache.get(host, QosState, interfaces=list(netdevs))
-    script, unit = render_boot(settings, facts, netdevs, qos_facts["interfaces"])
-    files = fact_cache.get(host, FileStates, paths=[BOOT_SCRIPT, UNIT_PATH])
-    # the script's first line must stay the shebang
-    body = script.split("\n", 1)
-    yield from converge(BOOT_SCRIPT, body[0] + "\n" + MANAGED_HEADER + body[1], files.get(BOOT_SCRIPT), mode="755")
-    yield from converge(UNIT_PATH, MANAGED_HEADER + unit, files.get(UNIT_PATH))
-    if qos_facts["systemd"] and not qos_facts["unit_enabled"]:
-        yield StringCommand("systemctl daemon-reload && systemctl enable", UNIT)
-    elif not qos_facts["systemd"]:
-        host.log(f"systemd is not running: {UNIT} installed, not enabled; run {BOOT_SCRIPT} at boot")

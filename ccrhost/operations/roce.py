@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 from pyinfra import host
-
-from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
-from ccrhost.facts.rdma import CONFIGFS, IB_ROOT, RDMA_CM, RdmaDevices
-from ccrhost.operations.util import fail, operation, write_sysfs
+from ccrhost.facts.rdma import CONFIGFS, IB_ROOT, RDMA_CM
+from ccrhost.model.ports import ethernet_ports
+from ccrhost.operations import cache as fact_cache
+from ccrhost.operations.base import fail, operation, write_sysfs
 
 _GLOBAL_TCLASS = re.compile(r"^\s*Global tclass=(\d+)\s*$")
 
@@ -57,19 +57,14 @@ def mode(roce_mode: str = "RoCE v2", tos: int = 106, force_traffic_class: bool =
 
         roce.mode(name="RoCE v2, ToS 106", roce_mode="RoCE v2", tos=106)
     """
-    facts = fact_cache.get(host, RdmaDevices)
+    facts = fact_cache.rdma(host)
     devices = facts.get("devices", {})
     if not devices:
         if require_devices:
             yield from fail(f"no RDMA device under {IB_ROOT} (is the NIC driver loaded?)")
         return
 
-    ethernet = [
-        (dev, num, port)
-        for dev, data in devices.items()
-        for num, port in sorted(data["ports"].items())
-        if port["link_layer"] == "Ethernet"
-    ]
+    ethernet = ethernet_ports(devices)
     for dev, data in devices.items():
         for num, port in sorted(data["ports"].items()):
             if port["link_layer"] != "Ethernet":

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ccrhost.facts import cache as fact_cache
-
-from ccrhost.checks import FAIL, OK, evaluate, readings_from_facts
 from ccrhost.facts.gpu import NvidiaGpus
-from ccrhost.facts.rdma import RdmaDevices
-from ccrhost.operations.util import fail, operation
+from ccrhost.model.verdict import FAIL, OK, evaluate, readings_from_facts
+from ccrhost.operations import cache as fact_cache
+from ccrhost.operations.base import fail, operation
 
 
 @operation
@@ -30,7 +28,7 @@ def ccr(settings, report=None, measured=None):
 
         verify.ccr(name="Verify CCR", settings=settings, report=report)
     """
-    readings = readings_from_facts(fact_cache.get(host, RdmaDevices), fact_cache.get(host, NvidiaGpus),
+    readings = readings_from_facts(fact_cache.rdma(host), fact_cache.get(host, NvidiaGpus),
                                    settings.rdma_exclude_devices, measured)
     verdict = evaluate(readings, settings.expectation(), settings.policy())
     if report is not None:

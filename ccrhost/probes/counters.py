@@ -5,11 +5,19 @@ the fact that ``deploys/monitor.py`` runs remotely."""
 from __future__ import annotations
 
 import subprocess
-import time
 
-from ccrhost.counters import HW_COUNTERS, parse_counters
 from ccrhost.probes.rdma import IB_ROOT
-from ccrhost.sysfs import split_dump
+from ccrhost.probes.sections import split
+from ccrhost.probes.sysfs import split_dump
+
+# ``port_xmit_data`` / ``port_rcv_data`` (and their ``_64`` variants, in
+# ``counters/`` or, before kernel 4.5, ``counters_ext/``) count 4-byte words.
+# The plain ones are 32-bit on some drivers and wrap. Unreadable counters
+# (``N/A (no PMA)``, EINVAL) are skipped, not fatal.
+HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets")
+_DATA = {"port_xmit_data": "tx", "port_rcv_data": "rx"}
+
+
 
 _FILES = " ".join(
     [f"*/ports/*/{group}/{name}" for group in ("counters", "counters_ext")
@@ -29,24 +37,50 @@ def sampler_command(count: int, interval: float) -> str:
 
 
 def parse_samples(lines: list[str]) -> list[dict]:
-    samples, current, in_gpu = [], None, False
-    for line in lines:
-        if line.startswith("@@t "):
-            current = {"t": float(line[4:]), "lines": [], "gpu_util": []}
-            samples.append(current)
-            in_gpu = False
-        elif line == "@@gpu":
-            in_gpu = True
-        elif current is not None:
-            if in_gpu:
-                value = line.strip()
-                if value.isdigit():
-                    current["gpu_util"].append(float(value))
-            else:
-                current["lines"].append(line)
-    for s in samples:
-        s["ports"] = parse_counters(split_dump(s.pop("lines")))
+    """``[{"t": seconds, "ports": parse_counters(...), "gpu_util": [percent]}]``."""
+    samples = []
+    for section in split(lines):
+        if section.tag == "t":
+            samples.append({"t": float(section.arg), "ports": parse_counters(split_dump(section.lines)), "gpu_util": []})
+        elif section.tag == "gpu" and samples:
+            samples[-1]["gpu_util"] = [float(v.strip()) for v in section.lines if v.strip().isdigit()]
     return samples
+
+
+def parse_counters(files: dict[str, list[str]]) -> dict[tuple[str, int], dict]:
+    """``{relative path: lines}`` under /sys/class/infiniband ->
+    ``{(device, port): {"tx_words": n, "rx_words": n, "wrap": 2**32 | None, "hw": {...}}}``.
+
+    The 64-bit variant wins over the plain counter when both are present.
+    """
+    ports: dict[tuple[str, int], dict] = {}
+    for path, lines in files.items():
+        parts = path.split("/")
+        if len(parts) != 5 or parts[1] != "ports" or not parts[2].isdigit():
+            continue
+        dev, port, group, name = parts[0], int(parts[2]), parts[3], parts[4]
+        text = " ".join(lines).strip()
+        if not text.isdigit():
+            continue  # "N/A (no PMA)" and the like
+        entry = ports.setdefault((dev, port), {"tx_words": None, "rx_words": None, "wrap": None, "hw": {}, "_64": set()})
+        value = int(text)
+        if group in ("counters", "counters_ext"):
+            base = name[:-3] if name.endswith("_64") else name
+            if base not in _DATA:
+                continue
+            key = f"{_DATA[base]}_words"
+            if name.endswith("_64"):
+                entry[key] = value
+                entry["_64"].add(key)
+            elif key not in entry["_64"]:
+                entry[key] = value
+                entry["wrap"] = 2**32
+        elif group == "hw_counters" and name in HW_COUNTERS:
+            entry["hw"][name] = value
+    for entry in ports.values():
+        if len(entry.pop("_64")) == 2:
+            entry["wrap"] = None
+    return ports
 
 
 def gpu_utilization(nvml=None) -> list[float] | None:
@@ -72,9 +106,3 @@ def sample_local(nvml_first: bool = True) -> dict:
         if util is not None:
             sample["gpu_util"] = util
     return sample
-
-
-def sleep_until(deadline: float) -> None:
-    delay = deadline - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)

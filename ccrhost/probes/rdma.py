@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import subprocess
 
-from ccrhost import sysfs
+from ccrhost.probes import sysfs
+from ccrhost.probes.sections import by_tag
 
 IB_ROOT = "/sys/class/infiniband"
 CONFIGFS = "/sys/kernel/config"
@@ -54,21 +55,9 @@ ip -o addr show 2>/dev/null
 true"""
 
 
-def _sections(lines: list[str]) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in lines:
-        if line.startswith("@@"):
-            current = line[2:].strip()
-            sections.setdefault(current, [])
-        elif current is not None:
-            sections[current].append(line)
-    return sections
-
-
 def parse_rdma_dump(lines: list[str]) -> dict:
     """Turn the fact command's output into the structure documented above."""
-    sections = _sections(lines)
+    sections = by_tag(lines)
     devices: dict[str, dict] = {}
 
     def device(name: str) -> dict:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import shlex
 
+from ccrhost.model.ports import natural_key
+from ccrhost.model.qos import tos_byte
 from ccrhost.render import render
-from ccrhost.sysfs import natural_key
 
 BEGIN = "# BEGIN ccrhost managed block: rerun the deploy instead of editing"
 END = "# END ccrhost managed block"
@@ -31,7 +32,7 @@ def _v2_ipv4_index(port: dict) -> int | None:
 
 def derive(facts: dict, settings) -> dict[str, str]:
     """The NCCL_* variables for one node, in the order they are written."""
-    from ccrhost.checks import compute_ports
+    from ccrhost.model.verdict import compute_ports
 
     devices = facts.get("devices", {})
     compute = [p for p in compute_ports(devices, settings.rdma_exclude_devices) if p.active]
@@ -46,7 +47,7 @@ def derive(facts: dict, settings) -> dict[str, str]:
     if roce:
         out["NCCL_IB_TC"] = str(settings.roce_tos)
         fifo_dscp = settings.nccl_fifo_dscp if settings.nccl_fifo_dscp is not None else settings.roce_dscp
-        out["NCCL_IB_FIFO_TC"] = str(fifo_dscp << 2 | settings.roce_ecn_bits)
+        out["NCCL_IB_FIFO_TC"] = str(tos_byte(fifo_dscp, settings.roce_ecn_bits))
         out["NCCL_IB_ROCE_VERSION_NUM"] = str(settings.roce_version)
         out["NCCL_IB_ADDR_FAMILY"] = settings.nccl_ib_addr_family
         if settings.nccl_ib_addr_range:

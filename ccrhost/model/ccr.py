@@ -29,11 +29,6 @@ def beta_from_workload(grad_bytes_per_param: float, tokens_per_gpu_step: float, 
     return grad_bytes_per_param * 2 * (dp_size - 1) / dp_size / (6 * tokens_per_gpu_step)
 
 
-def effective_gbps(link_gbps: float, pcie_gbps: float | None) -> float:
-    """What a port can really move: the slower of its link and its NIC's PCIe link."""
-    return link_gbps if pcie_gbps is None else min(link_gbps, pcie_gbps)
-
-
 def node_bandwidth_gbps(port_gbps: list[float], model: str = "bottleneck") -> float:
     """The node's bandwidth from its active compute ports' effective rates.
 

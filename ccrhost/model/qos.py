@@ -25,6 +25,12 @@ DCQCN_NP = {"min_time_between_cnps": "np_min_time_between_cnps"}
 CNP_NP = {"cnp_dscp": "np_cnp_dscp", "cnp_802p_prio": "np_cnp_prio"}
 
 
+def tos_byte(dscp: int, ecn_bits: int) -> int:
+    """The IP ToS byte: DSCP in the upper six bits, ECN in the lower two
+    (DSCP 26 with ECT(0) = 2 gives 106)."""
+    return dscp << 2 | ecn_bits
+
+
 @dataclass(frozen=True)
 class Wanted:
     dscp_map: dict[int, int]           # DSCP -> priority (trust dscp)

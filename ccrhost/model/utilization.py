@@ -1,9 +1,8 @@
-"""RDMA port counters and the runtime figures derived from them. Pure.
+"""Runtime figures from counter samples: throughput per port, GPU
+utilization, and the summary against the targets. Pure.
 
-``port_xmit_data`` / ``port_rcv_data`` (and their ``_64`` variants, in
-``counters/`` or, before kernel 4.5, ``counters_ext/``) count 4-byte words.
-The plain ones are 32-bit on some drivers and wrap. Unreadable counters
-(``N/A (no PMA)``, EINVAL) are skipped, not fatal.
+Samples come from :mod:`ccrhost.probes.counters`; plain 32-bit counters
+wrap, and :func:`delta` handles one wrap between samples.
 """
 
 from __future__ import annotations
@@ -11,45 +10,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-WORD = 4
-HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets")
-_DATA = {"port_xmit_data": "tx", "port_rcv_data": "rx"}
-
-
-def parse_counters(files: dict[str, list[str]]) -> dict[tuple[str, int], dict]:
-    """``{relative path: lines}`` under /sys/class/infiniband ->
-    ``{(device, port): {"tx_words": n, "rx_words": n, "wrap": 2**32 | None, "hw": {...}}}``.
-
-    The 64-bit variant wins over the plain counter when both are present.
-    """
-    ports: dict[tuple[str, int], dict] = {}
-    for path, lines in files.items():
-        parts = path.split("/")
-        if len(parts) != 5 or parts[1] != "ports" or not parts[2].isdigit():
-            continue
-        dev, port, group, name = parts[0], int(parts[2]), parts[3], parts[4]
-        text = " ".join(lines).strip()
-        if not text.isdigit():
-            continue  # "N/A (no PMA)" and the like
-        entry = ports.setdefault((dev, port), {"tx_words": None, "rx_words": None, "wrap": None, "hw": {}, "_64": set()})
-        value = int(text)
-        if group in ("counters", "counters_ext"):
-            base = name[:-3] if name.endswith("_64") else name
-            if base not in _DATA:
-                continue
-            key = f"{_DATA[base]}_words"
-            if name.endswith("_64"):
-                entry[key] = value
-                entry["_64"].add(key)
-            elif key not in entry["_64"]:
-                entry[key] = value
-                entry["wrap"] = 2**32
-        elif group == "hw_counters" and name in HW_COUNTERS:
-            entry["hw"][name] = value
-    for entry in ports.values():
-        if len(entry.pop("_64")) == 2:
-            entry["wrap"] = None
-    return ports
+WORD = 4  # port_xmit_data / port_rcv_data count 4-byte words
 
 
 def delta(before: int | None, after: int | None, wrap: int | None) -> int | None:

@@ -13,11 +13,6 @@ import re
 from dataclasses import dataclass
 
 
-def natural_key(name: str) -> list:
-    """Sort device names as people do: mlx5_2 before mlx5_10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-
 class SysfsFormatError(ValueError):
     """A sysfs file did not have the format the kernel prints."""
 
@@ -58,11 +53,6 @@ def parse_rate(text: str) -> LinkRate:
 # printed "8 GT/s" without the suffix.
 _PCIE_SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s(?:\s+PCIe)?\s*$")
 
-# Payload bits per transfer after line encoding: 8b/10b up to 5 GT/s,
-# 128b/130b for 8-32 GT/s, 242B/256B FLIT for 64 GT/s (PCIe 6).
-_PCIE_ENCODING = {2.5: 8 / 10, 5.0: 8 / 10, 8.0: 128 / 130, 16.0: 128 / 130, 32.0: 128 / 130, 64.0: 242 / 256}
-
-
 def parse_pcie_speed(text: str) -> float | None:
     """GT/s per lane from ``current_link_speed``; None for ``Unknown``."""
     if text.strip() in ("", "Unknown"):
@@ -71,14 +61,6 @@ def parse_pcie_speed(text: str) -> float | None:
     if not match:
         raise SysfsFormatError(f"expected '<n> GT/s PCIe', got {text!r}")
     return float(match.group(1))
-
-
-def pcie_gbps(gts: float | None, width: int | None) -> float | None:
-    """Usable PCIe link bandwidth in Gb/s for a speed (GT/s) and width."""
-    if gts is None or not width:
-        return None
-    encoding = _PCIE_ENCODING.get(gts, 128 / 130)
-    return gts * encoding * width
 
 
 def parse_int(text: str) -> int:
@@ -94,14 +76,6 @@ class Gid:
     gid: str
     type: str | None  # "IB/RoCE v1" | "RoCE v2" | None (IB link layer has no type file on old kernels)
     ndev: str | None
-
-    @property
-    def roce_version(self) -> int | None:
-        if self.type == "RoCE v2":
-            return 2
-        if self.type == "IB/RoCE v1":
-            return 1
-        return None
 
     @property
     def ipv4(self) -> str | None:

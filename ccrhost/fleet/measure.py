@@ -12,17 +12,16 @@ from dataclasses import dataclass, field
 
 import gevent
 
-from ccrhost.facts.parallel import once_per_run, parallel_facts
 from ccrhost.facts.perftest import IbWriteBwClients, IbWriteBwServers
-from ccrhost.pairing import first_rounds, isolation_round
-from ccrhost.perftest import DEFAULT_PORT
+from ccrhost.fleet.pairing import first_rounds, isolation_round
+from ccrhost.fleet.parallel import once_per_run, parallel_facts
+from ccrhost.probes.perftest import DEFAULT_PORT
 
 
 @dataclass
 class HostMeasurement:
     gbps: dict[str, float] = field(default_factory=dict)  # device -> measured Gb/s
     errors: list[str] = field(default_factory=list)
-    partner: str | None = None
     note: str | None = None
 
 
@@ -96,7 +95,7 @@ def _take(r: PairResult, name: str, note: str | None = None) -> HostMeasurement:
     server = name == r.server
     return HostMeasurement(
         gbps={(sdev if server else cdev): g for sdev, cdev, g in r.gbps},
-        errors=list(r.errors), partner=r.client if server else r.server, note=note,
+        errors=list(r.errors), note=note,
     )
 
 
@@ -155,8 +154,8 @@ def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[st
 
 def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePlan | None]:
     """Read every measuring host's RDMA ports (in parallel) and plan the test."""
-    from ccrhost.checks import compute_ports
     from ccrhost.facts.rdma import RdmaDevices
+    from ccrhost.model.verdict import compute_ports
 
     active = set(inventory.get_active_hosts())
     # inventory order, so pairs are predictable from the inventory file

@@ -9,6 +9,9 @@ lines it does not know: newer tool versions add some.
 from __future__ import annotations
 
 import re
+import shlex
+
+from ccrhost.probes.sections import split
 
 
 class QosFormatError(ValueError):
@@ -157,3 +160,100 @@ def parse_ofed_prio2buffer(text: str) -> list[int]:
         if len(words) == 2 and all(w.isdigit() for w in words):
             table[int(words[0])] = int(words[1])
     return table
+
+
+_PER_IF = r"""
+echo "@@if $IF"
+echo "@@mtu"; cat "/sys/class/net/$IF/mtu" 2>/dev/null
+if command -v mlnx_qos >/dev/null 2>&1 && [ -d "/sys/class/net/$IF/qos" ]; then
+  out=$(mlnx_qos -i "$IF" 2>&1); echo "@@mlnx_qos $?"; printf '%s\n' "$out"
+elif command -v dcb >/dev/null 2>&1; then
+  out=$(dcb -N app show dev "$IF" dscp-prio 2>&1); echo "@@dcb_app $?"; printf '%s\n' "$out"
+  out=$(dcb pfc show dev "$IF" 2>&1); echo "@@dcb_pfc $?"; printf '%s\n' "$out"
+  out=$(dcb buffer show dev "$IF" 2>&1); echo "@@dcb_buffer $?"; printf '%s\n' "$out"
+fi
+if [ -d "/sys/class/net/$IF/ecn" ]; then
+  echo "@@ecn"; (cd "/sys/class/net/$IF/ecn" && grep -Hs '' roce_rp/* roce_np/* roce_rp/enable/* roce_np/enable/*)
+fi
+[ -r "/sys/class/net/$IF/qos/buffer_size" ] && { echo "@@ofed_buffer"; cat "/sys/class/net/$IF/qos/buffer_size"; }
+[ -r "/sys/class/net/$IF/qos/prio2buffer" ] && { echo "@@ofed_prio2buffer"; cat "/sys/class/net/$IF/qos/prio2buffer"; }
+pci=$(basename "$(readlink -f "/sys/class/net/$IF/device" 2>/dev/null)" 2>/dev/null)
+cc="/sys/kernel/debug/mlx5/$pci/cc_params"
+if [ -n "$pci" ] && [ -d "$cc" ]; then echo "@@cc_params $cc"; (cd "$cc" && grep -Hs '' *); fi
+"""
+
+def command(interfaces, wants: str) -> str:
+    """One command reading every interface's QoS state, and whether systemd
+    runs and the boot unit is enabled (``wants``: its .wants/ link)."""
+    names = " ".join(shlex.quote(i) for i in interfaces)
+    return (f"for IF in {names}; do {_PER_IF} done; "
+            f"echo @@systemd; [ -d /run/systemd/system ] && echo running; "
+            f"[ -e {shlex.quote(wants)} ] && echo enabled; true")
+
+
+def _blank(name: str) -> dict:
+    return {"backend": "none", "mtu": None, "trust": None, "dscp2prio": {}, "pfc": None, "cable_len": None,
+            "buffer_size": None, "prio2buffer": None, "port_buffer": None, "ecn": None,
+            "ofed_buffers": None, "cc_params": None, "cc_params_dir": None, "errors": []}
+
+
+def _grep_values(lines: list[str], signed: bool = False) -> dict[str, int]:
+    """``grep -H`` lines ``path:value`` with an integer value; others skipped."""
+    out = {}
+    for line in lines:
+        path, sep, value = line.partition(":")
+        digits = value.strip().lstrip("-") if signed else value.strip()
+        if sep and digits.isdigit():
+            out[path] = int(value)
+    return out
+
+
+def parse_qos_dump(lines: list[str]) -> dict:
+    """The output of :func:`command` -> ``{"interfaces": {...}, "systemd", "unit_enabled"}``."""
+    interfaces: dict[str, dict] = {}
+    node = {"systemd": False, "unit_enabled": False}
+    st = None
+    for section in split(lines):
+        tag, arg, body, text = section.tag, section.arg, section.lines, section.text
+        if tag == "if":
+            st = interfaces[arg] = _blank(arg)
+            continue
+        if tag == "systemd":
+            words = {line.strip() for line in body}
+            node.update(systemd="running" in words, unit_enabled="enabled" in words)
+            st = None
+            continue
+        if st is None:
+            continue
+        if tag in ("mlnx_qos", "dcb_app", "dcb_pfc", "dcb_buffer") and arg != "0":
+            st["errors"].append(f"{tag.replace('_', ' ')} failed: {text.strip().splitlines()[-1] if text.strip() else arg}")
+            continue
+        if tag == "mtu" and text.strip():
+            st["mtu"] = int(text.strip())
+        elif tag == "mlnx_qos":
+            q = parse_mlnx_qos(text)
+            st.update(backend="ofed", trust=q["trust"], dscp2prio=q["dscp2prio"], pfc=q["pfc"],
+                      cable_len=q["cable_len"], buffer_size=q["buffer_size"], prio2buffer=q["prio2buffer"],
+                      port_buffer=q["max_buffer_size"])
+        elif tag == "dcb_app":
+            st["backend"] = "upstream"
+            st["dscp2prio"] = parse_dcb_app_dscp(text)
+            st["trust"] = "dscp" if st["dscp2prio"] else "pcp"
+        elif tag == "dcb_pfc":
+            pfc = parse_dcb_pfc(text)
+            st["pfc"], st["cable_len"] = pfc["prio_pfc"], pfc["delay"]
+        elif tag == "dcb_buffer":
+            buf = parse_dcb_buffer(text)
+            st["buffer_size"], st["prio2buffer"], st["port_buffer"] = buf["buffer_size"], buf["prio_buffer"], buf["total_size"]
+        elif tag == "ecn":
+            st["ecn"] = _grep_values(body, signed=True)
+        elif tag == "ofed_buffer":
+            parsed = parse_ofed_buffer_size(text)
+            st["ofed_buffers"] = parsed["buffers"]
+            st["port_buffer"] = st["port_buffer"] or parsed["port_buffer_size"]
+        elif tag == "ofed_prio2buffer":
+            st["prio2buffer"] = st["prio2buffer"] or parse_ofed_prio2buffer(text)
+        elif tag == "cc_params":
+            st["cc_params_dir"] = arg
+            st["cc_params"] = _grep_values(body)
+    return {"interfaces": interfaces, **node}

@@ -33,3 +33,18 @@ def get(host, cls, **kwargs):
 
 def invalidate(host) -> None:
     _real(host).__dict__.pop(_ATTR, None)
+
+
+def rdma(host) -> dict:
+    """The RdmaDevices fact, shared by every stage."""
+    from ccrhost.facts.rdma import RdmaDevices
+
+    return get(host, RdmaDevices)
+
+
+def qos_state(host, netdevs) -> dict:
+    """The QosState fact of ``netdevs``, with the boot unit's systemd state."""
+    from ccrhost.facts.qos import QosState
+    from ccrhost.model.boot import WANTS
+
+    return get(host, QosState, interfaces=list(netdevs), wants=WANTS)

@@ -52,15 +52,13 @@ def parse_ib_write_bw(text: str) -> BwResult:
     raise PerftestFormatError("no ib_write_bw result row found" if unit else "no ib_write_bw report header found")
 
 
-def client_command(device: str, peer: str, port: int, seconds: int, gid_index: int | None = None) -> str:
-    args = ["ib_write_bw", "-d", device, "-p", str(port), "-D", str(seconds), "-F", "--report_gbits"]
-    if gid_index is not None:
-        args += ["-x", str(gid_index)]
-    return " ".join(shlex.quote(a) for a in [*args, peer])
+def _args(device: str, port: int, seconds: int) -> list[str]:
+    return ["ib_write_bw", "-d", device, "-p", str(port), "-D", str(seconds), "-F", "--report_gbits"]
 
 
-def server_command(device: str, port: int, seconds: int, gid_index: int | None = None) -> str:
-    args = ["ib_write_bw", "-d", device, "-p", str(port), "-D", str(seconds), "-F", "--report_gbits"]
-    if gid_index is not None:
-        args += ["-x", str(gid_index)]
-    return " ".join(shlex.quote(a) for a in args)
+def client_command(device: str, peer: str, port: int, seconds: int) -> str:
+    return " ".join(shlex.quote(a) for a in [*_args(device, port, seconds), peer])
+
+
+def server_command(device: str, port: int, seconds: int) -> str:
+    return " ".join(shlex.quote(a) for a in _args(device, port, seconds))

@@ -11,13 +11,8 @@ from __future__ import annotations
 import json
 import time
 
-from ccrhost.checks import compute_ports
-from ccrhost.counters import Summary, rates, summarize
-
-
-def effective_rates(rdma_facts: dict, exclude=()) -> dict[str, float]:
-    """Active compute ports and the rate the verification counts them at."""
-    return {p.name: p.link_gbps for p in compute_ports(rdma_facts.get("devices", {}), exclude) if p.active}
+from ccrhost.model.ports import effective_rates  # noqa: F401  (the CLI takes it from here)
+from ccrhost.model.utilization import Summary, rates, summarize
 
 
 def live_line(prev: dict, cur: dict, effective: dict[str, float]) -> str:
@@ -92,42 +87,3 @@ def format_prometheus(s: Summary) -> str:
     for name, total in sorted(s.hw_totals.items()):
         out.append(f'ccrhost_monitor_hw_counter_delta{{counter="{name}"}} {total}')
     return "\n".join(out) + "\n"
-
-
-def fleet_outliers(summaries: dict[str, Summary], tolerance: float = 0.2) -> dict[str, list[str]]:
-    """Hosts whose network or GPU utilization is more than ``tolerance`` below the fleet median."""
-    import statistics
-
-    flags: dict[str, list[str]] = {}
-    for field, label in (("network_fraction", "network utilization"), ("gpu_util_mean", "GPU utilization")):
-        values = {h: getattr(s, field) for h, s in summaries.items() if getattr(s, field) is not None}
-        if len(values) < 3:
-            continue
-        median = statistics.median(values.values())
-        for host, value in values.items():
-            if median and value < (1 - tolerance) * median:
-                flags.setdefault(host, []).append(f"{label} {value:.3g} is {1 - value / median:.0%} below the fleet median")
-    return flags
-
-
-def fleet_table(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> str:
-    lines = [f"{'host':24} {'verdict':8} {'GPU mean':>9} {'GPU p5':>7} {'network':>8}  flags"]
-    for host, s in sorted(summaries.items()):
-        gpu = "n/a" if s.gpu_util_mean is None else f"{s.gpu_util_mean:.1f}%"
-        p5 = "n/a" if s.gpu_util_p5 is None else f"{s.gpu_util_p5:.0f}%"
-        net = "n/a" if s.network_fraction is None else f"{s.network_fraction:.1%}"
-        lines.append(f"{host:24} {s.verdict:8} {gpu:>9} {p5:>7} {net:>8}  {'; '.join(flags.get(host, [])) or '-'}")
-    return "\n".join(lines) + "\n"
-
-
-def html_chart(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> str:
-    """Network utilization per host against the target, as the CCR report draws CCR."""
-    from ccrhost.charts import Bar, bar_chart
-
-    bars = []
-    for host, s in sorted(summaries.items()):
-        status = "FAIL" if host in flags or s.verdict == "FAIL" else s.verdict
-        value = s.network_fraction * 100 if s.network_fraction is not None else None
-        gpu = "n/a" if s.gpu_util_mean is None else f"{s.gpu_util_mean:.0f}%"
-        bars.append(Bar(host, value, status, f"net {value or 0:.1f}%, GPU {gpu}", s.net_target))
-    return bar_chart("Network utilization per host", "Share of the effective rate; dashed line: the target.", bars)

@@ -12,14 +12,21 @@ import difflib
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
-from ccrhost import ccr as ccrmod
-from ccrhost.checks import Expectation, Policy
-from ccrhost.gpu_peaks import PRECISIONS
-from ccrhost.gpu_peaks import lookup as lookup_gpu
-from ccrhost.hardware import PROFILES
-from ccrhost.qos import DCQCN_NP, DCQCN_RP, Wanted
+from ccrhost.model import ccr as ccrmod
+from ccrhost.model.declared import PROFILES
+from ccrhost.model.gpus import PRECISIONS
+from ccrhost.model.gpus import lookup as lookup_gpu
+from ccrhost.model.qos import DCQCN_NP, DCQCN_RP, Wanted, tos_byte
+from ccrhost.model.verdict import Expectation, Policy
 
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
@@ -258,7 +265,7 @@ class HostSettings(BaseModel):
     @property
     def roce_tos(self) -> int:
         """The ToS byte: DSCP in the upper six bits, ECN in the lower two."""
-        return self.roce_dscp << 2 | self.roce_ecn_bits
+        return tos_byte(self.roce_dscp, self.roce_ecn_bits)
 
     @property
     def roce_mode(self) -> str:

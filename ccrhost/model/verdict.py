@@ -7,65 +7,22 @@ so every verdict is testable from fixtures.
 
 from __future__ import annotations
 
-import fnmatch
-import statistics
 from dataclasses import dataclass, field, replace
 
-from ccrhost import ccr as ccrmod
-from ccrhost import gpu_peaks
-from ccrhost.gpu_readings import GpuReading
-from ccrhost.sysfs import natural_key, pcie_gbps
-
-OK, WARN, FAIL, UNKNOWN = "OK", "WARN", "FAIL", "UNKNOWN"
-EXIT_CODES = {OK: 0, WARN: 1, FAIL: 2, UNKNOWN: 3}
-# An unmeasurable node outranks a warning: its CCR is not known at all.
-_RANK = {OK: 0, WARN: 1, UNKNOWN: 2, FAIL: 3}
-
-
-@dataclass(frozen=True)
-class Reason:
-    level: str
-    code: str
-    message: str
-
-    def to_dict(self) -> dict:
-        return {"level": self.level, "code": self.code, "message": self.message}
-
-
-@dataclass(frozen=True)
-class Port:
-    device: str
-    port: int
-    link_layer: str | None
-    state: str | None
-    phys_state: str | None
-    rate_gbps: float | None
-    pcie_gts: float | None
-    pcie_width: int | None
-    pcie_gts_max: float | None
-    pcie_width_max: int | None
-    measured_gbps: float | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.state == "ACTIVE" and self.phys_state == "LinkUp"
-
-    @property
-    def pcie_gbps(self) -> float | None:
-        return pcie_gbps(self.pcie_gts, self.pcie_width)
-
-    @property
-    def link_gbps(self) -> float:
-        """What the link and the NIC's PCIe allow, before any measurement."""
-        return ccrmod.effective_gbps(self.rate_gbps or 0.0, self.pcie_gbps)
-
-    @property
-    def effective_gbps(self) -> float:
-        return self.link_gbps if self.measured_gbps is None else min(self.link_gbps, self.measured_gbps)
-
-    @property
-    def name(self) -> str:
-        return f"{self.device}/{self.port}"
+from ccrhost.model import ccr as ccrmod
+from ccrhost.model import gpus as gpu_peaks
+from ccrhost.model.gpus import GpuReading
+from ccrhost.model.ports import Port, compute_ports
+from ccrhost.model.status import (
+    EXIT_CODES,
+    FAIL,
+    OK,
+    UNKNOWN,
+    WARN,
+    Reason,
+    below_median,
+    worst,
+)
 
 
 @dataclass
@@ -130,61 +87,25 @@ class Verdict:
         }
 
 
-def worst(statuses) -> str:
-    return max(statuses, key=_RANK.__getitem__, default=OK)
-
-
-def compute_ports(devices: dict, exclude: tuple[str, ...] = ()) -> list[Port]:
-    """Ports of the RdmaDevices fact that carry compute traffic."""
-    ports = []
-    for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0])):
-        if any(fnmatch.fnmatchcase(dev, pattern) for pattern in exclude):
-            continue
-        pci = data.get("pci", {})
-        for num, p in sorted(data["ports"].items()):
-            ports.append(Port(
-                device=dev, port=int(num), link_layer=p["link_layer"], state=p["state"],
-                phys_state=p["phys_state"], rate_gbps=p["rate_gbps"],
-                pcie_gts=pci.get("current_speed_gts"), pcie_width=pci.get("current_width"),
-                pcie_gts_max=pci.get("max_speed_gts"), pcie_width_max=pci.get("max_width"),
-            ))
-    return ports
-
-
-def _override(policy: Policy) -> float | None:
-    """The inventory's own peak figure for the policy's precision, if given."""
-    return (policy.gpu_tflops or {}).get(policy.precision)
-
-
 def gpu_tflops(gpus: list[GpuReading], policy: Policy) -> tuple[float | None, list[Reason]]:
     """Node compute at the policy's precision, scaled for throttled clocks."""
-    reasons, total = [], 0.0
+    total = 0.0
     for gpu in gpus:
-        peak = _override(policy)
-        if peak is None:
-            row = gpu_peaks.lookup(gpu.name)
-            if row is None:
-                reasons.append(Reason(UNKNOWN, "gpu_unknown_model",
-                                      f"GPU {gpu.index} model {gpu.name!r} is not in the peak-TFLOPS table; "
-                                      "set verify_gpu_tflops to its datasheet figures"))
-                return None, reasons
-            peak = row.tflops.get(policy.precision)
-            if peak is None:
-                reasons.append(Reason(UNKNOWN, "gpu_no_precision",
-                                      f"{row.model} has no dense {policy.precision} figure"))
-                return None, reasons
+        try:
+            peak, _ = gpu_peaks.peak_tflops(gpu.name, policy.precision, policy.gpu_tflops)
+        except gpu_peaks.PeakUnknown as exc:
+            hint = "; set verify_gpu_tflops to its datasheet figures" if exc.code == "gpu_unknown_model" else ""
+            return None, [Reason(UNKNOWN, exc.code, f"GPU {gpu.index} {exc}{hint}")]
         total += peak * gpu.clock_fraction
-    return total, reasons
+    return total, []
 
 
 def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
     if None in (expect.gpu_model, expect.gpu_count, expect.ports, expect.port_gbps) or not expect.gpu_count:
         return None
-    peak = _override(policy)
-    if peak is None:
-        row = gpu_peaks.lookup(expect.gpu_model)
-        peak = row.tflops.get(policy.precision) if row else None
-    if not peak:
+    try:
+        peak, _ = gpu_peaks.peak_tflops(expect.gpu_model, policy.precision, policy.gpu_tflops)
+    except gpu_peaks.PeakUnknown:
         return None
     bandwidth = ccrmod.node_bandwidth_gbps([expect.port_gbps] * expect.ports, policy.bandwidth_model)
     return ccrmod.ccr(bandwidth, peak * expect.gpu_count, policy.beta)
@@ -270,12 +191,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
 def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, Reason]:
     """Hosts whose CCR is more than ``tolerance`` (0.1 = 10%) below the fleet median."""
     values = {h: v.ccr.ccr for h, v in verdicts.items() if v.ccr is not None}
-    if len(values) < 3:
-        return {}
-    median = statistics.median(values.values())
     return {
         h: Reason(FAIL, "fleet_outlier", f"CCR {c:.3g} is {1 - c / median:.0%} below the fleet median {median:.3g}")
-        for h, c in values.items() if c < (1 - tolerance) * median
+        for h, (c, median) in below_median(values, tolerance).items()
     }
 
 

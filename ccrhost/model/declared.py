@@ -6,7 +6,7 @@ node's readings with it (GPU model and count, compute ports and rate).
 
 from __future__ import annotations
 
-from ccrhost.checks import Expectation
+from ccrhost.model.verdict import Expectation
 
 PROFILES: dict[str, Expectation] = {
     # 2-8-9-400 reference designs: one 400 Gb/s compute NIC per GPU.

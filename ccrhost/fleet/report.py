@@ -4,23 +4,21 @@ text table sorted by CCR, and an HTML chart of CCR per host."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from ccrhost.charts import Bar, bar_chart
-from ccrhost.checks import FAIL, OK, UNKNOWN, WARN, Verdict, fleet_outliers, worst
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+from ccrhost.fleet.charts import Bar, bar_chart
+from ccrhost.model.verdict import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    WARN,
+    Verdict,
+    fleet_outliers,
+    worst,
+)
+from ccrhost.output import write_atomic
 
 
 def apply_fleet_tolerance(verdicts: dict[str, Verdict], tolerance: float | None) -> None:
@@ -82,10 +80,10 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
     paths = {kind: out / f"ccr-report.{kind}" for kind in ("json", "xml", "txt", "html")}
     document = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
                 "hosts": {h: v.to_dict() for h, v in sorted(verdicts.items())}}
-    _atomic_write(paths["json"], json.dumps(document, indent=2, default=str) + "\n")
-    _atomic_write(paths["xml"], junit_xml(verdicts))
-    _atomic_write(paths["txt"], text_table(verdicts))
-    _atomic_write(paths["html"], html_chart(verdicts))
+    write_atomic(paths["json"], json.dumps(document, indent=2, default=str) + "\n")
+    write_atomic(paths["xml"], junit_xml(verdicts))
+    write_atomic(paths["txt"], text_table(verdicts))
+    write_atomic(paths["html"], html_chart(verdicts))
     return paths
 
 

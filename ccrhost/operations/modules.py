@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from pyinfra import host
-
-from ccrhost.facts import cache as fact_cache
 from pyinfra.api import QuoteString, StringCommand
 
-from ccrhost.config import DEFAULT_MODULES
 from ccrhost.facts.kernel import KernelModules
+from ccrhost.operations import cache as fact_cache
 from ccrhost.operations import files
-from ccrhost.operations.util import operation
+from ccrhost.operations.base import operation
+from ccrhost.settings import DEFAULT_MODULES
 
 MODULES_FILE = "/etc/modules-load.d/ccrhost-rdma.conf"
 

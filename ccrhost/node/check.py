@@ -7,15 +7,13 @@ scheduler or monitoring system reads. Exit codes are Nagios-style.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import socket
 import subprocess
-import tempfile
 
-from ccrhost.checks import FAIL, OK, Verdict, evaluate, readings_from_facts
-from ccrhost.config import HostSettings
+from ccrhost.model.verdict import FAIL, OK, Verdict, evaluate, readings_from_facts
+from ccrhost.settings import HostSettings
 
 DRAIN_PREFIX = "ccrhost:"
 
@@ -87,21 +85,6 @@ def format_prometheus(verdict: Verdict) -> str:
     for r in verdict.reasons:
         out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}",message="{_label(r.message)}"}} 1')
     return "\n".join(out) + "\n"
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write so that a node_exporter scrape never sees half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ccrhost-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 _REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?\s*$")

@@ -10,7 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
-from ccrhost.facts import cache as fact_cache
+from ccrhost.operations import cache as fact_cache
 
 # pyinfra keeps no "dry run" flag in its state; its CLI's own argument is the source.
 DRY = "--dry" in sys.argv

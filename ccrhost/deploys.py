@@ -1,0 +1,96 @@
+"""The packaged stages, so an installed ccrhost needs no checkout.
+
+The repository's ``deploys/*.py`` call the plain functions; a site's own
+deploy file uses the pyinfra ``@deploy`` wrappers::
+
+    from ccrhost.deploys import rdma
+    rdma()
+
+Every host's inventory data is validated before any operation is queued.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, inventory, state
+from pyinfra.api import deploy
+
+from ccrhost.fleet.measure import fleet_measurements
+from ccrhost.fleet.monitor import fleet_window
+from ccrhost.fleet.report import fleet_report
+from ccrhost.inventory import all_settings, host_settings
+from ccrhost.operations import boot, nccl, qos, roce, verify
+from ccrhost.operations import modules as rdma_modules
+
+
+def rdma_stages() -> None:
+    """Modules, RoCE defaults, lossless QoS, the NCCL environment, the boot
+    unit, then the CCR verification (hosts below threshold fail)."""
+    settings = host_settings(host, inventory)
+    rdma_modules.modules(
+        name="Load RDMA kernel modules",
+        modules=list(settings.rdma_modules),
+    )
+    roce.mode(
+        name="Set rdma_cm RoCE mode and ToS",
+        roce_mode=settings.roce_mode,
+        tos=settings.roce_tos,
+        force_traffic_class=settings.roce_force_traffic_class,
+        require_devices=settings.rdma_require_devices,
+    )
+    if settings.qos_enable:
+        qos.lossless(
+            name="Configure lossless RoCE (trust, PFC, buffers, ECN)",
+            settings=settings,
+        )
+        if settings.qos_min_headroom is not None:
+            # pyinfra spends its bookkeeping on every operation of every host,
+            # so a check nobody asked for is not queued at all
+            qos.headroom(
+                name="Check PFC headroom",
+                settings=settings,
+            )
+    nccl.environment(
+        name="Write NCCL environment",
+        settings=settings,
+    )
+    boot.persist(
+        name="Install the boot unit that re-applies these settings",
+        settings=settings,
+    )
+    verify_stage(measure=False)
+
+
+def verify_stage(measure: bool = True) -> None:
+    """The CCR verification; with ``verify_measure`` (and ``measure``),
+    ib_write_bw between host pairs first."""
+    settings = host_settings(host, inventory)
+    measured = {}
+    if measure and settings.verify_measure:
+        measured = fleet_measurements(state, inventory, all_settings(inventory))
+    verify.ccr(
+        name="Verify CCR",
+        settings=settings,
+        report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance),
+        measured=measured.get(host.name),
+    )
+
+
+def monitor_stage() -> None:
+    """One sampling window on every host at once; the fleet table at the end."""
+    host_settings(host, inventory)
+    fleet_window(state, inventory, all_settings(inventory))
+
+
+@deploy("ccrhost rdma")
+def rdma() -> None:
+    rdma_stages()
+
+
+@deploy("ccrhost verify")
+def verification() -> None:
+    verify_stage()
+
+
+@deploy("ccrhost monitor")
+def monitor() -> None:
+    monitor_stage()

@@ -1,0 +1,33 @@
+"""The boot unit: a oneshot service and its script that re-apply, after every
+boot or driver reload, the settings the kernel forgets (modules, rdma_cm
+defaults, QoS). Pure: renders text from the wanted state."""
+
+from __future__ import annotations
+
+import shlex
+
+from ccrhost.model import qos
+from ccrhost.model.ports import ethernet_ports
+from ccrhost.render import render
+
+UNIT = "ccrhost-boot.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+WANTS = f"/etc/systemd/system/multi-user.target.wants/{UNIT}"
+BOOT_SCRIPT = "/etc/ccrhost/boot-apply.sh"
+
+
+def render_boot(settings, facts: dict, netdevs: dict, qos_state: dict) -> tuple[str, str]:
+    commands = []
+    if settings.qos_enable:
+        wanted = settings.qos_wanted()
+        for iface in netdevs:
+            current = qos_state.get(iface, {})
+            cmds, _ = qos.plan_interface(iface, current.get("backend", "none"), wanted, current, force=True)
+            commands += [qos.shell_line(c) for c in cmds]
+    roce_ports = [(dev, num) for dev, num, _ in ethernet_ports(facts.get("devices", {}))]
+    all_ports = [f"{dev}/ports/{num}" for info in netdevs.values() for dev, num in info["ports"]]
+    script = render("ccrhost-boot.sh.j2",
+        modules=[shlex.quote(m) for m in settings.rdma_modules], wait_seconds=120, ports=all_ports,
+        roce_ports=roce_ports, roce_mode=settings.roce_mode, tos=settings.roce_tos, commands=commands)
+    unit = render("ccrhost-boot.service.j2", script=BOOT_SCRIPT, wait_seconds=120)
+    return script, unit

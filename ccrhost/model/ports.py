@@ -1,0 +1,114 @@
+"""RDMA compute ports and what they can carry. Pure.
+
+A :class:`Port` is one port of an RDMA device as the RDMA probe read it
+(``/sys/class/infiniband/<dev>/ports/<n>/...`` and the device's PCIe link).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+
+
+def natural_key(name: str) -> list:
+    """Sort device names as people do: mlx5_2 before mlx5_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+# Payload bits per transfer after line encoding: 8b/10b up to 5 GT/s,
+# 128b/130b for 8-32 GT/s, 242B/256B FLIT for 64 GT/s (PCIe 6).
+_PCIE_ENCODING = {2.5: 8 / 10, 5.0: 8 / 10, 8.0: 128 / 130, 16.0: 128 / 130, 32.0: 128 / 130, 64.0: 242 / 256}
+
+
+def pcie_gbps(gts: float | None, width: int | None) -> float | None:
+    """Usable PCIe link bandwidth in Gb/s for a speed (GT/s) and width."""
+    if gts is None or not width:
+        return None
+    encoding = _PCIE_ENCODING.get(gts, 128 / 130)
+    return gts * encoding * width
+
+
+def effective_gbps(link_gbps: float, pcie_gbps: float | None) -> float:
+    """What a port can really move: the slower of its link and its NIC's PCIe link."""
+    return link_gbps if pcie_gbps is None else min(link_gbps, pcie_gbps)
+
+
+@dataclass(frozen=True)
+class Port:
+    device: str
+    port: int
+    link_layer: str | None
+    state: str | None
+    phys_state: str | None
+    rate_gbps: float | None
+    pcie_gts: float | None
+    pcie_width: int | None
+    pcie_gts_max: float | None
+    pcie_width_max: int | None
+    measured_gbps: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state == "ACTIVE" and self.phys_state == "LinkUp"
+
+    @property
+    def pcie_gbps(self) -> float | None:
+        return pcie_gbps(self.pcie_gts, self.pcie_width)
+
+    @property
+    def link_gbps(self) -> float:
+        """What the link and the NIC's PCIe allow, before any measurement."""
+        return effective_gbps(self.rate_gbps or 0.0, self.pcie_gbps)
+
+    @property
+    def effective_gbps(self) -> float:
+        return self.link_gbps if self.measured_gbps is None else min(self.link_gbps, self.measured_gbps)
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+def compute_ports(devices: dict, exclude: tuple[str, ...] = ()) -> list[Port]:
+    """Ports of the RdmaDevices fact that carry compute traffic."""
+    ports = []
+    for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0])):
+        if any(fnmatch.fnmatchcase(dev, pattern) for pattern in exclude):
+            continue
+        pci = data.get("pci", {})
+        for num, p in sorted(data["ports"].items()):
+            ports.append(Port(
+                device=dev, port=int(num), link_layer=p["link_layer"], state=p["state"],
+                phys_state=p["phys_state"], rate_gbps=p["rate_gbps"],
+                pcie_gts=pci.get("current_speed_gts"), pcie_width=pci.get("current_width"),
+                pcie_gts_max=pci.get("max_speed_gts"), pcie_width_max=pci.get("max_width"),
+            ))
+    return ports
+
+
+def ethernet_ports(devices: dict) -> list[tuple[str, int, dict]]:
+    """Every Ethernet-link-layer (RoCE) port of the RdmaDevices fact, in
+    natural device order: ``[(device, port number, port data)]``."""
+    return [(dev, num, port)
+            for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0]))
+            for num, port in sorted(data["ports"].items())
+            if port["link_layer"] == "Ethernet"]
+
+
+def roce_netdevs(facts: dict, exclude: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Compute RoCE netdevs -> {"rate_gbps", "ports": [(dev, num)]}."""
+    out: dict[str, dict] = {}
+    devices = facts.get("devices", {})
+    for p in compute_ports(devices, exclude):
+        netdev = devices[p.device]["ports"][p.port].get("netdev")
+        if p.link_layer == "Ethernet" and netdev:
+            entry = out.setdefault(netdev, {"rate_gbps": 0.0, "ports": []})
+            entry["rate_gbps"] = max(entry["rate_gbps"], p.rate_gbps or 0.0)
+            entry["ports"].append((p.device, p.port))
+    return dict(sorted(out.items(), key=lambda kv: natural_key(kv[0])))
+
+
+def effective_rates(rdma_facts: dict, exclude=()) -> dict[str, float]:
+    """Active compute ports and the rate the verification counts them at."""
+    return {p.name: p.link_gbps for p in compute_ports(rdma_facts.get("devices", {}), exclude) if p.active}

@@ -1,0 +1,42 @@
+"""Verdict levels, their Nagios exit codes, and the fleet-median outlier rule.
+
+Every report, check and monitor uses these four strings and these codes:
+0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (Nagios plugin convention, which NHC and
+Slurm health checks follow).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+OK, WARN, FAIL, UNKNOWN = "OK", "WARN", "FAIL", "UNKNOWN"
+EXIT_CODES = {OK: 0, WARN: 1, FAIL: 2, UNKNOWN: 3}
+# An unmeasurable node outranks a warning: its CCR is not known at all.
+_RANK = {OK: 0, WARN: 1, UNKNOWN: 2, FAIL: 3}
+
+
+@dataclass(frozen=True)
+class Reason:
+    level: str
+    code: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "code": self.code, "message": self.message}
+
+
+def worst(statuses) -> str:
+    return max(statuses, key=_RANK.__getitem__, default=OK)
+
+
+def below_median(values: dict[str, float], tolerance: float, minimum: int = 3) -> dict[str, tuple[float, float]]:
+    """Hosts whose value is more than ``tolerance`` (0.1 = 10%) below the
+    fleet median: ``{host: (value, median)}``. Fewer than ``minimum`` hosts
+    have no meaningful median, so nothing is flagged."""
+    if len(values) < minimum:
+        return {}
+    median = statistics.median(values.values())
+    if not median:
+        return {}
+    return {h: (v, median) for h, v in values.items() if v < (1 - tolerance) * median}

@@ -1,0 +1,42 @@
+"""Install the boot unit (see :mod:`ccrhost.model.boot`) and enable it where
+systemd runs."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import StringCommand
+
+from ccrhost.facts.files import FileStates
+from ccrhost.model.boot import BOOT_SCRIPT, UNIT, UNIT_PATH, render_boot
+from ccrhost.model.ports import roce_netdevs
+from ccrhost.operations import cache as fact_cache
+from ccrhost.operations.base import operation
+from ccrhost.operations.files import MANAGED_HEADER, converge
+
+
+@operation
+def persist(settings):
+    """
+    Install the boot-time oneshot unit and its script that re-apply the
+    modules, rdma_cm defaults and QoS settings after every boot; enable it
+    with systemctl where systemd runs.
+
+    **Example:**
+
+    .. code:: python
+
+        boot.persist(name="Install the boot unit", settings=settings)
+    """
+    facts = fact_cache.rdma(host)
+    netdevs = roce_netdevs(facts, settings.rdma_exclude_devices)
+    qos_facts = fact_cache.qos_state(host, netdevs)
+    script, unit = render_boot(settings, facts, netdevs, qos_facts["interfaces"])
+    files = fact_cache.get(host, FileStates, paths=[BOOT_SCRIPT, UNIT_PATH])
+    # the script's first line must stay the shebang
+    body = script.split("\n", 1)
+    yield from converge(BOOT_SCRIPT, body[0] + "\n" + MANAGED_HEADER + body[1], files.get(BOOT_SCRIPT), mode="755")
+    yield from converge(UNIT_PATH, MANAGED_HEADER + unit, files.get(UNIT_PATH))
+    if qos_facts["systemd"] and not qos_facts["unit_enabled"]:
+        yield StringCommand("systemctl daemon-reload && systemctl enable", UNIT)
+    elif not qos_facts["systemd"]:
+        host.log(f"systemd is not running: {UNIT} installed, not enabled; run {BOOT_SCRIPT} at boot")

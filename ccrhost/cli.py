@@ -127,7 +127,7 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
 
     settings = _settings(config_path)
     effective = mon.effective_rates(rdma.read_local(), settings.rdma_exclude_devices)
-    gpu_count = len(gpu.read_local().get("gpus", []))
+    gpu_count = len(gpu.read_local().gpus)
     summary = mon.run(effective, gpu_count, interval, duration, counters.sample_local, gpu_target, net_target,
                       stream=None if quiet else sys.stderr)
     text = {"text": mon.format_text, "json": mon.format_json, "prometheus": mon.format_prometheus}[fmt](summary)

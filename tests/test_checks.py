@@ -16,6 +16,8 @@ from ccrhost.model.verdict import (
     fleet_outliers,
     readings_from_facts,
 )
+from ccrhost.probes.gpu import GpuProbe
+from ccrhost.probes.rdma import RdmaDevice, RdmaPort, RdmaReading
 
 H100 = PROFILES["hgx-h100-8x400"]
 
@@ -132,9 +134,9 @@ def test_fleet_outlier():
 
 
 def test_readings_from_facts_excludes_storage_ports():
-    rdma = {"devices": {
-        "mlx5_0": {"pci": {}, "ports": {1: {"link_layer": "Ethernet", "state": "ACTIVE", "phys_state": "LinkUp", "rate_gbps": 400.0}}},
-        "mlx5_bond_0": {"pci": {}, "ports": {1: {"link_layer": "Ethernet", "state": "ACTIVE", "phys_state": "LinkUp", "rate_gbps": 100.0}}},
-    }}
-    r = readings_from_facts(rdma, {"gpus": [], "error": None}, exclude=("mlx5_bond_*",))
+    rdma = RdmaReading({
+        "mlx5_0": RdmaDevice(ports={1: RdmaPort("ACTIVE", 4, "LinkUp", 400.0, link_layer="Ethernet")}),
+        "mlx5_bond_0": RdmaDevice(ports={1: RdmaPort("ACTIVE", 4, "LinkUp", 100.0, link_layer="Ethernet")}),
+    })
+    r = readings_from_facts(rdma, GpuProbe(), exclude=("mlx5_bond_*",))
     assert [p.device for p in r.ports] == ["mlx5_0"]

@@ -1,5 +1,6 @@
 """Facts: the remote command's output parsed into node state."""
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ from pyinfra.api.exceptions import FactProcessError
 
 from ccrhost.facts.files import FileStates
 from ccrhost.facts.kernel import KernelModules, module_name
+from ccrhost.probes.kernel import Modules
 from ccrhost.facts.rdma import RdmaDevices
 from ccrhost.probes.rdma import parse_rdma_dump
 
@@ -18,7 +20,7 @@ def dump(name):
 
 
 def test_roce_host_from_verbatim_samples():
-    facts = parse_rdma_dump(dump("rdma_dump_roce.txt"))
+    facts = asdict(parse_rdma_dump(dump("rdma_dump_roce.txt")))
     devices = facts["devices"]
     assert list(devices) == ["mlx5_0", "mlx5_1"]
     port = devices["mlx5_0"]["ports"][1]
@@ -39,7 +41,7 @@ def test_roce_host_from_verbatim_samples():
 
 
 def test_ib_and_ofed_trees():
-    facts = parse_rdma_dump(dump("rdma_dump_ib_ofed.txt"))
+    facts = asdict(parse_rdma_dump(dump("rdma_dump_ib_ofed.txt")))
     ib = facts["devices"]["mlx5_0"]["ports"][1]
     assert (ib["link_layer"], ib["rate_gbps"], ib["speed"], ib["netdev"]) == ("InfiniBand", 200.0, "HDR", "ib0")
     assert ib["gids"] == [{"index": 0, "gid": "fe80:0000:0000:0000:c470:bd03:00cf:4964",
@@ -52,7 +54,7 @@ def test_ib_and_ofed_trees():
 
 
 def test_no_rdma_devices():
-    assert parse_rdma_dump(["@@ib", "@@configfs", "@@cm"])["devices"] == {}
+    assert parse_rdma_dump(["@@ib", "@@configfs", "@@cm"]).devices == {}
 
 
 def test_garbled_sysfs_fails_only_this_host():
@@ -78,7 +80,7 @@ def test_module_names(entry, name):
 
 def test_kernel_modules_loaded_and_builtin():
     out = ["@@loaded", "ib_core", "mlx5_core", "@@builtin", "kernel/fs/configfs/configfs.ko", ""]
-    assert KernelModules().process(out) == {"loaded": ["ib_core", "mlx5_core"], "builtin": ["configfs"]}
+    assert KernelModules().process(out) == Modules(["ib_core", "mlx5_core"], ["configfs"])
 
 
 def test_file_states_reads_several_files_in_one_command(tmp_path):
@@ -92,8 +94,8 @@ def test_file_states_reads_several_files_in_one_command(tmp_path):
     out = subprocess.run(["sh", "-c", fact.command([str(present), str(absent)])], capture_output=True, text=True, check=True)
     states = fact.process(out.stdout.splitlines())
     assert states[str(absent)] is None
-    assert states[str(present)]["content"] == "x=1\n"
-    assert states[str(present)]["mode"] == "640"
+    assert states[str(present)].content == "x=1\n"
+    assert states[str(present)].mode == "640"
 
 
 def test_management_path_sections():
@@ -103,7 +105,7 @@ def test_management_path_sections():
              "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever",
              "2: eth0@if7    inet 198.18.0.11/24 scope global eth0\\       valid_lft forever preferred_lft forever",
              "3: ens1np0    inet 198.19.0.1/24 scope global ens1np0"]
-    node = parse_rdma_dump(lines)["node"]
+    node = asdict(parse_rdma_dump(lines).node)
     assert node["default_route_dev"] == "eth0"
     assert node["ssh_server_ip"] == "198.18.0.11"
     assert node["ssh_dev"] == "eth0"

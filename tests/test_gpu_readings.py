@@ -4,8 +4,8 @@ import types
 
 import pytest
 
-from ccrhost.probes.gpu import GpuFormatError, parse_nvsmi_csv, read_nvml
 from ccrhost.probes import gpu as gpu_probe
+from ccrhost.probes.gpu import GpuFormatError, GpuProbe, parse_nvsmi_csv, read_nvml
 
 
 def test_nvidia_smi_csv():
@@ -27,11 +27,11 @@ def test_not_available_values():
 def test_garbled_csv():
     with pytest.raises(GpuFormatError):
         parse_nvsmi_csv(["0, NVIDIA H100"])
-    assert gpu_probe.parse_command_output(["@@gpus", "0, NVIDIA H100"])["error"].startswith("unexpected nvidia-smi")
+    assert gpu_probe.parse_command_output(["@@gpus", "0, NVIDIA H100"]).error.startswith("unexpected nvidia-smi")
 
 
 def test_nvidia_smi_missing_is_an_error_not_a_crash():
-    assert gpu_probe.parse_command_output(["@@error", "nvidia-smi not found"]) == {"gpus": [], "error": "nvidia-smi not found"}
+    assert gpu_probe.parse_command_output(["@@error", "nvidia-smi not found"]) == GpuProbe(error="nvidia-smi not found")
 
 
 def fake_pynvml(count=2, reasons=0x8):
@@ -64,12 +64,12 @@ def test_nvml_path_with_fake_module():
 
 def test_local_probe_prefers_nvml_and_falls_back():
     nvml, _ = fake_pynvml(count=1)
-    assert gpu_probe.read_local(nvml)["source"] == "nvml"
+    assert gpu_probe.read_local(nvml).source == "nvml"
 
     class Broken:
         def nvmlInit(self):
             raise RuntimeError("NVML Shared Library Not Found")
 
     result = gpu_probe.read_local(Broken())
-    assert result["source"] == "nvidia-smi"
-    assert result["error"].startswith("NVML: RuntimeError: NVML Shared Library Not Found; nvidia-smi:")
+    assert result.source == "nvidia-smi"
+    assert result.error.startswith("NVML: RuntimeError: NVML Shared Library Not Found; nvidia-smi:")

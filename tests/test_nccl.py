@@ -6,24 +6,24 @@ from pathlib import Path
 import pytest
 
 from ccrhost.model import nccl
+from ccrhost.probes.rdma import GidEntry, NodeNet, RdmaDevice, RdmaPort, RdmaReading
 from ccrhost.settings import InventoryDataError, validate_host
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
 def port(link="Ethernet", state="ACTIVE", rate=400.0, gid_index=3, ip="198.19.0.1", netdev="ens1np0"):
-    gids = [{"index": 0, "gid": "fe80::1", "type": "IB/RoCE v1", "ndev": netdev, "ipv4": None}]
+    gids = [GidEntry(0, "fe80::1", "IB/RoCE v1", netdev, None)]
     if link == "Ethernet":
-        gids += [{"index": gid_index - 1, "gid": f"::ffff:{ip}", "type": "IB/RoCE v1", "ndev": netdev, "ipv4": ip},
-                 {"index": gid_index, "gid": f"::ffff:{ip}", "type": "RoCE v2", "ndev": netdev, "ipv4": ip}]
-    return {"link_layer": link, "state": state, "phys_state": "LinkUp" if state == "ACTIVE" else "Disabled",
-            "rate_gbps": rate, "gids": gids, "netdev": netdev}
+        gids += [GidEntry(gid_index - 1, f"::ffff:{ip}", "IB/RoCE v1", netdev, ip),
+                 GidEntry(gid_index, f"::ffff:{ip}", "RoCE v2", netdev, ip)]
+    return RdmaPort(state=state, phys_state="LinkUp" if state == "ACTIVE" else "Disabled", rate_gbps=rate,
+                    link_layer=link, netdev=netdev, gids=gids)
 
 
 def facts(devices, route="eth0"):
-    return {"devices": {name: {"pci": {}, "netdevs": [], "ofed_tc": False, "ports": {1: p}}
-                        for name, p in devices.items()},
-            "node": {"default_route_dev": route}}
+    return RdmaReading({name: RdmaDevice(ports={1: p}) for name, p in devices.items()},
+                       NodeNet(default_route_dev=route))
 
 
 # Device names in discovery order, deliberately not sorted: mlx5_10 must come after mlx5_9.

@@ -1,6 +1,9 @@
 """QoS planning: commands per backend, the mlx5 buffer arithmetic, no-ops."""
 
+from dataclasses import replace
+
 from ccrhost.model import qos
+from ccrhost.probes.qos import QosInterface
 from ccrhost.settings import validate_host
 
 
@@ -11,8 +14,8 @@ def wanted(**data):
 def fresh_ofed():
     ecn = {f"{p}/enable/{i}": 0 for p in ("roce_rp", "roce_np") for i in range(8)}
     ecn.update({"roce_np/cnp_dscp": 48, "roce_np/cnp_802p_prio": 6})
-    return {"backend": "ofed", "mtu": 4200, "trust": "pcp", "dscp2prio": {}, "pfc": [0] * 8, "cable_len": 7,
-            "buffer_size": [262016] + [0] * 7, "prio2buffer": [0] * 8, "port_buffer": 4151520, "ecn": ecn}
+    return QosInterface(**{"backend": "ofed", "mtu": 4200, "trust": "pcp", "dscp2prio": {}, "pfc": [0] * 8, "cable_len": 7,
+            "buffer_size": [262016] + [0] * 7, "prio2buffer": [0] * 8, "port_buffer": 4151520, "ecn": ecn})
 
 
 def lines(cmds):
@@ -41,15 +44,15 @@ def test_ofed_plan_from_fresh_port():
 
 def test_ofed_plan_is_empty_when_the_port_matches():
     cur = fresh_ofed()
-    cur.update(trust="dscp", dscp2prio={26: 3, 48: 6}, pfc=[0, 0, 0, 1, 0, 0, 0, 0])
-    cur["ecn"].update({"roce_rp/enable/3": 1, "roce_np/enable/3": 1})
+    cur = replace(cur, trust="dscp", dscp2prio={26: 3, 48: 6}, pfc=[0, 0, 0, 1, 0, 0, 0, 0])
+    cur.ecn.update({"roce_rp/enable/3": 1, "roce_np/enable/3": 1})
     assert qos.plan_interface("ens1np0", "ofed", wanted(), cur) == ([], [])
     forced, _ = qos.plan_interface("ens1np0", "ofed", wanted(), cur, force=True)
     assert len(forced) == 4 + 16 + 2  # trust, two maps, pfc; 16 ECN enables; two CNP values
 
 
 def test_upstream_plan_and_firmware_notes():
-    cur = {"backend": "upstream", "dscp2prio": {26: 0}, "pfc": [0] * 8, "cable_len": 7, "ecn": None}
+    cur = QosInterface(**{"backend": "upstream", "dscp2prio": {26: 0}, "pfc": [0] * 8, "cable_len": 7, "ecn": None})
     cmds, notes = qos.plan_interface("enp26s0np0", "upstream", wanted(qos_cable_len=30, dcqcn_params={"rpg_ai_rate": 5}), cur)
     assert lines(cmds) == [
         "dcb app replace dev enp26s0np0 dscp-prio 26:3 48:6",
@@ -60,9 +63,9 @@ def test_upstream_plan_and_firmware_notes():
 
 
 def test_upstream_debugfs_cc_params():
-    cur = {"backend": "upstream", "dscp2prio": {26: 3, 48: 6}, "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn": None,
+    cur = QosInterface(**{"backend": "upstream", "dscp2prio": {26: 3, 48: 6}, "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn": None,
            "cc_params_dir": "/sys/kernel/debug/mlx5/0000:1a:00.0/cc_params",
-           "cc_params": {"np_cnp_dscp": 48, "np_cnp_prio": 0, "rp_ai_rate": 5}}
+           "cc_params": {"np_cnp_dscp": 48, "np_cnp_prio": 0, "rp_ai_rate": 5}})
     cmds, notes = qos.plan_interface("enp26s0np0", "upstream", wanted(dcqcn_params={"rpg_ai_rate": 5}), cur)
     assert lines(cmds) == ["printf '%s\\n' 6 > /sys/kernel/debug/mlx5/0000:1a:00.0/cc_params/np_cnp_prio"]
     assert len(notes) == 1  # only the per-priority enable needs firmware

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from ccrhost.probes.gpu import COMMAND, parse_command_output
+from ccrhost.probes.gpu import COMMAND, GpuProbe, parse_command_output
 
 
 class NvidiaGpus(FactBase):
     """
-    Returns ``{"gpus": [GpuReading dicts], "error": None}``, or
-    ``{"gpus": [], "error": "<why>"}`` when nvidia-smi is absent or fails.
+    Returns a :class:`~ccrhost.probes.gpu.GpuProbe`: the GPUs, or the
+    reason none could be read (nvidia-smi absent or failing).
     """
 
-    default = dict
+    def default(self):
+        return GpuProbe(error="GPUs not read")
 
     def command(self) -> str:
         return COMMAND

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from ccrhost.probes.kernel import COMMAND, module_name, parse_modules
+from ccrhost.probes.kernel import COMMAND, Modules, module_name, parse_modules
 
 __all__ = ["KernelModules", "module_name"]
 
 
 class KernelModules(FactBase):
     """
-    Returns the modules present in the running kernel:
+    Returns the modules present in the running kernel as a
+    :class:`~ccrhost.probes.kernel.Modules`:
 
     .. code:: python
 
-        {"loaded": ["ib_core", "mlx5_core", ...],   # /sys/module/<name>
-         "builtin": ["configfs", ...]}             # modules.builtin
+        modules.present("mlx5_ib")   # loaded or built in
 
     ``/sys/module`` also lists built-ins that have parameters, so a module
     counts as present when it is in either list. ``/proc/modules`` alone
     would miss every built-in.
     """
 
-    default = dict
+    default = Modules
 
     def command(self) -> str:
         return COMMAND

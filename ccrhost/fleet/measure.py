@@ -155,7 +155,8 @@ def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[st
 def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePlan | None]:
     """Read every measuring host's RDMA ports (in parallel) and plan the test."""
     from ccrhost.facts.rdma import RdmaDevices
-    from ccrhost.model.verdict import compute_ports
+    from ccrhost.model.ports import compute_ports
+    from ccrhost.probes.rdma import RdmaReading
 
     active = set(inventory.get_active_hosts())
     # inventory order, so pairs are predictable from the inventory file
@@ -165,7 +166,7 @@ def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePla
     facts = parallel_facts(state, [(h, RdmaDevices, {}) for h in hosts.values()])
     devices, expected = {}, {}
     for name, fact in zip(hosts, facts):
-        ports = [p for p in compute_ports(fact.get("devices", {}), settings_by_host[name].rdma_exclude_devices)
+        ports = [p for p in compute_ports(fact or RdmaReading(), settings_by_host[name].rdma_exclude_devices)
                  if p.active]
         devices[name] = list(dict.fromkeys(p.device for p in ports))
         expected[name] = {p.device: p.link_gbps for p in ports}

@@ -17,6 +17,7 @@ from ccrhost.model.ports import effective_rates
 from ccrhost.model.status import below_median
 from ccrhost.model.utilization import Summary, summarize
 from ccrhost.output import write_atomic
+from ccrhost.probes.rdma import RdmaReading
 
 
 def fleet_window(state, inventory, settings_by_host: dict) -> dict:
@@ -37,8 +38,8 @@ def _window(state, inventory, settings_by_host: dict) -> dict:
     for h, r, g, s in zip(hosts, rdma, gpus, samples):
         st = settings_by_host[h.name]
         if isinstance(s, list) and len(s) > 1:
-            summaries[h.name] = summarize(s, effective_rates(r, st.rdma_exclude_devices),
-                                          len(g.get("gpus", [])), st.monitor_gpu_target, st.monitor_net_target)
+            summaries[h.name] = summarize(s, effective_rates(r or RdmaReading(), st.rdma_exclude_devices),
+                                          len(g.gpus) if g else 0, st.monitor_gpu_target, st.monitor_net_target)
     flags = fleet_outliers(summaries, first.monitor_outlier_tolerance)
     report = {"hosts": {h: {**s.to_dict(), "flags": flags.get(h, [])} for h, s in summaries.items()}}
     out = Path(first.verify_report_dir)

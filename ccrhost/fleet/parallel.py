@@ -16,7 +16,8 @@ def parallel_facts(state, calls: list) -> list:
 
     greenlets = [gevent.spawn(one, h, fact, kwargs) for h, fact, kwargs in calls]
     gevent.joinall(greenlets)
-    return [g.value if g.successful() else {"error": f"{g.exception}"} for g in greenlets]
+    # A host whose read failed has been failed by pyinfra already: None here.
+    return [g.value if g.successful() else None for g in greenlets]
 
 
 # pyinfra runs each host's deploy code in its own greenlet: the first to get

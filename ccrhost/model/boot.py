@@ -8,6 +8,7 @@ import shlex
 
 from ccrhost.model import qos
 from ccrhost.model.ports import ethernet_ports
+from ccrhost.probes.qos import QosInterface
 from ccrhost.render import render
 
 UNIT = "ccrhost-boot.service"
@@ -16,15 +17,15 @@ WANTS = f"/etc/systemd/system/multi-user.target.wants/{UNIT}"
 BOOT_SCRIPT = "/etc/ccrhost/boot-apply.sh"
 
 
-def render_boot(settings, facts: dict, netdevs: dict, qos_state: dict) -> tuple[str, str]:
+def render_boot(settings, rdma, netdevs: dict, qos_state: dict) -> tuple[str, str]:
     commands = []
     if settings.qos_enable:
         wanted = settings.qos_wanted()
         for iface in netdevs:
-            current = qos_state.get(iface, {})
-            cmds, _ = qos.plan_interface(iface, current.get("backend", "none"), wanted, current, force=True)
+            current = qos_state.get(iface, QosInterface())
+            cmds, _ = qos.plan_interface(iface, current.backend, wanted, current, force=True)
             commands += [qos.shell_line(c) for c in cmds]
-    roce_ports = [(dev, num) for dev, num, _ in ethernet_ports(facts.get("devices", {}))]
+    roce_ports = [(dev, num) for dev, num, _ in ethernet_ports(rdma)]
     all_ports = [f"{dev}/ports/{num}" for info in netdevs.values() for dev, num in info["ports"]]
     script = render("ccrhost-boot.sh.j2",
         modules=[shlex.quote(m) for m in settings.rdma_modules], wait_seconds=120, ports=all_ports,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import shlex
 
-from ccrhost.model.ports import natural_key
+from ccrhost.model.ports import compute_ports, natural_key
 from ccrhost.model.qos import tos_byte
+from ccrhost.probes.rdma import RdmaPort, RdmaReading
 from ccrhost.render import render
 
 BEGIN = "# BEGIN ccrhost managed block: rerun the deploy instead of editing"
@@ -26,16 +27,13 @@ class NcclError(ValueError):
     """A host whose facts cannot give a consistent NCCL configuration."""
 
 
-def _v2_ipv4_index(port: dict) -> int | None:
-    return next((g["index"] for g in port["gids"] if g["type"] == "RoCE v2" and g["ipv4"]), None)
+def _v2_ipv4_index(port: RdmaPort) -> int | None:
+    return next((g.index for g in port.gids if g.type == "RoCE v2" and g.ipv4), None)
 
 
-def derive(facts: dict, settings) -> dict[str, str]:
+def derive(rdma: RdmaReading, settings) -> dict[str, str]:
     """The NCCL_* variables for one node, in the order they are written."""
-    from ccrhost.model.verdict import compute_ports
-
-    devices = facts.get("devices", {})
-    compute = [p for p in compute_ports(devices, settings.rdma_exclude_devices) if p.active]
+    compute = [p for p in compute_ports(rdma, settings.rdma_exclude_devices) if p.active]
     compute.sort(key=lambda p: (natural_key(p.device), p.port))
     if not compute and settings.nccl_ib_hca is None:
         raise NcclError("no active compute RDMA port to give NCCL (all down, absent or excluded)")
@@ -53,7 +51,7 @@ def derive(facts: dict, settings) -> dict[str, str]:
         if settings.nccl_ib_addr_range:
             out["NCCL_IB_ADDR_RANGE"] = settings.nccl_ib_addr_range
         if settings.nccl_ib_gid_index is not None:
-            found = {p.name: _v2_ipv4_index(devices[p.device]["ports"][p.port]) for p in roce}
+            found = {p.name: _v2_ipv4_index(rdma.devices[p.device].ports[p.port]) for p in roce}
             wanted = settings.nccl_ib_gid_index
             wrong = {name: index for name, index in found.items() if index != wanted}
             if wrong:
@@ -64,7 +62,7 @@ def derive(facts: dict, settings) -> dict[str, str]:
                 )
             out["NCCL_IB_GID_INDEX"] = str(wanted)
 
-    ifname = settings.nccl_socket_ifname or facts.get("node", {}).get("default_route_dev")
+    ifname = settings.nccl_socket_ifname or rdma.node.default_route_dev
     if ifname:
         out["NCCL_SOCKET_IFNAME"] = ifname if settings.nccl_socket_ifname else "=" + ifname
     for key, name in (("nccl_net_gdr_level", "NCCL_NET_GDR_LEVEL"),

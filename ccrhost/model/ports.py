@@ -10,6 +10,8 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
+from ccrhost.probes.rdma import RdmaPort, RdmaReading
+
 
 def natural_key(name: str) -> list:
     """Sort device names as people do: mlx5_2 before mlx5_10."""
@@ -47,6 +49,7 @@ class Port:
     pcie_gts_max: float | None
     pcie_width_max: int | None
     measured_gbps: float | None = None
+    netdev: str | None = None
 
     @property
     def active(self) -> bool:
@@ -70,45 +73,45 @@ class Port:
         return f"{self.device}/{self.port}"
 
 
-def compute_ports(devices: dict, exclude: tuple[str, ...] = ()) -> list[Port]:
-    """Ports of the RdmaDevices fact that carry compute traffic."""
+def compute_ports(rdma: RdmaReading, exclude: tuple[str, ...] = ()) -> list[Port]:
+    """Ports that carry compute traffic: every port of every RDMA device
+    not matched by an ``exclude`` pattern (storage, management), in natural
+    device order."""
     ports = []
-    for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0])):
+    for dev, data in sorted(rdma.devices.items(), key=lambda kv: natural_key(kv[0])):
         if any(fnmatch.fnmatchcase(dev, pattern) for pattern in exclude):
             continue
-        pci = data.get("pci", {})
-        for num, p in sorted(data["ports"].items()):
+        pci = data.pci
+        for num, p in sorted(data.ports.items()):
             ports.append(Port(
-                device=dev, port=int(num), link_layer=p["link_layer"], state=p["state"],
-                phys_state=p["phys_state"], rate_gbps=p["rate_gbps"],
-                pcie_gts=pci.get("current_speed_gts"), pcie_width=pci.get("current_width"),
-                pcie_gts_max=pci.get("max_speed_gts"), pcie_width_max=pci.get("max_width"),
+                device=dev, port=int(num), link_layer=p.link_layer, state=p.state,
+                phys_state=p.phys_state, rate_gbps=p.rate_gbps,
+                pcie_gts=pci.current_speed_gts, pcie_width=pci.current_width,
+                pcie_gts_max=pci.max_speed_gts, pcie_width_max=pci.max_width, netdev=p.netdev,
             ))
     return ports
 
 
-def ethernet_ports(devices: dict) -> list[tuple[str, int, dict]]:
-    """Every Ethernet-link-layer (RoCE) port of the RdmaDevices fact, in
-    natural device order: ``[(device, port number, port data)]``."""
+def ethernet_ports(rdma: RdmaReading) -> list[tuple[str, int, RdmaPort]]:
+    """Every Ethernet-link-layer (RoCE) port, excluded devices included (the
+    rdma_cm defaults are per device), in natural device order."""
     return [(dev, num, port)
-            for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0]))
-            for num, port in sorted(data["ports"].items())
-            if port["link_layer"] == "Ethernet"]
+            for dev, data in sorted(rdma.devices.items(), key=lambda kv: natural_key(kv[0]))
+            for num, port in sorted(data.ports.items())
+            if port.link_layer == "Ethernet"]
 
 
-def roce_netdevs(facts: dict, exclude: tuple[str, ...] = ()) -> dict[str, dict]:
-    """Compute RoCE netdevs -> {"rate_gbps", "ports": [(dev, num)]}."""
+def roce_netdevs(rdma: RdmaReading, exclude: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Compute RoCE netdevs -> ``{"rate_gbps", "ports": [(dev, num)]}``."""
     out: dict[str, dict] = {}
-    devices = facts.get("devices", {})
-    for p in compute_ports(devices, exclude):
-        netdev = devices[p.device]["ports"][p.port].get("netdev")
-        if p.link_layer == "Ethernet" and netdev:
-            entry = out.setdefault(netdev, {"rate_gbps": 0.0, "ports": []})
+    for p in compute_ports(rdma, exclude):
+        if p.link_layer == "Ethernet" and p.netdev:
+            entry = out.setdefault(p.netdev, {"rate_gbps": 0.0, "ports": []})
             entry["rate_gbps"] = max(entry["rate_gbps"], p.rate_gbps or 0.0)
             entry["ports"].append((p.device, p.port))
     return dict(sorted(out.items(), key=lambda kv: natural_key(kv[0])))
 
 
-def effective_rates(rdma_facts: dict, exclude=()) -> dict[str, float]:
+def effective_rates(rdma: RdmaReading, exclude=()) -> dict[str, float]:
     """Active compute ports and the rate the verification counts them at."""
-    return {p.name: p.link_gbps for p in compute_ports(rdma_facts.get("devices", {}), exclude) if p.active}
+    return {p.name: p.link_gbps for p in compute_ports(rdma, exclude) if p.active}

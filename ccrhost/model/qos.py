@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from ccrhost.probes.qos import QosInterface
+
 # OFED sysfs name (ecn/roce_rp|roce_np/<name>) -> upstream debugfs cc_params name.
 DCQCN_RP = {
     "clamp_tgt_rate": "rp_clamp_tgt_rate", "clamp_tgt_rate_after_time_inc": "rp_clamp_tgt_rate_ati",
@@ -56,11 +58,11 @@ def lossless_buffers(pfc: tuple[int, ...], prio2buffer: tuple[int, ...]) -> set[
     return {prio2buffer[p] for p in range(8) if pfc[p]}
 
 
-def buffer_problems(wanted: Wanted, current: dict, speed_gbps: float, mtu: int) -> list[str]:
+def buffer_problems(wanted: Wanted, current: QosInterface, speed_gbps: float, mtu: int) -> list[str]:
     """Why the wanted buffers cannot work, checked before anything is written."""
-    sizes = wanted.buffer_size or current.get("buffer_size")
-    prio2buffer = wanted.prio2buffer or current.get("prio2buffer") or (0,) * 8
-    cable = wanted.cable_len if wanted.cable_len is not None else current.get("cable_len")
+    sizes = wanted.buffer_size or current.buffer_size
+    prio2buffer = wanted.prio2buffer or current.prio2buffer or (0,) * 8
+    cable = wanted.cable_len if wanted.cable_len is not None else current.cable_len
     problems = []
     if sizes is None or cable is None:
         return problems  # the driver gives no buffer view (older OFED): nothing to check against
@@ -71,7 +73,7 @@ def buffer_problems(wanted: Wanted, current: dict, speed_gbps: float, mtu: int) 
             problems.append(
                 f"buffer {buf} is {sizes[buf]} bytes but carries PFC priorities and needs at least "
                 f"xoff + MTU = {xoff} + {mtu} = {need} (cable {cable} m, {speed_gbps:g} Gb/s)")
-    port_total = current.get("port_buffer")
+    port_total = current.port_buffer
     if wanted.buffer_size and port_total and sum(wanted.buffer_size) > port_total:
         problems.append(f"buffers total {sum(wanted.buffer_size)} bytes, more than the port's {port_total}")
     return problems
@@ -101,27 +103,27 @@ def shell_line(command) -> str:
     return command.shell() if isinstance(command, Write) else " ".join(shlex.quote(a) for a in command)
 
 
-def plan_interface(iface: str, backend: str, wanted: Wanted, current: dict,
+def plan_interface(iface: str, backend: str, wanted: Wanted, current: QosInterface,
                    force: bool = False) -> tuple[list, list[str]]:
-    """(commands, notes) that bring ``iface`` from ``current`` (its QosState
-    entry) to ``wanted``. ``force`` plans every setting, changed or not: the
+    """(commands, notes) that bring ``iface`` from ``current`` (its
+    QosInterface reading) to ``wanted``. ``force`` plans every setting, changed or not: the
     boot script. Notes say what this driver cannot set on the interface."""
     cmds: list = []
     notes: list[str] = []
-    have_map = current.get("dscp2prio") or {}
+    have_map = current.dscp2prio or {}
 
     def differs(have, want) -> bool:
         return force or have != want
 
-    pfc_differs = differs(tuple(current.get("pfc") or ()), wanted.pfc)
-    cable_differs = wanted.cable_len is not None and differs(current.get("cable_len"), wanted.cable_len)
-    size_differs = bool(wanted.buffer_size) and differs(tuple(current.get("buffer_size") or ()), wanted.buffer_size)
-    map_differs = bool(wanted.prio2buffer) and differs(tuple(current.get("prio2buffer") or ()), wanted.prio2buffer)
+    pfc_differs = differs(tuple(current.pfc or ()), wanted.pfc)
+    cable_differs = wanted.cable_len is not None and differs(current.cable_len, wanted.cable_len)
+    size_differs = bool(wanted.buffer_size) and differs(tuple(current.buffer_size or ()), wanted.buffer_size)
+    map_differs = bool(wanted.prio2buffer) and differs(tuple(current.prio2buffer or ()), wanted.prio2buffer)
     dscp_todo = [(d, p) for d, p in sorted(wanted.dscp_map.items()) if differs(have_map.get(d), p)]
 
     if backend == "ofed":
         base = ["mlnx_qos", "-i", iface]
-        if differs(current.get("trust"), "dscp"):
+        if differs(current.trust, "dscp"):
             cmds.append(base + ["--trust", "dscp"])
         cmds += [base + ["--dscp2prio", f"set,{d},{p}"] for d, p in dscp_todo]
         if cable_differs:
@@ -153,7 +155,7 @@ def plan_interface(iface: str, backend: str, wanted: Wanted, current: dict,
     else:
         notes.append("neither mlnx_qos (MLNX_OFED) nor iproute2 dcb found; trust, PFC and buffers not set")
 
-    ecn = current.get("ecn")
+    ecn = current.ecn
     if ecn is not None:
         ecn_dir = f"/sys/class/net/{iface}/ecn"
         for point, on in (("roce_rp", wanted.ecn_rp), ("roce_np", wanted.ecn_np)):
@@ -171,7 +173,7 @@ def plan_interface(iface: str, backend: str, wanted: Wanted, current: dict,
 
     debug_values = {CNP_NP[k]: getattr(wanted, k) for k in CNP_NP}
     debug_values.update({DCQCN_RP.get(k) or DCQCN_NP[k]: v for k, v in wanted.dcqcn.items()})
-    cc, cc_dir = current.get("cc_params"), current.get("cc_params_dir")
+    cc, cc_dir = current.cc_params, current.cc_params_dir
     if cc is not None and cc_dir:
         for name, value in sorted(debug_values.items()):
             if differs(cc.get(name), value):

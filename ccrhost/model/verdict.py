@@ -23,6 +23,8 @@ from ccrhost.model.status import (
     below_median,
     worst,
 )
+from ccrhost.probes.gpu import GpuProbe
+from ccrhost.probes.rdma import RdmaReading
 
 
 @dataclass
@@ -197,17 +199,16 @@ def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, 
     }
 
 
-def readings_from_facts(rdma: dict, gpus: dict, exclude: tuple[str, ...] = (), measured=None) -> Readings:
-    """Readings from the RdmaDevices and NvidiaGpus facts (remote or local),
-    plus a ``HostMeasurement`` when bandwidth was measured."""
-    ports = compute_ports(rdma.get("devices", {}), exclude)
+def readings_from_facts(rdma: RdmaReading, gpus: GpuProbe, exclude: tuple[str, ...] = (), measured=None) -> Readings:
+    """Readings from the RDMA and GPU probes (remote or local), plus a
+    ``HostMeasurement`` when bandwidth was measured."""
+    ports = compute_ports(rdma, exclude)
     if measured is not None:
         ports = [replace(p, measured_gbps=measured.gbps.get(p.device)) for p in ports]
     return Readings(
         ports=ports,
-        gpus=[GpuReading(**{k: v for k, v in g.items() if k in GpuReading.__dataclass_fields__})
-              for g in gpus.get("gpus", [])],
-        gpu_error=gpus.get("error"),
+        gpus=list(gpus.gpus),
+        gpu_error=gpus.error,
         measure_errors=list(measured.errors) if measured is not None else [],
         measure_note=measured.note if measured is not None else None,
     )

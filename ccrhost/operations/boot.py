@@ -27,16 +27,16 @@ def persist(settings):
 
         boot.persist(name="Install the boot unit", settings=settings)
     """
-    facts = fact_cache.rdma(host)
-    netdevs = roce_netdevs(facts, settings.rdma_exclude_devices)
+    rdma = fact_cache.rdma(host)
+    netdevs = roce_netdevs(rdma, settings.rdma_exclude_devices)
     qos_facts = fact_cache.qos_state(host, netdevs)
-    script, unit = render_boot(settings, facts, netdevs, qos_facts["interfaces"])
+    script, unit = render_boot(settings, rdma, netdevs, qos_facts.interfaces)
     files = fact_cache.get(host, FileStates, paths=[BOOT_SCRIPT, UNIT_PATH])
     # the script's first line must stay the shebang
     body = script.split("\n", 1)
     yield from converge(BOOT_SCRIPT, body[0] + "\n" + MANAGED_HEADER + body[1], files.get(BOOT_SCRIPT), mode="755")
     yield from converge(UNIT_PATH, MANAGED_HEADER + unit, files.get(UNIT_PATH))
-    if qos_facts["systemd"] and not qos_facts["unit_enabled"]:
+    if qos_facts.systemd and not qos_facts.unit_enabled:
         yield StringCommand("systemctl daemon-reload && systemctl enable", UNIT)
-    elif not qos_facts["systemd"]:
+    elif not qos_facts.systemd:
         host.log(f"systemd is not running: {UNIT} installed, not enabled; run {BOOT_SCRIPT} at boot")

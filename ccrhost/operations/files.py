@@ -9,7 +9,7 @@ from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.files import FileStates
 from ccrhost.operations import cache as fact_cache
-from ccrhost.operations.base import operation, upload_text
+from ccrhost.operations.base import fail, operation, upload_text
 
 MANAGED_HEADER = "# Managed by ccrhost: local edits are overwritten on the next deploy.\n"
 
@@ -20,12 +20,15 @@ def converge(path: str, wanted: str, state: dict | None, mode: str = "644", owne
     ``owned``: the whole file is ccrhost's, so a file that exists without
     ccrhost's header is copied to ``<path>.ccrhost-bak.<unix time>`` first.
     """
-    if state is None or state["content"] != wanted:
+    if state is not None and state.error:
+        yield from fail(f"{path} left untouched: {state.error}")
+        return
+    if state is None or state.content != wanted:
         # ours if the header is on its first lines (a script keeps its shebang first)
-        if owned and state is not None and MANAGED_HEADER not in state["content"][:512]:
+        if owned and state is not None and MANAGED_HEADER not in state.content[:512]:
             yield StringCommand("cp -p", QuoteString(path), QuoteString(f"{path}.ccrhost-bak.{int(time.time())}"))
         yield from upload_text(wanted, path, mode)
-    elif state["mode"] != mode.lstrip("0") or (state["uid"], state["gid"]) != (0, 0):
+    elif state.mode != mode.lstrip("0") or (state.uid, state.gid) != (0, 0):
         yield StringCommand("chown 0:0", QuoteString(path), "&& chmod", mode, QuoteString(path))
 
 

@@ -35,8 +35,7 @@ def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
         )
     """
     present = fact_cache.get(host, KernelModules)
-    have = set(present.get("loaded", [])) | set(present.get("builtin", []))
     for module in modules:
-        if module.replace("-", "_") not in have:
+        if not present.present(module):
             yield StringCommand("modprobe", QuoteString(module))
     yield from files.managed._inner(path, "".join(f"{m}\n" for m in modules))

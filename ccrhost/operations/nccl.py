@@ -34,7 +34,10 @@ def environment(settings, conf_path: str = nccl.CONF_PATH, profile_path: str = n
         return
     states = fact_cache.get(host, FileStates, paths=[conf_path, profile_path])
     current = states.get(conf_path)
-    existing = current["content"] if current else None
+    if current is not None and current.error:
+        yield from fail(f"{conf_path} left untouched: {current.error}")
+        return
+    existing = current.content if current else None
     for key in nccl.site_overrides(existing, env):
         host.log(f"{conf_path}: the site sets {key} above ccrhost's block, and NCCL keeps the first value")
     yield from converge(conf_path, nccl.merge_block(existing, nccl.render_block(env)), current, owned=False)

@@ -11,10 +11,11 @@ from ccrhost.model import qos
 from ccrhost.model.ports import roce_netdevs
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation, write_sysfs
+from ccrhost.probes.qos import QosInterface
 
 
 def _guard(netdevs, node, settings) -> str | None:
-    carrying = [(node.get("ssh_dev"), "this SSH connection"), (node.get("default_route_dev"), "the default route")]
+    carrying = [(node.ssh_dev, "this SSH connection"), (node.default_route_dev, "the default route")]
     hits = [f"{dev} carries {what}" for dev, what in carrying if dev and dev in netdevs]
     if hits and not settings.qos_allow_ssh_interface:
         return ("refusing to change QoS: " + "; ".join(hits) + ". Changing PFC toggles the port link and would "
@@ -47,23 +48,23 @@ def lossless(settings):
 
         qos.lossless(name="Configure lossless RoCE", settings=settings)
     """
-    facts = fact_cache.rdma(host)
-    netdevs = roce_netdevs(facts, settings.rdma_exclude_devices)
+    rdma = fact_cache.rdma(host)
+    netdevs = roce_netdevs(rdma, settings.rdma_exclude_devices)
     if not netdevs:
         host.log("no RoCE compute netdev: QoS skipped")
         return
-    refused = _guard(netdevs, facts.get("node", {}), settings)
+    refused = _guard(netdevs, rdma.node, settings)
     if refused:
         yield from fail(refused)
         return
-    state = fact_cache.qos_state(host, netdevs)["interfaces"]
+    state = fact_cache.qos_state(host, netdevs).interfaces
     wanted = settings.qos_wanted()
     commands, problems, notes = [], [], {}
     for iface, info in netdevs.items():
-        current = state.get(iface, {})
-        problems += [f"{iface}: {e}" for e in current.get("errors", [])]
-        problems += [f"{iface}: {p}" for p in qos.buffer_problems(wanted, current, info["rate_gbps"], current.get("mtu") or 4200)]
-        cmds, iface_notes = qos.plan_interface(iface, current.get("backend", "none"), wanted, current)
+        current = state.get(iface, QosInterface())
+        problems += [f"{iface}: {e}" for e in current.errors]
+        problems += [f"{iface}: {p}" for p in qos.buffer_problems(wanted, current, info["rate_gbps"], current.mtu or 4200)]
+        cmds, iface_notes = qos.plan_interface(iface, current.backend, wanted, current)
         for note in iface_notes:
             notes.setdefault(note, []).append(iface)
         commands += cmds
@@ -75,10 +76,9 @@ def lossless(settings):
     for argv in commands:
         yield _cmd(argv)
     if settings.qos_credit_threshold is not None:
-        devices = facts["devices"]
         for info in netdevs.values():
             for dev, num in info["ports"]:
-                have = devices[dev]["ports"][num].get("credit_threshold")
+                have = rdma.devices[dev].ports[num].credit_threshold
                 path = f"{IB_ROOT}/{dev}/ports/{num}/credit_threshold"
                 if have is None:
                     host.log(f"{dev} port {num}: credit_threshold is unsupported on this driver "
@@ -104,17 +104,16 @@ def headroom(settings):
     netdevs = roce_netdevs(fact_cache.rdma(host), settings.rdma_exclude_devices)
     if not netdevs:
         return
-    state = fact_cache.qos_state(host, netdevs)["interfaces"]
+    state = fact_cache.qos_state(host, netdevs).interfaces
     problems = []
     for iface in netdevs:
-        current = state.get(iface, {})
-        if current.get("ofed_buffers") is None:
+        current = state.get(iface, QosInterface())
+        if current.ofed_buffers is None:
             host.log(f"{iface}: the driver does not expose xoff/xon (OFED qos/buffer_size); headroom not checked")
             continue
-        lossless_set = qos.lossless_buffers(tuple(current.get("pfc") or (0,) * 8),
-                                            tuple(current.get("prio2buffer") or (0,) * 8))
+        lossless_set = qos.lossless_buffers(tuple(current.pfc or (0,) * 8), tuple(current.prio2buffer or (0,) * 8))
         problems += [f"{iface}: {p}" for p in
-                     qos.headroom_problems(current["ofed_buffers"], lossless_set, settings.qos_min_headroom)]
+                     qos.headroom_problems(current.ofed_buffers, lossless_set, settings.qos_min_headroom)]
     if problems:
         yield from fail("PFC headroom: " + "; ".join(problems))
 

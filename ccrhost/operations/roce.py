@@ -57,37 +57,37 @@ def mode(roce_mode: str = "RoCE v2", tos: int = 106, force_traffic_class: bool =
 
         roce.mode(name="RoCE v2, ToS 106", roce_mode="RoCE v2", tos=106)
     """
-    facts = fact_cache.rdma(host)
-    devices = facts.get("devices", {})
+    rdma = fact_cache.rdma(host)
+    devices = rdma.devices
     if not devices:
         if require_devices:
             yield from fail(f"no RDMA device under {IB_ROOT} (is the NIC driver loaded?)")
         return
 
-    ethernet = ethernet_ports(devices)
+    ethernet = ethernet_ports(rdma)
     for dev, data in devices.items():
-        for num, port in sorted(data["ports"].items()):
-            if port["link_layer"] != "Ethernet":
-                host.log(f"{dev} port {num}: link layer {port['link_layer']}, RoCE settings skipped")
+        for num, port in sorted(data.ports.items()):
+            if port.link_layer != "Ethernet":
+                host.log(f"{dev} port {num}: link layer {port.link_layer}, RoCE settings skipped")
     if not ethernet:
         return
 
-    if not facts["node"]["mounted"]:
+    if not rdma.node.mounted:
         yield StringCommand("mount -t configfs none", CONFIGFS)
 
     grouped = set()
     for dev, num, port in ethernet:
-        cm = port["cm"]
+        cm = port.cm
         base = f"{RDMA_CM}/{dev}/ports/{num}"
         if cm is None and dev not in grouped:
             grouped.add(dev)
             yield _group_command(dev)
-        if cm is None or cm.get("default_roce_mode") != roce_mode:
+        if cm is None or cm.default_roce_mode != roce_mode:
             yield write_sysfs(f"{base}/default_roce_mode", roce_mode)
-        if cm is None or cm.get("default_roce_tos") != tos:
+        if cm is None or cm.default_roce_tos != tos:
             yield write_sysfs(f"{base}/default_roce_tos", str(tos))
         if force_traffic_class:
-            if port["traffic_class"] is None and not devices[dev]["ofed_tc"]:
+            if port.traffic_class is None and not devices[dev].ofed_tc:
                 host.log(f"{dev} port {num}: no tc/{num}/traffic_class (needs MLNX_OFED), not forced")
-            elif global_tclass(port["traffic_class"]) != tos:
+            elif global_tclass(port.traffic_class) != tos:
                 yield write_sysfs(f"{IB_ROOT}/{dev}/tc/{num}/traffic_class", str(tos))

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass, field
 
 from ccrhost.model.gpus import GpuReading
+from ccrhost.probes.sections import split
 
 NVSMI_FIELDS = (
     "index", "name", "uuid", "clocks.sm", "clocks.max.sm",
     "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
     "clocks_event_reasons.active",
 )
+
 
 class GpuFormatError(ValueError):
     pass
@@ -81,28 +84,36 @@ COMMAND = (
 )
 
 
-def parse_command_output(lines: list[str]) -> dict:
-    """``{"gpus": [...], "error": None}`` or ``{"gpus": [], "error": why}``."""
-    if lines and lines[0] == "@@error":
-        return {"gpus": [], "error": " ".join(x.strip() for x in lines[1:]).strip() or "nvidia-smi failed"}
+@dataclass
+class GpuProbe:
+    gpus: list[GpuReading] = field(default_factory=list)  # NVML, else nvidia-smi --query-gpu
+    error: str | None = None      # why no GPU could be read (tool missing, driver down, odd output)
+    source: str = "nvidia-smi"    # "nvml" | "nvidia-smi"
+
+
+def parse_command_output(lines: list[str]) -> GpuProbe:
+    """The snippet's output: ``@@gpus`` then CSV rows, or ``@@error`` then why."""
+    sections = split(lines)
+    if not sections or sections[0].tag == "error":
+        why = " ".join(x.strip() for x in sections[0].lines).strip() if sections else ""
+        return GpuProbe(error=why or "nvidia-smi failed")
     try:
-        gpus = parse_nvsmi_csv([x for x in lines[1:] if x.strip()])
+        gpus = parse_nvsmi_csv([x for x in sections[0].lines if x.strip()])
     except GpuFormatError as exc:
-        return {"gpus": [], "error": f"unexpected nvidia-smi output: {exc}"}
-    return {"gpus": [g.to_dict() for g in gpus], "error": None}
+        return GpuProbe(error=f"unexpected nvidia-smi output: {exc}")
+    return GpuProbe(gpus)
 
 
-def read_local(nvml=None) -> dict:
+def read_local(nvml=None) -> GpuProbe:
     """Readings through pynvml, or through nvidia-smi when NVML cannot load."""
     try:
         if nvml is None:
             import pynvml as nvml
-        return {"gpus": [g.to_dict() for g in read_nvml(nvml)], "error": None, "source": "nvml"}
+        return GpuProbe(read_nvml(nvml), source="nvml")
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         nvml_error = f"{type(exc).__name__}: {exc}"
     out = subprocess.run(["sh", "-c", COMMAND], capture_output=True, text=True, timeout=20)
     result = parse_command_output(out.stdout.splitlines())
-    result["source"] = "nvidia-smi"
-    if result["error"]:
-        result["error"] = f"NVML: {nvml_error}; nvidia-smi: {result['error']}"
+    if result.error:
+        result.error = f"NVML: {nvml_error}; nvidia-smi: {result.error}"
     return result

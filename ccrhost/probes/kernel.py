@@ -3,6 +3,8 @@ built-ins (``modules.builtin``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ccrhost.probes.sections import by_tag
 
 COMMAND = (
@@ -25,8 +27,19 @@ def module_name(entry: str) -> str:
     return base.replace("-", "_")
 
 
-def parse_modules(lines: list[str]) -> dict[str, list[str]]:
-    """``{"loaded": [...], "builtin": [...]}``, names as /sys/module shows them."""
+@dataclass(frozen=True)
+class Modules:
+    loaded: list[str] = field(default_factory=list)   # ls /sys/module (loaded, and built-ins with parameters)
+    builtin: list[str] = field(default_factory=list)  # /lib/modules/$(uname -r)/modules.builtin
+
+    def present(self, name: str) -> bool:
+        """Loaded or built in; ``-`` and ``_`` are the same to the kernel."""
+        name = name.replace("-", "_")
+        return name in self.loaded or name in self.builtin
+
+
+def parse_modules(lines: list[str]) -> Modules:
+    """Names as /sys/module shows them, sorted."""
     sections = by_tag(lines)
-    return {key: sorted({module_name(x) for x in sections.get(key, []) if x.strip()})
-            for key in ("loaded", "builtin")}
+    return Modules(*(sorted({module_name(x) for x in sections.get(key, []) if x.strip()})
+                     for key in ("loaded", "builtin")))

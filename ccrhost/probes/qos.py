@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, field
 
 from ccrhost.probes.sections import split
 
@@ -191,10 +192,29 @@ def command(interfaces, wants: str) -> str:
             f"[ -e {shlex.quote(wants)} ] && echo enabled; true")
 
 
-def _blank(name: str) -> dict:
-    return {"backend": "none", "mtu": None, "trust": None, "dscp2prio": {}, "pfc": None, "cable_len": None,
-            "buffer_size": None, "prio2buffer": None, "port_buffer": None, "ecn": None,
-            "ofed_buffers": None, "cc_params": None, "cc_params_dir": None, "errors": []}
+@dataclass
+class QosInterface:
+    backend: str = "none"                   # "ofed": mlnx_qos answers; "upstream": iproute2 dcb does
+    mtu: int | None = None                  # /sys/class/net/<if>/mtu
+    trust: str | None = None                # mlnx_qos "Priority trust state"; "dscp" when dcb has DSCP app entries
+    dscp2prio: dict[int, int] = field(default_factory=dict)  # mlnx_qos dscp2prio / dcb app dscp-prio
+    pfc: list[int] | None = None            # mlnx_qos "PFC configuration" enabled row / dcb pfc prio-pfc
+    cable_len: int | None = None            # mlnx_qos "Cable len" / dcb pfc delay
+    buffer_size: list[int] | None = None    # mlnx_qos "Receive buffer Size" / dcb buffer buffer-size
+    prio2buffer: list[int] | None = None    # mlnx_qos prio2buffer / dcb buffer prio-buffer / qos/prio2buffer
+    port_buffer: int | None = None          # mlnx_qos total / dcb buffer total-size / qos/buffer_size
+    ecn: dict[str, int] | None = None       # /sys/class/net/<if>/ecn/roce_{rp,np}/* (MLNX_OFED), None: no tree
+    ofed_buffers: list[dict] | None = None  # qos/buffer_size read-back: buffer, size, xoff, xon
+    cc_params: dict[str, int] | None = None  # debugfs mlx5/<pci>/cc_params/* (upstream), None: no tree
+    cc_params_dir: str | None = None        # ... and its folder
+    errors: list[str] = field(default_factory=list)  # tools that failed for this interface
+
+
+@dataclass
+class QosReading:
+    interfaces: dict[str, QosInterface] = field(default_factory=dict)
+    systemd: bool = False        # /run/systemd/system exists
+    unit_enabled: bool = False   # the boot unit's multi-user.target.wants link exists
 
 
 def _grep_values(lines: list[str], signed: bool = False) -> dict[str, int]:
@@ -209,51 +229,50 @@ def _grep_values(lines: list[str], signed: bool = False) -> dict[str, int]:
 
 
 def parse_qos_dump(lines: list[str]) -> dict:
-    """The output of :func:`command` -> ``{"interfaces": {...}, "systemd", "unit_enabled"}``."""
-    interfaces: dict[str, dict] = {}
-    node = {"systemd": False, "unit_enabled": False}
+    """The output of :func:`command` -> a :class:`QosReading`."""
+    reading = QosReading()
     st = None
     for section in split(lines):
         tag, arg, body, text = section.tag, section.arg, section.lines, section.text
         if tag == "if":
-            st = interfaces[arg] = _blank(arg)
+            st = reading.interfaces[arg] = QosInterface()
             continue
         if tag == "systemd":
             words = {line.strip() for line in body}
-            node.update(systemd="running" in words, unit_enabled="enabled" in words)
+            reading.systemd, reading.unit_enabled = "running" in words, "enabled" in words
             st = None
             continue
         if st is None:
             continue
         if tag in ("mlnx_qos", "dcb_app", "dcb_pfc", "dcb_buffer") and arg != "0":
-            st["errors"].append(f"{tag.replace('_', ' ')} failed: {text.strip().splitlines()[-1] if text.strip() else arg}")
+            st.errors.append(f"{tag.replace('_', ' ')} failed: {text.strip().splitlines()[-1] if text.strip() else arg}")
             continue
         if tag == "mtu" and text.strip():
-            st["mtu"] = int(text.strip())
+            st.mtu = int(text.strip())
         elif tag == "mlnx_qos":
             q = parse_mlnx_qos(text)
-            st.update(backend="ofed", trust=q["trust"], dscp2prio=q["dscp2prio"], pfc=q["pfc"],
-                      cable_len=q["cable_len"], buffer_size=q["buffer_size"], prio2buffer=q["prio2buffer"],
-                      port_buffer=q["max_buffer_size"])
+            st.backend, st.trust, st.dscp2prio, st.pfc = "ofed", q["trust"], q["dscp2prio"], q["pfc"]
+            st.cable_len, st.buffer_size, st.prio2buffer = q["cable_len"], q["buffer_size"], q["prio2buffer"]
+            st.port_buffer = q["max_buffer_size"]
         elif tag == "dcb_app":
-            st["backend"] = "upstream"
-            st["dscp2prio"] = parse_dcb_app_dscp(text)
-            st["trust"] = "dscp" if st["dscp2prio"] else "pcp"
+            st.backend = "upstream"
+            st.dscp2prio = parse_dcb_app_dscp(text)
+            st.trust = "dscp" if st.dscp2prio else "pcp"
         elif tag == "dcb_pfc":
             pfc = parse_dcb_pfc(text)
-            st["pfc"], st["cable_len"] = pfc["prio_pfc"], pfc["delay"]
+            st.pfc, st.cable_len = pfc["prio_pfc"], pfc["delay"]
         elif tag == "dcb_buffer":
             buf = parse_dcb_buffer(text)
-            st["buffer_size"], st["prio2buffer"], st["port_buffer"] = buf["buffer_size"], buf["prio_buffer"], buf["total_size"]
+            st.buffer_size, st.prio2buffer, st.port_buffer = buf["buffer_size"], buf["prio_buffer"], buf["total_size"]
         elif tag == "ecn":
-            st["ecn"] = _grep_values(body, signed=True)
+            st.ecn = _grep_values(body, signed=True)
         elif tag == "ofed_buffer":
             parsed = parse_ofed_buffer_size(text)
-            st["ofed_buffers"] = parsed["buffers"]
-            st["port_buffer"] = st["port_buffer"] or parsed["port_buffer_size"]
+            st.ofed_buffers = parsed["buffers"]
+            st.port_buffer = st.port_buffer or parsed["port_buffer_size"]
         elif tag == "ofed_prio2buffer":
-            st["prio2buffer"] = st["prio2buffer"] or parse_ofed_prio2buffer(text)
+            st.prio2buffer = st.prio2buffer or parse_ofed_prio2buffer(text)
         elif tag == "cc_params":
-            st["cc_params_dir"] = arg
-            st["cc_params"] = _grep_values(body)
-    return {"interfaces": interfaces, **node}
+            st.cc_params_dir = arg
+            st.cc_params = _grep_values(body)
+    return reading

@@ -10,6 +10,7 @@ holds (``mlx5_0``, ``rocep1s0f0``, ``ibp12s0``...); none is assumed.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass, field, replace
 
 from ccrhost.probes import sysfs
 from ccrhost.probes.sections import by_tag
@@ -55,81 +56,147 @@ ip -o addr show 2>/dev/null
 true"""
 
 
-def parse_rdma_dump(lines: list[str]) -> dict:
-    """Turn the fact command's output into the structure documented above."""
+@dataclass(frozen=True)
+class GidEntry:
+    index: int              # the <index> of ports/<n>/gids/<index>
+    gid: str                # ports/<n>/gids/<index>, %pI6 form
+    type: str | None        # ports/<n>/gid_attrs/types/<index>: "IB/RoCE v1" | "RoCE v2"
+    ndev: str | None        # ports/<n>/gid_attrs/ndevs/<index>: the netdev behind a RoCE GID
+    ipv4: str | None        # the IPv4 address of an IPv4-mapped GID, else None
+
+
+@dataclass(frozen=True)
+class CmDefaults:
+    default_roce_mode: str | None = None  # rdma_cm/<dev>/ports/<n>/default_roce_mode
+    default_roce_tos: int | None = None   # rdma_cm/<dev>/ports/<n>/default_roce_tos
+
+
+@dataclass
+class RdmaPort:
+    state: str | None = None            # ports/<n>/state, "4: ACTIVE" -> "ACTIVE"
+    state_id: int | None = None         # ports/<n>/state, "4: ACTIVE" -> 4
+    phys_state: str | None = None       # ports/<n>/phys_state, "5: LinkUp" -> "LinkUp"
+    rate_gbps: float | None = None      # ports/<n>/rate, "400 Gb/sec (4X NDR)" -> 400.0
+    lanes: int | None = None            # ports/<n>/rate -> 4
+    speed: str | None = None            # ports/<n>/rate -> "NDR"
+    link_layer: str | None = None       # ports/<n>/link_layer: "Ethernet" | "InfiniBand"
+    netdev: str | None = None           # the GIDs' ndev, else the device's only netdev
+    gids: list[GidEntry] = field(default_factory=list)  # non-zero entries of ports/<n>/gids/
+    traffic_class: list[str] | None = None  # tc/<n>/traffic_class (MLNX_OFED only), raw lines
+    credit_threshold: str | None = None     # ports/<n>/credit_threshold, where the driver has one
+    cm: CmDefaults | None = None        # rdma_cm configfs group; None when it does not exist
+
+
+@dataclass(frozen=True)
+class PciLink:
+    current_speed_gts: float | None = None  # device/current_link_speed, "32.0 GT/s PCIe" -> 32.0
+    current_width: int | None = None        # device/current_link_width
+    max_speed_gts: float | None = None      # device/max_link_speed
+    max_width: int | None = None            # device/max_link_width
+
+
+@dataclass
+class RdmaDevice:
+    pci: PciLink = field(default_factory=PciLink)
+    netdevs: list[str] = field(default_factory=list)  # device/net/* of the device's PCI function
+    ofed_tc: bool = False                             # tc/<n>/traffic_class exists (MLNX_OFED only)
+    ports: dict[int, RdmaPort] = field(default_factory=dict)
+
+
+@dataclass
+class NodeNet:
+    mounted: bool = False                 # something is mounted on /sys/kernel/config (/proc/mounts)
+    fstype: str | None = None             # ... and its type
+    rdma_cm: bool = False                 # /sys/kernel/config/rdma_cm exists
+    ecn: list[str] = field(default_factory=list)   # netdevs with the OFED-only /sys/class/net/<if>/ecn
+    qos: list[str] = field(default_factory=list)   # ... and /sys/class/net/<if>/qos
+    default_route_dev: str | None = None  # ip -o -4 route show default
+    ssh_server_ip: str | None = None      # $SSH_CONNECTION's third field
+    addresses: dict[str, list[str]] = field(default_factory=dict)  # ip -o addr show
+    ssh_dev: str | None = None            # the netdev holding ssh_server_ip
+
+
+@dataclass
+class RdmaReading:
+    devices: dict[str, RdmaDevice] = field(default_factory=dict)  # by /sys/class/infiniband name
+    node: NodeNet = field(default_factory=NodeNet)
+
+
+def _located(path: str, parse, text):
+    """Run one sysfs parser, naming the file in its error."""
+    try:
+        return parse(text)
+    except sysfs.SysfsFormatError as exc:
+        raise sysfs.SysfsFormatError(f"{path}: {exc}") from None
+
+
+def parse_rdma_dump(lines: list[str]) -> RdmaReading:
+    """Turn the snippet's output into an :class:`RdmaReading`."""
     sections = by_tag(lines)
-    devices: dict[str, dict] = {}
+    devices: dict[str, RdmaDevice] = {}
 
-    def device(name: str) -> dict:
-        return devices.setdefault(
-            name,
-            {"pci": {}, "netdevs": [], "ofed_tc": False, "ports": {}},
-        )
+    def device(name: str) -> RdmaDevice:
+        return devices.setdefault(name, RdmaDevice())
 
-    def port(dev: str, num: str) -> dict:
-        ports = device(dev)["ports"]
-        return ports.setdefault(
-            int(num),
-            {
-                "state": None, "state_id": None, "phys_state": None,
-                "rate_gbps": None, "lanes": None, "speed": None,
-                "link_layer": None, "netdev": None, "gids": [],
-                "traffic_class": None, "credit_threshold": None, "cm": None,
-            },
-        )
+    def port(dev: str, num: str) -> RdmaPort:
+        return device(dev).ports.setdefault(int(num), RdmaPort())
 
     gids: dict[tuple[str, int], dict[int, dict]] = {}
+    pci: dict[str, dict] = {}
 
     for path, values in sysfs.split_dump(sections.get("ib", [])).items():
         parts = path.split("/")
         dev = parts[0]
         text = "\n".join(values)
-        if parts[1] == "ports" and len(parts) >= 4:
+        where = f"{IB_ROOT}/{path}"
+        if len(parts) >= 4 and parts[1] == "ports" and parts[2].isdigit():
             p = port(dev, parts[2])
             leaf = parts[3]
             if leaf == "state":
-                p["state_id"], p["state"] = sysfs.parse_numbered_state(text)
+                p.state_id, p.state = _located(where, sysfs.parse_numbered_state, text)
             elif leaf == "phys_state":
-                _, p["phys_state"] = sysfs.parse_numbered_state(text)
+                _, p.phys_state = _located(where, sysfs.parse_numbered_state, text)
             elif leaf == "rate":
-                rate = sysfs.parse_rate(text)
-                p["rate_gbps"], p["lanes"], p["speed"] = rate.gbps, rate.lanes, rate.speed
+                rate = _located(where, sysfs.parse_rate, text)
+                p.rate_gbps, p.lanes, p.speed = rate.gbps, rate.lanes, rate.speed
             elif leaf == "link_layer":
-                p["link_layer"] = text.strip()
+                p.link_layer = text.strip()
             elif leaf == "credit_threshold":
-                p["credit_threshold"] = text.strip()
-            elif leaf == "gids" and len(parts) == 5:
+                p.credit_threshold = text.strip()
+            elif leaf == "gids" and len(parts) == 5 and parts[4].isdigit():
                 entry = gids.setdefault((dev, int(parts[2])), {}).setdefault(int(parts[4]), {})
-                entry["gid"] = sysfs.parse_gid(text)
-            elif leaf == "gid_attrs" and len(parts) == 6:
+                entry["gid"] = _located(where, sysfs.parse_gid, text)
+            elif leaf == "gid_attrs" and len(parts) == 6 and parts[5].isdigit():
                 entry = gids.setdefault((dev, int(parts[2])), {}).setdefault(int(parts[5]), {})
                 if parts[4] == "types":
-                    entry["type"] = sysfs.parse_gid_type(text)
+                    entry["type"] = _located(where, sysfs.parse_gid_type, text)
                 elif parts[4] == "ndevs":
                     entry["ndev"] = text.strip()
-        elif parts[1] == "device" and len(parts) == 3:
-            pci = device(dev)["pci"]
+        elif len(parts) == 3 and parts[1] == "device":
+            link = pci.setdefault(dev, {})
             if parts[2] == "current_link_speed":
-                pci["current_speed_gts"] = sysfs.parse_pcie_speed(text)
+                link["current_speed_gts"] = _located(where, sysfs.parse_pcie_speed, text)
             elif parts[2] == "max_link_speed":
-                pci["max_speed_gts"] = sysfs.parse_pcie_speed(text)
+                link["max_speed_gts"] = _located(where, sysfs.parse_pcie_speed, text)
             elif parts[2] == "current_link_width":
-                pci["current_width"] = sysfs.parse_int(text)
+                link["current_width"] = _located(where, sysfs.parse_int, text)
             elif parts[2] == "max_link_width":
-                pci["max_width"] = sysfs.parse_int(text)
-        elif parts[1] == "tc" and len(parts) == 4:
-            port(dev, parts[2])["traffic_class"] = [v for v in values if v.strip()]
+                link["max_width"] = _located(where, sysfs.parse_int, text)
+        elif len(parts) == 4 and parts[1] == "tc" and parts[2].isdigit():
+            port(dev, parts[2]).traffic_class = [v for v in values if v.strip()]
+    for dev, link in pci.items():
+        device(dev).pci = PciLink(**link)
 
     for line in sections.get("net", []):
         parts = line.strip().split("/")
         if len(parts) == 4:
-            device(parts[0])["netdevs"].append(parts[3])
+            device(parts[0]).netdevs.append(parts[3])
 
     ofed = {"ecn": [], "qos": []}
     for line in sections.get("ofed", []):
         kind, _, rest = line.strip().partition(" ")
         if kind == "tc":
-            device(rest.split("/")[0])["ofed_tc"] = True
+            device(rest.split("/")[0]).ofed_tc = True
         elif kind in ofed:
             ofed[kind].append(rest)
 
@@ -140,51 +207,47 @@ def parse_rdma_dump(lines: list[str]) -> dict:
             if "gid" not in entry:
                 continue
             gid = sysfs.Gid(index, entry["gid"], entry.get("type"), entry.get("ndev"))
-            if gid.is_zero:
-                continue
-            p["gids"].append(
-                {"index": index, "gid": gid.gid, "type": gid.type, "ndev": gid.ndev, "ipv4": gid.ipv4}
-            )
+            if not gid.is_zero:
+                p.gids.append(GidEntry(index, gid.gid, gid.type, gid.ndev, gid.ipv4))
 
     for data in devices.values():
-        for p in data["ports"].values():
-            ndevs = [g["ndev"] for g in p["gids"] if g["ndev"]]
+        for p in data.ports.values():
+            ndevs = [g.ndev for g in p.gids if g.ndev]
             if ndevs:
-                p["netdev"] = ndevs[0]
-            elif len(data["netdevs"]) == 1:
-                p["netdev"] = data["netdevs"][0]
+                p.netdev = ndevs[0]
+            elif len(data.netdevs) == 1:
+                p.netdev = data.netdevs[0]
 
     for path, values in sysfs.split_dump(sections.get("cm", [])).items():
         parts = path.split("/")
-        if len(parts) != 4 or parts[1] != "ports" or parts[0] not in devices:
+        if len(parts) != 4 or parts[1] != "ports" or parts[0] not in devices or not parts[2].isdigit():
             continue
         p = port(parts[0], parts[2])
-        cm = p["cm"] if p["cm"] is not None else {}
+        cm = p.cm or CmDefaults()
         value = "\n".join(values).strip()
         if parts[3] == "default_roce_tos":
-            cm["default_roce_tos"] = sysfs.parse_int(value)
+            cm = replace(cm, default_roce_tos=_located(f"{RDMA_CM}/{path}", sysfs.parse_int, value))
         else:
-            cm["default_roce_mode"] = value
-        p["cm"] = cm
+            cm = replace(cm, default_roce_mode=value)
+        p.cm = cm
 
-    mounts = [line.split() for line in sections.get("configfs", []) if line.strip() and line.strip() != "rdma_cm"]
-    configfs = {
-        "mounted": bool(mounts),
-        "fstype": mounts[0][1] if mounts and len(mounts[0]) > 1 else None,
-        "rdma_cm": "rdma_cm" in [line.strip() for line in sections.get("configfs", [])],
-        "ecn": sorted(ofed["ecn"]),
-        "qos": sorted(ofed["qos"]),
-    }
-    configfs["default_route_dev"] = _default_route_dev(sections.get("route", []))
+    configfs = [line.strip() for line in sections.get("configfs", []) if line.strip()]
+    mounts = [line.split() for line in configfs if line != "rdma_cm"]
+    addresses = _addresses(sections.get("addr", []))
     ssh = " ".join(sections.get("ssh", [])).split()
-    configfs["ssh_server_ip"] = ssh[2] if len(ssh) == 4 else None
-    configfs["addresses"] = _addresses(sections.get("addr", []))
-    if configfs["ssh_server_ip"]:
-        configfs["ssh_dev"] = next((dev for dev, ips in configfs["addresses"].items()
-                                    if configfs["ssh_server_ip"] in ips), None)
-    else:
-        configfs["ssh_dev"] = None
-    return {"devices": dict(sorted(devices.items())), "node": configfs}
+    ssh_ip = ssh[2] if len(ssh) == 4 else None
+    node = NodeNet(
+        mounted=bool(mounts),
+        fstype=mounts[0][1] if mounts and len(mounts[0]) > 1 else None,
+        rdma_cm="rdma_cm" in configfs,
+        ecn=sorted(ofed["ecn"]),
+        qos=sorted(ofed["qos"]),
+        default_route_dev=_default_route_dev(sections.get("route", [])),
+        ssh_server_ip=ssh_ip,
+        addresses=addresses,
+        ssh_dev=next((dev for dev, ips in addresses.items() if ssh_ip in ips), None) if ssh_ip else None,
+    )
+    return RdmaReading(dict(sorted(devices.items())), node)
 
 
 def _default_route_dev(lines: list[str]) -> str | None:
@@ -207,7 +270,7 @@ def _addresses(lines: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def read_local() -> dict:
+def read_local() -> RdmaReading:
     """Run the snippet on this machine (``ccrhost check``)."""
     out = subprocess.run(["sh", "-c", COMMAND], capture_output=True, text=True, timeout=20)
     return parse_rdma_dump(out.stdout.splitlines())

@@ -8,8 +8,8 @@ from pyinfra.api.exceptions import FactProcessError
 
 from ccrhost.facts.files import FileStates
 from ccrhost.facts.kernel import KernelModules, module_name
-from ccrhost.probes.kernel import Modules
 from ccrhost.facts.rdma import RdmaDevices
+from ccrhost.probes.kernel import Modules
 from ccrhost.probes.rdma import parse_rdma_dump
 
 FIXTURES = Path(__file__).parent / "fixtures"

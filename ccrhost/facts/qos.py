@@ -11,15 +11,11 @@ from ccrhost.probes import qos
 
 class QosState(FactBase):
     """
-    Returns ``{"interfaces": {ifname: {...}}, "systemd": bool, "unit_enabled": bool}``
-    where each interface has ``backend`` (``ofed`` | ``upstream`` | ``none``),
-    ``mtu``, ``trust``, ``dscp2prio``, ``pfc``, ``cable_len``, ``buffer_size``,
-    ``prio2buffer``, ``port_buffer``, ``ecn`` ({"roce_rp/enable/3": 1, ...} or
-    None), ``ofed_buffers`` (xoff/xon read-back or None), ``cc_params`` and
-    ``errors``.
+    Returns a :class:`~ccrhost.probes.qos.QosReading` of the interfaces
+    asked for: each a :class:`~ccrhost.probes.qos.QosInterface`.
     """
 
-    default = dict
+    default = qos.QosReading
 
     def command(self, interfaces, wants) -> str:
         return qos.command(interfaces, wants)

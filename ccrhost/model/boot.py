@@ -7,14 +7,10 @@ from __future__ import annotations
 import shlex
 
 from ccrhost.model import qos
+from ccrhost.model.managed import BOOT_SCRIPT, UNIT, UNIT_PATH, UNIT_WANTS  # noqa: F401  (the boot unit's paths)
 from ccrhost.model.ports import ethernet_ports
 from ccrhost.probes.qos import QosInterface
 from ccrhost.render import render
-
-UNIT = "ccrhost-boot.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
-WANTS = f"/etc/systemd/system/multi-user.target.wants/{UNIT}"
-BOOT_SCRIPT = "/etc/ccrhost/boot-apply.sh"
 
 
 def render_boot(settings, rdma, netdevs: dict, qos_state: dict) -> tuple[str, str]:

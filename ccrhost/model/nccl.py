@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from ccrhost.model.managed import NCCL_CONF, NCCL_PROFILE
 from ccrhost.model.ports import compute_ports, natural_key
 from ccrhost.model.qos import tos_byte
 from ccrhost.probes.rdma import RdmaPort, RdmaReading
@@ -17,8 +18,7 @@ from ccrhost.render import render
 
 BEGIN = "# BEGIN ccrhost managed block: rerun the deploy instead of editing"
 END = "# END ccrhost managed block"
-CONF_PATH = "/etc/nccl.conf"
-PROFILE_PATH = "/etc/profile.d/ccrhost-nccl.sh"
+CONF_PATH, PROFILE_PATH = NCCL_CONF, NCCL_PROFILE
 ROCE_ONLY = ("NCCL_IB_TC", "NCCL_IB_FIFO_TC", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_ADDR_FAMILY",
              "NCCL_IB_ADDR_RANGE", "NCCL_IB_GID_INDEX")
 

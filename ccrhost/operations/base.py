@@ -52,16 +52,25 @@ def batched(commands: list) -> list:
 
 
 def operation(func):
-    """pyinfra's @operation, plus: under ``--dry`` each planned command is
-    listed, because pyinfra itself shows only which operations would change;
-    and an operation that yields commands drops the host's fact cache."""
+    """pyinfra's @operation, plus:
+
+    - a node whose output a stage cannot read fails that host with the
+      reason, not the run: the generator is planned whole before anything is
+      yielded, so a half-planned stage writes nothing;
+    - under ``--dry`` each planned command is listed, because pyinfra itself
+      shows only which operations would change;
+    - an operation that yields commands marks the host's snapshot stale.
+    """
 
     @functools.wraps(func)
     def listed(*args, **kwargs):
         # Plan every command first: pyinfra's change detection stops at the first.
-        commands = list(func(*args, **kwargs))
+        try:
+            commands = list(func(*args, **kwargs))
+        except fact_cache.NodeReadError as exc:
+            commands = list(fail(str(exc)))
         if commands:
-            fact_cache.invalidate(host)  # these commands may change what the facts read
+            fact_cache.changed(host)
         if DRY:
             for command in commands:
                 host.log(f"would run: {describe(command)}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand
 
-from ccrhost.facts.files import FileStates
 from ccrhost.model.boot import BOOT_SCRIPT, UNIT, UNIT_PATH, render_boot
 from ccrhost.model.ports import roce_netdevs
 from ccrhost.operations import cache as fact_cache
@@ -31,7 +30,7 @@ def persist(settings):
     netdevs = roce_netdevs(rdma, settings.rdma_exclude_devices)
     qos_facts = fact_cache.qos_state(host, netdevs)
     script, unit = render_boot(settings, rdma, netdevs, qos_facts.interfaces)
-    files = fact_cache.get(host, FileStates, paths=[BOOT_SCRIPT, UNIT_PATH])
+    files = fact_cache.files(host, [BOOT_SCRIPT, UNIT_PATH])
     # the script's first line must stay the shebang
     body = script.split("\n", 1)
     yield from converge(BOOT_SCRIPT, body[0] + "\n" + MANAGED_HEADER + body[1], files.get(BOOT_SCRIPT), mode="755")

@@ -1,19 +1,28 @@
-"""Fact reads shared between ccrhost's operations on one host.
+"""What the stages know of a host: one snapshot read, shared by every stage.
 
-pyinfra reruns a fact's command every time an operation asks for it; the
-deploy's stages would read the same RDMA tree five times. Here a read is
-kept until an operation of ours yields a command (so the node may have
-changed), at which point the host's cache is dropped. A no-op run thus
-costs one remote command per fact.
+pyinfra reruns a fact's command every time an operation asks for it, and a
+remote command is a round trip (on the lab, 0.2 s of the node's sshd). The
+stages read one :class:`~ccrhost.probes.node.NodeSnapshot` instead, taken
+once per host. Stages write only what they own, and no stage reads what
+another one writes, so the snapshot stays valid across them, with two
+exceptions: loading a kernel module can create RDMA devices, so the modules
+stage drops it (:func:`drop`), and the verification must judge the node as
+tuned, so it asks for a fresh read when anything was written (:func:`fresh`).
 """
 
 from __future__ import annotations
 
-_ATTR = "_ccrhost_fact_cache"
+from dataclasses import replace
+
+from ccrhost.model.managed import FILES, UNIT_WANTS
+
+_ATTR = "_ccrhost_snapshot"
+_STALE = "_ccrhost_snapshot_stale"
 
 
-def _key(cls, kwargs: dict) -> tuple:
-    return cls, tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
+class NodeReadError(RuntimeError):
+    """A probe's output on this host could not be read: the stage that
+    needs it fails this host (see ``operations.base.operation``)."""
 
 
 def _real(host):
@@ -22,29 +31,77 @@ def _real(host):
     return getter(host) if getter else host
 
 
-def get(host, cls, **kwargs):
+def snapshot(host):
+    from ccrhost.facts.node import NodeState
+
     host = _real(host)
-    cache = host.__dict__.setdefault(_ATTR, {})
-    key = _key(cls, kwargs)
-    if key not in cache:
-        cache[key] = host.get_fact(cls, **kwargs)
-    return cache[key]
+    if _ATTR not in host.__dict__:
+        host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS)
+        host.__dict__[_STALE] = False
+    return host.__dict__[_ATTR]
 
 
-def invalidate(host) -> None:
+def changed(host) -> None:
+    """An operation wrote to this host: the snapshot may be out of date."""
+    host = _real(host)
+    if _ATTR in host.__dict__:
+        host.__dict__[_STALE] = True
+
+
+def drop(host) -> None:
+    """Forget the snapshot: the next stage reads the node again."""
     _real(host).__dict__.pop(_ATTR, None)
 
 
-def rdma(host) -> dict:
-    """The RdmaDevices fact, shared by every stage."""
-    from ccrhost.facts.rdma import RdmaDevices
+def fresh(host) -> None:
+    """Read again before the next use if anything was written since."""
+    if _real(host).__dict__.get(_STALE):
+        drop(host)
 
-    return get(host, RdmaDevices)
+
+def _probe(host, name: str):
+    snap = snapshot(host)
+    if name in snap.errors:
+        raise NodeReadError(snap.errors[name])
+    return getattr(snap, name)
 
 
-def qos_state(host, netdevs) -> dict:
-    """The QosState fact of ``netdevs``, with the boot unit's systemd state."""
+def rdma(host):
+    """:class:`~ccrhost.probes.rdma.RdmaReading`"""
+    return _probe(host, "rdma")
+
+
+def modules(host):
+    """:class:`~ccrhost.probes.kernel.Modules`"""
+    return _probe(host, "modules")
+
+
+def qos_state(host, netdevs):
+    """:class:`~ccrhost.probes.qos.QosReading` with (at least) ``netdevs``.
+    The snapshot holds every netdev of a RoCE device; one it lacks (a name
+    only a GID table gave) costs one read of its own."""
+    reading = _probe(host, "qos")
+    missing = [n for n in netdevs if n not in reading.interfaces]
+    if not missing:
+        return reading
     from ccrhost.facts.qos import QosState
-    from ccrhost.model.boot import WANTS
 
-    return get(host, QosState, interfaces=list(netdevs), wants=WANTS)
+    extra = _real(host).get_fact(QosState, interfaces=missing, wants=UNIT_WANTS)
+    return replace(reading, interfaces={**reading.interfaces, **extra.interfaces})
+
+
+def gpus(host):
+    """:class:`~ccrhost.probes.gpu.GpuProbe`"""
+    return _probe(host, "gpus")
+
+
+def files(host, paths) -> dict:
+    """``{path: FileState | None}``; paths outside the managed set (an
+    operation called with its own path) cost one read of their own."""
+    paths = list(paths)
+    if all(p in FILES for p in paths):
+        states = _probe(host, "files")
+        return {p: states.get(p) for p in paths}
+    from ccrhost.facts.files import FileStates
+
+    return _real(host).get_fact(FileStates, paths=paths)

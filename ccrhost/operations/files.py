@@ -7,7 +7,6 @@ import time
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand
 
-from ccrhost.facts.files import FileStates
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation, upload_text
 
@@ -54,5 +53,5 @@ def managed(path: str, content: str, mode: str = "644"):
             content="ib_uverbs\\nmlx5_ib\\n",
         )
     """
-    state = fact_cache.get(host, FileStates, paths=[path]).get(path)
+    state = fact_cache.files(host, [path]).get(path)
     yield from converge(path, MANAGED_HEADER + content, state, mode)

@@ -5,13 +5,11 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand
 
-from ccrhost.facts.kernel import KernelModules
+from ccrhost.model.managed import MODULES_FILE
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations import files
 from ccrhost.operations.base import operation
 from ccrhost.settings import DEFAULT_MODULES
-
-MODULES_FILE = "/etc/modules-load.d/ccrhost-rdma.conf"
 
 
 @operation
@@ -34,8 +32,10 @@ def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
             modules=["ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"],
         )
     """
-    present = fact_cache.get(host, KernelModules)
-    for module in modules:
-        if not present.present(module):
-            yield StringCommand("modprobe", QuoteString(module))
+    present = fact_cache.modules(host)
+    missing = [m for m in modules if not present.present(m)]
+    for module in missing:
+        yield StringCommand("modprobe", QuoteString(module))
+    if missing:
+        fact_cache.drop(host)  # a driver just loaded can bring RDMA devices the snapshot lacks
     yield from files.managed._inner(path, "".join(f"{m}\n" for m in modules))

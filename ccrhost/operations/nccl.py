@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ccrhost.facts.files import FileStates
 from ccrhost.model import nccl
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation
@@ -32,7 +31,7 @@ def environment(settings, conf_path: str = nccl.CONF_PATH, profile_path: str = n
     except nccl.NcclError as exc:
         yield from fail(f"NCCL: {exc}")
         return
-    states = fact_cache.get(host, FileStates, paths=[conf_path, profile_path])
+    states = fact_cache.files(host, [conf_path, profile_path])
     current = states.get(conf_path)
     if current is not None and current.error:
         yield from fail(f"{conf_path} left untouched: {current.error}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ccrhost.facts.gpu import NvidiaGpus
 from ccrhost.model.verdict import FAIL, OK, evaluate, readings_from_facts
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation
@@ -28,7 +27,8 @@ def ccr(settings, report=None, measured=None):
 
         verify.ccr(name="Verify CCR", settings=settings, report=report)
     """
-    readings = readings_from_facts(fact_cache.rdma(host), fact_cache.get(host, NvidiaGpus),
+    fact_cache.fresh(host)  # judge the node as the stages before left it
+    readings = readings_from_facts(fact_cache.rdma(host), fact_cache.gpus(host),
                                    settings.rdma_exclude_devices, measured)
     verdict = evaluate(readings, settings.expectation(), settings.policy())
     if report is not None:

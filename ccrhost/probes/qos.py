@@ -186,7 +186,21 @@ if [ -n "$pci" ] && [ -d "$cc" ]; then echo "@@cc_params $cc"; (cd "$cc" && grep
 def command(interfaces, wants: str) -> str:
     """One command reading every interface's QoS state, and whether systemd
     runs and the boot unit is enabled (``wants``: its .wants/ link)."""
-    names = " ".join(shlex.quote(i) for i in interfaces)
+    return _command(" ".join(shlex.quote(i) for i in interfaces), wants)
+
+
+# The netdevs of every RDMA device with an Ethernet (RoCE) port, found on
+# the node itself so that the snapshot needs no earlier read.
+_ROCE_NETDEVS = ("$(for d in /sys/class/infiniband/*; do grep -qsx Ethernet \"$d\"/ports/*/link_layer && "
+                 "for n in \"$d\"/device/net/*; do [ -e \"$n\" ] && echo \"${n##*/}\"; done; done | sort -u)")
+
+
+def command_roce(wants: str) -> str:
+    """:func:`command` for every RoCE netdev of the node."""
+    return _command(_ROCE_NETDEVS, wants)
+
+
+def _command(names: str, wants: str) -> str:
     return (f"for IF in {names}; do {_PER_IF} done; "
             f"echo @@systemd; [ -d /run/systemd/system ] && echo running; "
             f"[ -e {shlex.quote(wants)} ] && echo enabled; true")
@@ -228,7 +242,7 @@ def _grep_values(lines: list[str], signed: bool = False) -> dict[str, int]:
     return out
 
 
-def parse_qos_dump(lines: list[str]) -> dict:
+def parse_qos_dump(lines: list[str]) -> QosReading:
     """The output of :func:`command` -> a :class:`QosReading`."""
     reading = QosReading()
     st = None
@@ -244,35 +258,43 @@ def parse_qos_dump(lines: list[str]) -> dict:
             continue
         if st is None:
             continue
-        if tag in ("mlnx_qos", "dcb_app", "dcb_pfc", "dcb_buffer") and arg != "0":
-            st.errors.append(f"{tag.replace('_', ' ')} failed: {text.strip().splitlines()[-1] if text.strip() else arg}")
-            continue
-        if tag == "mtu" and text.strip():
-            st.mtu = int(text.strip())
-        elif tag == "mlnx_qos":
-            q = parse_mlnx_qos(text)
-            st.backend, st.trust, st.dscp2prio, st.pfc = "ofed", q["trust"], q["dscp2prio"], q["pfc"]
-            st.cable_len, st.buffer_size, st.prio2buffer = q["cable_len"], q["buffer_size"], q["prio2buffer"]
-            st.port_buffer = q["max_buffer_size"]
-        elif tag == "dcb_app":
-            st.backend = "upstream"
-            st.dscp2prio = parse_dcb_app_dscp(text)
-            st.trust = "dscp" if st.dscp2prio else "pcp"
-        elif tag == "dcb_pfc":
-            pfc = parse_dcb_pfc(text)
-            st.pfc, st.cable_len = pfc["prio_pfc"], pfc["delay"]
-        elif tag == "dcb_buffer":
-            buf = parse_dcb_buffer(text)
-            st.buffer_size, st.prio2buffer, st.port_buffer = buf["buffer_size"], buf["prio_buffer"], buf["total_size"]
-        elif tag == "ecn":
-            st.ecn = _grep_values(body, signed=True)
-        elif tag == "ofed_buffer":
-            parsed = parse_ofed_buffer_size(text)
-            st.ofed_buffers = parsed["buffers"]
-            st.port_buffer = st.port_buffer or parsed["port_buffer_size"]
-        elif tag == "ofed_prio2buffer":
-            st.prio2buffer = st.prio2buffer or parse_ofed_prio2buffer(text)
-        elif tag == "cc_params":
-            st.cc_params_dir = arg
-            st.cc_params = _grep_values(body)
+        try:
+            _read_section(st, tag, arg, body, text)
+        except (QosFormatError, ValueError) as exc:
+            # this interface's reading is incomplete: its stage refuses it, the others go on
+            st.errors.append(f"cannot read {tag.replace('_', ' ')} output: {exc}")
     return reading
+
+
+def _read_section(st: QosInterface, tag: str, arg: str, body: list[str], text: str) -> None:
+    """Fill ``st`` from one section of the interface's output."""
+    if tag in ("mlnx_qos", "dcb_app", "dcb_pfc", "dcb_buffer") and arg != "0":
+        st.errors.append(f"{tag.replace('_', ' ')} failed: {text.strip().splitlines()[-1] if text.strip() else arg}")
+    elif tag == "mtu" and text.strip():
+        st.mtu = int(text.strip())
+    elif tag == "mlnx_qos":
+        q = parse_mlnx_qos(text)
+        st.backend, st.trust, st.dscp2prio, st.pfc = "ofed", q["trust"], q["dscp2prio"], q["pfc"]
+        st.cable_len, st.buffer_size, st.prio2buffer = q["cable_len"], q["buffer_size"], q["prio2buffer"]
+        st.port_buffer = q["max_buffer_size"]
+    elif tag == "dcb_app":
+        st.backend = "upstream"
+        st.dscp2prio = parse_dcb_app_dscp(text)
+        st.trust = "dscp" if st.dscp2prio else "pcp"
+    elif tag == "dcb_pfc":
+        pfc = parse_dcb_pfc(text)
+        st.pfc, st.cable_len = pfc["prio_pfc"], pfc["delay"]
+    elif tag == "dcb_buffer":
+        buf = parse_dcb_buffer(text)
+        st.buffer_size, st.prio2buffer, st.port_buffer = buf["buffer_size"], buf["prio_buffer"], buf["total_size"]
+    elif tag == "ecn":
+        st.ecn = _grep_values(body, signed=True)
+    elif tag == "ofed_buffer":
+        parsed = parse_ofed_buffer_size(text)
+        st.ofed_buffers = parsed["buffers"]
+        st.port_buffer = st.port_buffer or parsed["port_buffer_size"]
+    elif tag == "ofed_prio2buffer":
+        st.prio2buffer = st.prio2buffer or parse_ofed_prio2buffer(text)
+    elif tag == "cc_params":
+        st.cc_params_dir = arg
+        st.cc_params = _grep_values(body)

@@ -24,12 +24,13 @@ class Section:
         return "\n".join(self.lines)
 
 
-def split(lines: list[str]) -> list[Section]:
-    """Every section in output order (a tag may repeat)."""
+def split(lines: list[str], mark: str = MARK) -> list[Section]:
+    """Every section in output order (a tag may repeat). The node snapshot
+    nests probes' own sections under ``@@@`` markers."""
     sections: list[Section] = []
     for line in lines:
-        if line.startswith(MARK):
-            tag, _, arg = line[len(MARK):].strip().partition(" ")
+        if line.startswith(mark):
+            tag, _, arg = line[len(mark):].strip().partition(" ")
             sections.append(Section(tag, arg.strip()))
         elif sections:
             sections[-1].lines.append(line)

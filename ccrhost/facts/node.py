@@ -1,0 +1,29 @@
+"""The whole node in one remote command (see :mod:`ccrhost.probes.node`)."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from ccrhost.probes.node import NodeSnapshot, command, parse_snapshot
+
+
+class NodeState(FactBase):
+    """
+    Returns a :class:`~ccrhost.probes.node.NodeSnapshot`: RDMA devices and
+    ports, kernel modules, QoS of every RoCE netdev, the managed files and
+    the GPUs. A probe whose output cannot be read is named in ``errors``;
+    this fact itself never fails.
+
+    .. code:: python
+
+        snap = host.get_fact(NodeState, paths=["/etc/nccl.conf"], wants=UNIT_WANTS)
+        snap.rdma.devices["mlx5_0"].ports[1].state   # "ACTIVE"
+    """
+
+    default = NodeSnapshot
+
+    def command(self, paths, wants) -> str:
+        return command(paths, wants)
+
+    def process(self, output):
+        return parse_snapshot(output)

@@ -1,0 +1,12 @@
+"""Every file ccrhost manages on a node. The node snapshot reads them all in
+its one command, so each is named here once."""
+
+MODULES_FILE = "/etc/modules-load.d/ccrhost-rdma.conf"
+NCCL_CONF = "/etc/nccl.conf"  # NCCL's own file: only ccrhost's marked block is ours
+NCCL_PROFILE = "/etc/profile.d/ccrhost-nccl.sh"
+BOOT_SCRIPT = "/etc/ccrhost/boot-apply.sh"
+UNIT = "ccrhost-boot.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+UNIT_WANTS = f"/etc/systemd/system/multi-user.target.wants/{UNIT}"  # exists once the unit is enabled
+
+FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH)

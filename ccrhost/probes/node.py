@@ -1,0 +1,68 @@
+"""The whole node in one command: every probe a deploy needs, back to back.
+
+Each probe's snippet runs in its own subshell under a ``@@@ <probe>`` marker
+and prints its own ``@@`` sections; each is parsed on its own, so output one
+parser cannot read spoils that probe alone, and the stages that need it fail
+the host with the reason while the others still have their readings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccrhost.probes import files, gpu, kernel, qos, rdma
+from ccrhost.probes.sections import split
+
+PROBE_MARK = "@@@"
+
+
+@dataclass
+class NodeSnapshot:
+    rdma: rdma.RdmaReading = field(default_factory=rdma.RdmaReading)  # probes/rdma.py: sysfs, configfs, ip
+    modules: kernel.Modules = field(default_factory=kernel.Modules)    # probes/kernel.py
+    qos: qos.QosReading = field(default_factory=qos.QosReading)        # probes/qos.py, every RoCE netdev
+    files: dict[str, files.FileState | None] = field(default_factory=dict)  # probes/files.py, managed files
+    gpus: gpu.GpuProbe = field(default_factory=gpu.GpuProbe)           # probes/gpu.py (nvidia-smi)
+    errors: dict[str, str] = field(default_factory=dict)  # probe -> why its output could not be read
+
+
+# probe name -> (what it reads, for messages; parser)
+_PARSERS = {
+    "rdma": ("/sys/class/infiniband and rdma_cm configfs", rdma.parse_rdma_dump),
+    "modules": ("/sys/module and modules.builtin", kernel.parse_modules),
+    "qos": ("mlnx_qos / dcb and the ecn, qos and cc_params trees", qos.parse_qos_dump),
+    "files": ("the managed files", files.parse_states),
+    "gpus": ("nvidia-smi", gpu.parse_command_output),
+}
+
+
+def command(paths, wants: str) -> str:
+    """One shell command printing every probe; ``paths``: managed files,
+    ``wants``: the boot unit's enable link."""
+    snippets = {
+        "rdma": rdma.COMMAND,
+        "modules": kernel.COMMAND,
+        "qos": qos.command_roce(wants),
+        "files": files.command(paths),
+        "gpus": gpu.COMMAND,
+    }
+    return "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items()) + "; true"
+
+
+def parse_snapshot(lines: list[str]) -> NodeSnapshot:
+    """Never raises: a probe whose output cannot be parsed is recorded in
+    ``errors`` and keeps its empty default."""
+    snap = NodeSnapshot()
+    seen = set()
+    for section in split(lines, PROBE_MARK):
+        if section.tag not in _PARSERS:
+            continue
+        seen.add(section.tag)
+        source, parse = _PARSERS[section.tag]
+        try:
+            setattr(snap, section.tag, parse(section.lines))
+        except Exception as exc:  # any parser, any input: that probe's failure, never the run's
+            snap.errors[section.tag] = f"cannot read {source}: {exc}"
+    for name in _PARSERS.keys() - seen:
+        snap.errors[name] = f"no output from the {name} probe"
+    return snap

@@ -103,7 +103,7 @@ FAULT_KINDS = {
     "modprobe_fails": "MODULE: inserting this module fails",
     "gid_index": "DEV:INDEX: the RoCE v2 IPv4 GID of that port sits at INDEX (as in containers)",
     "ssh_on_fabric": "the management link (SSH, default route) is the first NIC's netdev, not eth0",
-    "rdma_vanish": "DEV: the device disappears (hot-unplug) at the first QoS or configfs command",
+    "rdma_vanish": "DEV: the device disappears (hot-unplug) at the first QoS write or configfs mkdir",
     "etc_readonly": "the node's /etc is mounted read-only",
     "etc_full": "the node's /etc has no space left",
     "link_slow": "MBIT: the node's lab link is shaped to this rate instead of the lab's",

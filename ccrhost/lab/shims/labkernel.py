@@ -32,7 +32,7 @@ def configfs_mounted() -> bool:
 
 
 def hot_unplug() -> None:
-    """The rdma_vanish fault: the first QoS or configfs command finds the
+    """The rdma_vanish fault: the first QoS write or configfs mkdir finds the
     device gone, as after a hot-unplug between fact gathering and the write."""
     n = node()
     for fault in n["faults"]:

@@ -113,6 +113,11 @@ def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
     return ccrmod.ccr(bandwidth, peak * expect.gpu_count, policy.beta)
 
 
+def _below(have, capable) -> bool:
+    """A link trained below what it is capable of; an unknown figure is not judged."""
+    return bool(have and capable and have < capable)
+
+
 def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Policy = Policy()) -> Verdict:
     reasons: list[Reason] = []
     ports = readings.ports
@@ -125,10 +130,10 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             reasons.append(Reason(FAIL, "port_down", f"port {p.name} is {p.state}/{p.phys_state}"))
         elif p.rate_gbps is not None and p.rate_gbps < top_rate:
             reasons.append(Reason(FAIL, "port_rate", f"port {p.name} runs at {p.rate_gbps:g} Gb/s, expected {top_rate:g}"))
-        if p.pcie_width and p.pcie_width_max and p.pcie_width < p.pcie_width_max:
+        if _below(p.pcie_width, p.pcie_width_max):
             reasons.append(Reason(FAIL, "nic_pcie_width",
                                   f"NIC {p.device} PCIe x{p.pcie_width}, capable of x{p.pcie_width_max}"))
-        if p.pcie_gts and p.pcie_gts_max and p.pcie_gts < p.pcie_gts_max:
+        if _below(p.pcie_gts, p.pcie_gts_max):
             reasons.append(Reason(FAIL, "nic_pcie_speed",
                                   f"NIC {p.device} PCIe {p.pcie_gts:g} GT/s, capable of {p.pcie_gts_max:g} GT/s"))
     active = [p for p in ports if p.active]
@@ -162,10 +167,10 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             reasons.append(Reason(WARN, "gpu_throttled",
                                   f"GPU {g.index} SM clock {g.sm_clock_mhz}/{g.max_sm_clock_mhz} MHz "
                                   f"({', '.join(g.throttle_reasons)})"))
-        if g.pcie_gen and g.pcie_gen_max and g.pcie_gen < g.pcie_gen_max:
+        if _below(g.pcie_gen, g.pcie_gen_max):
             reasons.append(Reason(WARN, "gpu_pcie_gen",
                                   f"GPU {g.index} PCIe gen {g.pcie_gen} < max {g.pcie_gen_max} (normal while idle)"))
-        if g.pcie_width and g.pcie_width_max and g.pcie_width < g.pcie_width_max:
+        if _below(g.pcie_width, g.pcie_width_max):
             reasons.append(Reason(WARN, "gpu_pcie_width",
                                   f"GPU {g.index} PCIe x{g.pcie_width} < max x{g.pcie_width_max}"))
 

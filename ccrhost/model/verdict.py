@@ -113,9 +113,11 @@ def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
     return ccrmod.ccr(bandwidth, peak * expect.gpu_count, policy.beta)
 
 
-def _below(have, capable) -> bool:
-    """A link trained below what it is capable of; an unknown figure is not judged."""
-    return bool(have and capable and have < capable)
+def _degraded_links(level: str, what: str, checks) -> list[Reason]:
+    """A reason for each ``(code, have, capable, message format)`` whose link
+    trained below what it is capable of; an unknown figure is not judged."""
+    return [Reason(level, code, f"{what} {text.format(have, capable)}")
+            for code, have, capable, text in checks if have and capable and have < capable]
 
 
 def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Policy = Policy()) -> Verdict:
@@ -130,12 +132,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             reasons.append(Reason(FAIL, "port_down", f"port {p.name} is {p.state}/{p.phys_state}"))
         elif p.rate_gbps is not None and p.rate_gbps < top_rate:
             reasons.append(Reason(FAIL, "port_rate", f"port {p.name} runs at {p.rate_gbps:g} Gb/s, expected {top_rate:g}"))
-        if _below(p.pcie_width, p.pcie_width_max):
-            reasons.append(Reason(FAIL, "nic_pcie_width",
-                                  f"NIC {p.device} PCIe x{p.pcie_width}, capable of x{p.pcie_width_max}"))
-        if _below(p.pcie_gts, p.pcie_gts_max):
-            reasons.append(Reason(FAIL, "nic_pcie_speed",
-                                  f"NIC {p.device} PCIe {p.pcie_gts:g} GT/s, capable of {p.pcie_gts_max:g} GT/s"))
+        reasons += _degraded_links(FAIL, f"NIC {p.device} PCIe", (
+            ("nic_pcie_width", p.pcie_width, p.pcie_width_max, "x{}, capable of x{}"),
+            ("nic_pcie_speed", p.pcie_gts, p.pcie_gts_max, "{:g} GT/s, capable of {:g} GT/s")))
     active = [p for p in ports if p.active]
     if expect.ports is not None and len(active) < expect.ports:
         reasons.append(Reason(FAIL, "port_count", f"{len(active)} active compute ports, expected {expect.ports}"))
@@ -167,12 +166,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             reasons.append(Reason(WARN, "gpu_throttled",
                                   f"GPU {g.index} SM clock {g.sm_clock_mhz}/{g.max_sm_clock_mhz} MHz "
                                   f"({', '.join(g.throttle_reasons)})"))
-        if _below(g.pcie_gen, g.pcie_gen_max):
-            reasons.append(Reason(WARN, "gpu_pcie_gen",
-                                  f"GPU {g.index} PCIe gen {g.pcie_gen} < max {g.pcie_gen_max} (normal while idle)"))
-        if _below(g.pcie_width, g.pcie_width_max):
-            reasons.append(Reason(WARN, "gpu_pcie_width",
-                                  f"GPU {g.index} PCIe x{g.pcie_width} < max x{g.pcie_width_max}"))
+        reasons += _degraded_links(WARN, f"GPU {g.index} PCIe", (
+            ("gpu_pcie_gen", g.pcie_gen, g.pcie_gen_max, "gen {} < max {} (normal while idle)"),
+            ("gpu_pcie_width", g.pcie_width, g.pcie_width_max, "x{} < max x{}")))
 
     result = None
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)

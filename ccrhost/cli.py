@@ -121,6 +121,7 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
     Exit 0 when both targets are met, 2 when one is missed, 3 when a figure
     could not be read.
     """
+    from ccrhost.model.status import EXIT_CODES
     from ccrhost.node import monitor as mon
     from ccrhost.output import write_atomic
     from ccrhost.probes import counters, gpu, rdma
@@ -135,7 +136,7 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
         write_atomic(output, text)
     else:
         click.echo(text, nl=False)
-    return {"OK": 0, "FAIL": 2, "UNKNOWN": 3}[summary.verdict]
+    return EXIT_CODES[summary.verdict]
 
 
 @main.command("nccl-env")

@@ -4,11 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ccrhost.probes.perftest import (
-    PerftestFormatError,
-    client_command,
-    parse_ib_write_bw,
-)
+from ccrhost.probes.perftest import PerftestFormatError, client_command, parse_client_runs, parse_ib_write_bw
 
 SAMPLE = (Path(__file__).parent / "fixtures/ib_write_bw_roce.txt").read_text()
 
@@ -37,3 +33,15 @@ def test_client_command_quotes_every_value():
     assert client_command("mlx5_0", "10.0.0.2", 18515, 10) == \
         "ib_write_bw -d mlx5_0 -p 18515 -D 10 -F --report_gbits 10.0.0.2"
     assert "'x;touch /tmp/pwned'" in client_command("x;touch /tmp/pwned", "h", 1, 1)
+
+
+def test_client_runs_per_device():
+    report = SAMPLE.splitlines()
+    lines = ["@@dev mlx5_0", *report, "@@rc 0",
+             "@@dev mlx5_1", "Couldn't connect to 198.18.0.12:18516", "@@rc 1",
+             "@@dev mlx5_2", "@@rc 124"]
+    out = parse_client_runs(lines)
+    assert out["mlx5_0"]["error"] is None and out["mlx5_0"]["gbps"] == parse_ib_write_bw("\n".join(report)).average_gbps
+    assert out["mlx5_1"] == {"gbps": None, "error": "ib_write_bw on mlx5_1 failed: Couldn't connect to 198.18.0.12:18516"}
+    assert out["mlx5_2"] == {"gbps": None, "error": "ib_write_bw on mlx5_2 timed out"}
+    assert parse_client_runs(["@@missing"])["@all"]["error"] == "ib_write_bw not found (install perftest)"

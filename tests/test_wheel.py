@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, LAB_DIR, lab_ssh
+from conftest import LAB_DIR, REPO, lab_ssh
 
 pytestmark = pytest.mark.lab
 

@@ -7,12 +7,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from ccrhost.probes.perftest import (
-    PerftestFormatError,
-    client_command,
-    parse_ib_write_bw,
-    server_command,
-)
+from ccrhost.probes.perftest import client_command, parse_client_runs, server_command
 
 _MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
 
@@ -51,24 +46,4 @@ class IbWriteBwClients(FactBase):
         return f"{_MISSING}{runs} true"
 
     def process(self, output):
-        if "@@missing" in output:
-            return {"@all": {"gbps": None, "error": "ib_write_bw not found (install perftest)"}}
-        results, dev, text = {}, None, []
-        for line in output:
-            if line.startswith("@@dev "):
-                dev, text = line[6:], []
-            elif line.startswith("@@rc ") and dev is not None:
-                rc = int(line[5:])
-                body = "\n".join(text)
-                if rc == 124:
-                    results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} timed out"}
-                    continue
-                try:
-                    results[dev] = {"gbps": parse_ib_write_bw(body).average_gbps, "error": None}
-                except PerftestFormatError:
-                    last = next((x.strip() for x in reversed(text) if x.strip()), f"exit {rc}")
-                    results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} failed: {last}"}
-                dev = None
-            else:
-                text.append(line)
-        return results
+        return parse_client_runs(output)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-COLOURS = {"OK": "#2e7d32", "WARN": "#f9a825", "FAIL": "#c62828", "UNKNOWN": "#757575"}
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
+
+COLOURS = {OK: "#2e7d32", WARN: "#f9a825", FAIL: "#c62828", UNKNOWN: "#757575"}
 
 
 @dataclass(frozen=True)

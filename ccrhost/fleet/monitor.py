@@ -14,7 +14,7 @@ from ccrhost.facts.rdma import RdmaDevices
 from ccrhost.fleet.charts import Bar, bar_chart
 from ccrhost.fleet.parallel import once_per_run, parallel_facts
 from ccrhost.model.ports import effective_rates
-from ccrhost.model.status import below_median
+from ccrhost.model.status import FAIL, below_median
 from ccrhost.model.utilization import Summary, summarize
 from ccrhost.output import write_atomic
 from ccrhost.probes.rdma import RdmaReading
@@ -76,7 +76,7 @@ def html_chart(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> st
     """Network utilization per host against the target, as the CCR report draws CCR."""
     bars = []
     for host, s in sorted(summaries.items()):
-        status = "FAIL" if host in flags or s.verdict == "FAIL" else s.verdict
+        status = FAIL if host in flags or s.verdict == FAIL else s.verdict
         value = s.network_fraction * 100 if s.network_fraction is not None else None
         gpu = "n/a" if s.gpu_util_mean is None else f"{s.gpu_util_mean:.0f}%"
         bars.append(Bar(host, value, status, f"net {value or 0:.1f}%, GPU {gpu}", s.net_target))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from ccrhost.model.status import FAIL, OK, UNKNOWN
+
 WORD = 4  # port_xmit_data / port_rcv_data count 4-byte words
 
 
@@ -79,8 +81,8 @@ class Summary:
     def verdict(self) -> str:
         checks = [self.gpu_ok, self.net_ok]
         if False in checks:
-            return "FAIL"
-        return "UNKNOWN" if None in checks else "OK"
+            return FAIL
+        return UNKNOWN if None in checks else OK
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "gpu_ok": self.gpu_ok, "net_ok": self.net_ok, "verdict": self.verdict}

@@ -12,7 +12,14 @@ import shutil
 import socket
 import subprocess
 
-from ccrhost.model.verdict import FAIL, OK, Verdict, evaluate, readings_from_facts
+from ccrhost.model.verdict import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    Verdict,
+    evaluate,
+    readings_from_facts,
+)
 from ccrhost.settings import HostSettings
 
 DRAIN_PREFIX = "ccrhost:"
@@ -46,7 +53,7 @@ def format_nhc(verdict: Verdict) -> str:
     """NHC's convention: silence when healthy, one ``ERROR:`` line otherwise."""
     if verdict.status == OK:
         return ""
-    if verdict.status == FAIL or verdict.status == "UNKNOWN":
+    if verdict.status in (FAIL, UNKNOWN):
         return f"ERROR: ccrhost: Health check failed: {verdict.status}: {verdict.summary()}\n"
     return f"WARNING: ccrhost: {verdict.summary()}\n"
 

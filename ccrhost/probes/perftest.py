@@ -12,8 +12,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-DEFAULT_PORT = 18515
+from ccrhost.probes.sections import split
 
+DEFAULT_PORT = 18515
 _UNIT_GBPS = {"Gb/sec": 1.0, "MB/sec": 8 * 2**20 / 1e9, "MiB/sec": 8 * 2**20 / 1e9}
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[([^\]]+)\]\s+BW average\[([^\]]+)\]")
 
@@ -62,3 +63,26 @@ def client_command(device: str, peer: str, port: int, seconds: int) -> str:
 
 def server_command(device: str, port: int, seconds: int) -> str:
     return " ".join(shlex.quote(a) for a in _args(device, port, seconds))
+
+
+def parse_client_runs(lines: list[str]) -> dict[str, dict]:
+    """The clients' output, one ``@@dev DEV`` section then ``@@rc N`` per
+    device -> ``{device: {"gbps": float | None, "error": str | None}}``."""
+    if "@@missing" in lines:
+        return {"@all": {"gbps": None, "error": "ib_write_bw not found (install perftest)"}}
+    results, dev, text = {}, None, []
+    for section in split(lines):
+        if section.tag == "dev":
+            dev, text = section.arg, section.lines
+        elif section.tag == "rc" and dev is not None:
+            rc = int(section.arg) if section.arg.lstrip("-").isdigit() else -1
+            if rc == 124:
+                results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} timed out"}
+            else:
+                try:
+                    results[dev] = {"gbps": parse_ib_write_bw("\n".join(text)).average_gbps, "error": None}
+                except PerftestFormatError:
+                    last = next((x.strip() for x in reversed(text) if x.strip()), f"exit {rc}")
+                    results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} failed: {last}"}
+            dev = None
+    return results

@@ -3,7 +3,7 @@
 import pytest
 
 from ccrhost.model.utilization import delta, percentile, rates, summarize
-from ccrhost.probes.counters import parse_counters
+from ccrhost.probes.counters import PortCounters, Sample, parse_counters
 
 
 def files(**values):
@@ -19,13 +19,13 @@ def test_words_and_64_bit_preference():
         "mlx5_0/ports/1/hw_counters/np_cnp_sent": ["3"],
         "mlx5_0/ports/1/hw_counters/out_of_sequence": ["9"],
     })
-    assert got[("mlx5_0", 1)] == {"tx_words": 5000000000, "rx_words": 7, "wrap": None, "hw": {"np_cnp_sent": 3}}
+    assert got[("mlx5_0", 1)] == PortCounters(5000000000, 7, None, {"np_cnp_sent": 3})
 
 
 def test_old_kernels_counters_ext_and_no_pma():
     got = parse_counters({"mlx5_0/ports/1/counters_ext/port_xmit_data_64": ["10"],
                           "mlx5_0/ports/1/counters/port_rcv_data": ["N/A (no PMA)"]})
-    assert got[("mlx5_0", 1)]["tx_words"] == 10 and got[("mlx5_0", 1)]["rx_words"] is None
+    assert got[("mlx5_0", 1)].tx_words == 10 and got[("mlx5_0", 1)].rx_words is None
 
 
 def test_32_bit_counter_wraps():
@@ -43,11 +43,11 @@ def test_rates_count_four_byte_words():
 
 
 def sample(t, words, util, cnp=0):
-    return {"t": t, "gpu_util": util, "ports": parse_counters({
+    return Sample(t, parse_counters({
         "mlx5_0/ports/1/counters/port_xmit_data_64": [str(words)],
         "mlx5_0/ports/1/counters/port_rcv_data_64": ["0"],
         "mlx5_0/ports/1/hw_counters/np_cnp_sent": [str(cnp)],
-    })}
+    }), util)
 
 
 def test_summary_against_targets():

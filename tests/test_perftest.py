@@ -4,7 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from ccrhost.probes.perftest import PerftestFormatError, client_command, parse_client_runs, parse_ib_write_bw
+from ccrhost.probes.perftest import (
+    PerftestFormatError,
+    client_command,
+    parse_client_runs,
+    parse_ib_write_bw,
+)
 
 SAMPLE = (Path(__file__).parent / "fixtures/ib_write_bw_roce.txt").read_text()
 

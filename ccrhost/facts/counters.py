@@ -8,7 +8,7 @@ from ccrhost.probes.counters import parse_samples, sampler_command
 
 
 class RuntimeSamples(FactBase):
-    """Returns ``[{"t", "ports", "gpu_util"}, ...]``: ``count`` samples
+    """Returns ``[Sample, ...]`` (see :mod:`ccrhost.probes.counters`): ``count`` samples
     ``interval`` seconds apart, taken by one shell loop on the node."""
 
     default = list

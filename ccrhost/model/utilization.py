@@ -41,9 +41,9 @@ def rates(before: dict, after: dict, seconds: float) -> list[PortRate]:
             continue
         gbps = {}
         for side in ("tx", "rx"):
-            d = delta(b[f"{side}_words"], a[f"{side}_words"], a["wrap"])
+            d = delta(getattr(b, f"{side}_words"), getattr(a, f"{side}_words"), a.wrap)
             gbps[side] = None if d is None else d * WORD * 8 / seconds / 1e9
-        hw = {n: delta(b["hw"].get(n), a["hw"].get(n), None) for n in a["hw"]}
+        hw = {n: delta(b.hw.get(n), a.hw.get(n), None) for n in a.hw}
         out.append(PortRate(key[0], key[1], gbps["tx"], gbps["rx"], {k: v for k, v in hw.items() if v is not None}))
     return out
 
@@ -91,12 +91,12 @@ class Summary:
 def summarize(samples: list[dict], effective_gbps: dict[str, float], gpu_count: int,
               gpu_target: float = 90.0, net_target: float = 80.0) -> Summary:
     """``samples``: [{"t": seconds, "ports": parse_counters(...), "gpu_util": [percent per GPU]}]."""
-    utils = [u for s in samples for u in s.get("gpu_util") or []]
+    utils = [u for s in samples for u in s.gpu_util]
     per_port: dict[str, list[float]] = {}
     moved_bytes, hw_totals = 0.0, {}
     for prev, cur in zip(samples, samples[1:]):
-        dt = cur["t"] - prev["t"]
-        for r in rates(prev["ports"], cur["ports"], dt):
+        dt = cur.t - prev.t
+        for r in rates(prev.ports, cur.ports, dt):
             name = f"{r.device}/{r.port}"
             if name not in effective_gbps:
                 continue
@@ -105,7 +105,7 @@ def summarize(samples: list[dict], effective_gbps: dict[str, float], gpu_count: 
             moved_bytes += ((r.tx_gbps or 0) + (r.rx_gbps or 0)) * 1e9 / 8 * dt
             for k, v in r.hw_deltas.items():
                 hw_totals[k] = hw_totals.get(k, 0) + v
-    seconds = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
+    seconds = samples[-1].t - samples[0].t if len(samples) > 1 else 0.0
     port_fraction = {n: statistics.mean(v) / effective_gbps[n] for n, v in per_port.items() if effective_gbps[n]}
     total_eff = sum(effective_gbps[n] for n in per_port)
     network = (sum(statistics.mean(v) for v in per_port.values()) / total_eff) if total_eff else None

@@ -16,10 +16,10 @@ from ccrhost.model.utilization import Summary, rates, summarize
 
 
 def live_line(prev: dict, cur: dict, effective: dict[str, float]) -> str:
-    port_rates = [r for r in rates(prev["ports"], cur["ports"], cur["t"] - prev["t"]) if f"{r.device}/{r.port}" in effective]
+    port_rates = [r for r in rates(prev.ports, cur.ports, cur.t - prev.t) if f"{r.device}/{r.port}" in effective]
     total = sum(max(r.tx_gbps or 0, r.rx_gbps or 0) for r in port_rates)
     cap = sum(effective.values()) or 1
-    gpu = cur.get("gpu_util") or []
+    gpu = cur.gpu_util
     gpu_text = f"GPU {sum(gpu) / len(gpu):5.1f}% (min {min(gpu):.0f}%)" if gpu else "GPU n/a"
     cnp = sum(v for r in port_rates for k, v in r.hw_deltas.items() if "cnp" in k)
     return f"{gpu_text} | net {total:8.1f} Gb/s = {total / cap:6.1%} of {cap:g} | CNPs {cnp}"
@@ -39,7 +39,7 @@ def run(effective: dict[str, float], gpu_count: int, interval: float, duration: 
             time.sleep(max(0.0, next_at - time.monotonic()))
             samples.append(sample())
             if stream is not None:
-                line = f"t={samples[-1]['t'] - samples[0]['t']:6.1f}s {live_line(samples[-2], samples[-1], effective)}"
+                line = f"t={samples[-1].t - samples[0].t:6.1f}s {live_line(samples[-2], samples[-1], effective)}"
                 stream.write(("\r" + line) if tty else line + "\n")
                 stream.flush()
     except KeyboardInterrupt:

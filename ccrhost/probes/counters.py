@@ -5,6 +5,7 @@ the fact that ``deploys/monitor.py`` runs remotely."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass, field
 
 from ccrhost.probes.rdma import IB_ROOT
 from ccrhost.probes.sections import split
@@ -17,6 +18,20 @@ from ccrhost.probes.sysfs import split_dump
 HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets")
 _DATA = {"port_xmit_data": "tx", "port_rcv_data": "rx"}
 
+
+@dataclass
+class PortCounters:
+    tx_words: int | None = None  # counters/port_xmit_data[_64] (counters_ext/ before 4.5), 4-byte words
+    rx_words: int | None = None  # counters/port_rcv_data[_64]
+    wrap: int | None = None      # 2**32 when a plain 32-bit counter was read, None for 64-bit ones
+    hw: dict[str, int] = field(default_factory=dict)  # hw_counters/<HW_COUNTERS>
+
+
+@dataclass
+class Sample:
+    t: float                                   # date +%s.%N on the node
+    ports: dict[tuple[str, int], PortCounters]  # (device, port) -> counters
+    gpu_util: list[float] = field(default_factory=list)  # NVML, else nvidia-smi utilization.gpu, per GPU
 
 
 _FILES = " ".join(
@@ -36,23 +51,20 @@ def sampler_command(count: int, interval: float) -> str:
             f"[ $i -lt {int(count)} ] && sleep {float(interval)}; done; true")
 
 
-def parse_samples(lines: list[str]) -> list[dict]:
-    """``[{"t": seconds, "ports": parse_counters(...), "gpu_util": [percent]}]``."""
+def parse_samples(lines: list[str]) -> list[Sample]:
     samples = []
     for section in split(lines):
         if section.tag == "t":
-            samples.append({"t": float(section.arg), "ports": parse_counters(split_dump(section.lines)), "gpu_util": []})
+            samples.append(Sample(float(section.arg), parse_counters(split_dump(section.lines))))
         elif section.tag == "gpu" and samples:
-            samples[-1]["gpu_util"] = [float(v.strip()) for v in section.lines if v.strip().isdigit()]
+            samples[-1].gpu_util = [float(v.strip()) for v in section.lines if v.strip().isdigit()]
     return samples
 
 
-def parse_counters(files: dict[str, list[str]]) -> dict[tuple[str, int], dict]:
+def parse_counters(files: dict[str, list[str]]) -> dict[tuple[str, int], PortCounters]:
     """``{relative path: lines}`` under /sys/class/infiniband ->
-    ``{(device, port): {"tx_words": n, "rx_words": n, "wrap": 2**32 | None, "hw": {...}}}``.
-
-    The 64-bit variant wins over the plain counter when both are present.
-    """
+    ``{(device, port): PortCounters}``. The 64-bit variant wins over the
+    plain counter when both are present."""
     ports: dict[tuple[str, int], dict] = {}
     for path, lines in files.items():
         parts = path.split("/")
@@ -80,7 +92,7 @@ def parse_counters(files: dict[str, list[str]]) -> dict[tuple[str, int], dict]:
     for entry in ports.values():
         if len(entry.pop("_64")) == 2:
             entry["wrap"] = None
-    return ports
+    return {key: PortCounters(**entry) for key, entry in ports.items()}
 
 
 def gpu_utilization(nvml=None) -> list[float] | None:
@@ -98,11 +110,11 @@ def gpu_utilization(nvml=None) -> list[float] | None:
         nvml.nvmlShutdown()
 
 
-def sample_local(nvml_first: bool = True) -> dict:
+def sample_local(nvml_first: bool = True) -> Sample:
     out = subprocess.run(["sh", "-c", SAMPLE], capture_output=True, text=True, timeout=20)
     sample = parse_samples(out.stdout.splitlines())[0]
     if nvml_first:
         util = gpu_utilization()
         if util is not None:
-            sample["gpu_util"] = util
+            sample.gpu_util = util
     return sample

@@ -198,8 +198,9 @@ def nccl_env(config_path, fmt):
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
               help="Compare options: KEY is one of dp, tp, pp, tokens, grad-bytes, compression, overlap, "
                    "train-precision, sharded, reduction, gpu, gpus, nics, nic-gbps. A second --sweep "
-                   "gives a series per value.")
-def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt, sweeps, **flags):
+                   "draws a line per value.")
+@click.option("--chart", type=click.Path(dir_okay=False), help="With --sweep: draw the sweep as a PNG here.")
+def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt, sweeps, chart, **flags):
     """What-if: the CCR of a GPU model x count with NICs x rate, for a workload.
 
     With a workload the CCR is the node's, from the same model the
@@ -233,6 +234,8 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
     if parsed and not workload:
         raise click.UsageError("a sweep compares a workload's CCR against the bands: give --tokens and --dp "
                                "or --workload FILE")
+    if chart and not parsed:
+        raise click.UsageError("--chart draws a sweep: give --sweep KEY=V1,V2,...")
     if gpu is None and "gpu" not in swept:
         raise click.UsageError("Missing option '--gpu' (or --sweep gpu=...)")
 
@@ -253,10 +256,14 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
     if not parsed:
         click.echo(json.dumps(single, indent=2) + "\n" if fmt == "json" else whatif.text_single(single), nl=False)
         return
+    if chart:
+        whatif.draw_chart(rows, parsed, chart, whatif.chart_title(hw, workload, parsed))
     if fmt == "json":
-        click.echo(json.dumps({"sweep": [k for k, _ in parsed], "rows": rows}, indent=2))
+        click.echo(json.dumps({"sweep": [k for k, _ in parsed], "chart": chart, "rows": rows}, indent=2))
     else:
         click.echo(whatif.text_table(rows, parsed), nl=False)
+        if chart:
+            click.echo(f"chart: {chart}")
 
 
 def entry(argv=None) -> None:

@@ -1,8 +1,8 @@
-"""``ccrhost calc``: one what-if row per option, and sweeps.
+"""``ccrhost calc``: one what-if row per option, sweeps, and their chart.
 
 A row is a node (GPU model x count, NICs x rate) running a workload; its
 figures come from the same workload model the verification uses
-(ccrhost/model/workload.py). Pure.
+(ccrhost/model/workload.py). Everything here but ``draw_chart`` is pure.
 """
 
 from __future__ import annotations
@@ -235,3 +235,70 @@ def crossings(rows: list[dict], sweeps: list[tuple[str, list]]) -> list[str]:
             bands = sorted({r["band"] for r in series})
             lines.append(f"{prefix}CCR crosses neither 0.5 nor 2 over the sweep ({', '.join(bands)})")
     return lines
+
+
+def chart_title(hw: Hardware, workload: dict, sweeps: list[tuple[str, list]]) -> str:
+    """What stays fixed over the sweep."""
+    swept = {k for k, _ in sweeps}
+    gpus = "" if "gpus" in swept else f"{hw.gpus} x "
+    gpu = "GPU" if "gpu" in swept else _label("gpu", hw.gpu)
+    nics = "" if "nics" in swept else f"{hw.nics} x "
+    rate = "NIC" if "nic-gbps" in swept else f"{hw.nic_gbps:g} Gb/s"
+    fixed = ", ".join(f"{k} {_label(k, v)}" for k, v in workload.items())
+    return f"{gpus}{gpu} ({hw.precision}), {nics}{rate}; {fixed}"
+
+
+def draw_chart(rows: list[dict], sweeps: list[tuple[str, list]], path: str, title: str) -> None:
+    """CCR against the first sweep, a line per value of the second, with
+    the 0.5 and 2 band edges as horizontal lines, written as a PNG.
+    matplotlib (Agg, no display) does the axes, log scales and legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    key = sweeps[0][0]
+    numeric = _numeric(sweeps)
+    values = sweeps[0][1]
+    finite = [r["ccr"] for r in rows if r["ccr"] is not None]
+    top = max(finite + [ccrmod.HIGH_BAND]) * 2
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    try:
+        no_traffic_labelled = False
+        for name, series in _series(rows, sweeps).items():
+            xs = [r["sweep"][key] if numeric else values.index(r["sweep"][key]) for r in series]
+            points = [(x, r["ccr"]) for x, r in zip(xs, series) if r["ccr"] is not None]
+            line = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name or "CCR")[0]
+            none = [x for x, r in zip(xs, series) if r["ccr"] is None]
+            if none:
+                ax.plot(none, [top] * len(none), marker="^", linestyle="none", color=line.get_color(),
+                        label=None if no_traffic_labelled else "no inter-node traffic (not network-bound)")
+                no_traffic_labelled = True
+            if numeric:
+                for t, x, _, _, interpolated in crossing_points([(x, r["ccr"]) for x, r in zip(xs, series)]):
+                    if not interpolated:
+                        continue
+                    ax.plot([x], [t], marker="x", color="black", markersize=9)
+                    ax.annotate(f"{x:.3g}", (x, t), textcoords="offset points", xytext=(4, 6), fontsize=8)
+        ax.axhline(ccrmod.HIGH_BAND, color="tab:green", linestyle="--",
+                   label=f"CCR {ccrmod.HIGH_BAND:g}: above, compute under-used")
+        ax.axhline(ccrmod.LOW_BAND, color="tab:red", linestyle="--",
+                   label=f"CCR {ccrmod.LOW_BAND:g}: below, bandwidth-bound")
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        if numeric and min(values) > 0 and max(values) / min(values) >= 8:
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(values)), [_label(key, v) for v in values])
+        ax.set_xlabel(key)
+        ax.set_ylabel("node CCR = B / (beta x F)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)

@@ -214,7 +214,17 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
     keys = {"grad_bytes": "grad_bytes_per_param", "tokens": "tokens_per_gpu_step", "dp": "dp_size",
             "train_precision": "precision", "tp": "tp_size", "pp": "pp_size", "sharded": "sharding"}
     given = {keys.get(k, k): v for k, v in flags.items() if v is not None}
-    workload = _load_check_data(workload_file, {}) if workload_file else {}
+    workload = {}
+    if workload_file:
+        import yaml
+
+        try:
+            with open(workload_file) as f:
+                workload = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise click.ClickException(f"--workload {workload_file}: {exc}") from None
+        if not isinstance(workload, dict):
+            raise click.ClickException(f"--workload {workload_file}: expected a mapping of verify_workload keys")
     workload.update(given)
     try:
         parsed = [whatif.parse_sweep(text) for text in sweeps]

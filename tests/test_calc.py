@@ -156,6 +156,9 @@ def test_workload_file_has_the_inventory_keys(tmp_path):
     out = calc(*EXAMPLE[1:], "--workload", str(path))
     assert out.exit_code != 0
     assert "calc: verify_workload[compresion] = 0.5: unknown key; allowed: grad_bytes_per_param" in out.output
+    path.write_text("- a list\n")
+    out = calc(*EXAMPLE[1:], "--workload", str(path))
+    assert out.exit_code == 1 and f"--workload {path}: expected a mapping of verify_workload keys" in out.output
 
 
 @pytest.mark.parametrize("args, message", [

@@ -15,11 +15,12 @@ import math
 
 import pytest
 
-from ccrhost.checks import FAIL, OK, UNKNOWN, WARN, Expectation, Policy, Port, Readings, evaluate
+from ccrhost.checks import FAIL, OK, UNKNOWN, WARN, Expectation, Port, Readings, evaluate
 from ccrhost.config import InventoryDataError, validate_all, validate_host
 from ccrhost.gpu_readings import GpuReading
 from ccrhost.hardware import PROFILES
 from ccrhost.model.workload import WorkloadError, WorkloadSpec, node_model
+from ccrhost.node_check import format_text
 from ccrhost.report import text_table
 
 H100_F, H100_B = 8 * 989.5, 8 * 400.0  # TFLOPS, Gb/s
@@ -300,3 +301,5 @@ def test_report_states_the_model_per_host():
     assert "gpu-02: workload model: hierarchical DP over 128 nodes" in text and "CCR 2.503" in text
     assert "workload model assumptions: compute: 6 FLOPs per parameter per token" in text
     assert "bands do not apply" not in text
+    check = format_text(verdicts["gpu-01"])  # ccrhost check's text
+    assert "  workload model: hierarchical DP over 128 nodes per stage" in check and "CCR 5.006" in check

@@ -42,19 +42,23 @@ def _settings(config_path, overrides=None):
         raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
 
 
-def _load_check_data(config_path, overrides) -> dict:
+def _yaml_mapping(flag: str, path: str, what: str) -> dict:
+    """A YAML file of keys; a missing, unreadable or non-mapping file is a
+    usage error naming the flag."""
     import yaml
 
-    data = {}
-    if config_path:
-        try:
-            with open(config_path) as f:
-                loaded = yaml.safe_load(f) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise click.ClickException(f"--config {config_path}: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise click.ClickException(f"--config {config_path}: expected a mapping of inventory keys")
-        data.update(loaded)
+    try:
+        with open(path) as f:
+            loaded = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise click.ClickException(f"{flag} {path}: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise click.ClickException(f"{flag} {path}: expected a mapping of {what}")
+    return loaded
+
+
+def _load_check_data(config_path, overrides) -> dict:
+    data = _yaml_mapping("--config", config_path, "inventory keys") if config_path else {}
     data.update({k: v for k, v in overrides.items() if v not in (None, ())})
     return data
 
@@ -167,48 +171,103 @@ def nccl_env(config_path, fmt):
 
 
 @main.command()
-@click.option("--gpu", "gpu", required=True, help="GPU model: an NVML name or a table model such as 'H100 SXM'.")
-@click.option("--gpus", type=click.IntRange(1, 1024), default=8, show_default=True)
-@click.option("--nics", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--gpu", "gpu", help="GPU model: an NVML name or a table model such as 'H100 SXM'.")
+@click.option("--gpus", type=click.IntRange(1, 1024), default=8, show_default=True, help="GPUs per node.")
+@click.option("--nics", type=click.IntRange(1, 1024), default=8, show_default=True, help="Compute NICs per node.")
 @click.option("--nic-gbps", type=click.FloatRange(min=0, min_open=True), default=400, show_default=True)
 @click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]), default="bf16",
-              show_default=True)
+              show_default=True, help="Precision of F, the GPUs' peak compute.")
 @click.option("--tflops", type=click.FloatRange(min=0, min_open=True), help="Peak TFLOPS per GPU (overrides the table).")
 @click.option("--beta", type=click.FloatRange(min=0, min_open=True), help="Bytes per FLOP [default: 4].")
-@click.option("--grad-bytes", type=click.FloatRange(min=0, min_open=True), help="Workload: gradient bytes per parameter.")
+@click.option("--workload", "workload_file", type=click.Path(dir_okay=False),
+              help="YAML file of verify_workload keys; the flags below override it.")
+@click.option("--grad-bytes", type=click.FloatRange(min=0, min_open=True),
+              help="Workload: gradient bytes per parameter on the wire [default: from --train-precision].")
 @click.option("--tokens", type=click.FloatRange(min=0, min_open=True), help="Workload: tokens per GPU per step.")
-@click.option("--dp", type=click.IntRange(1), help="Workload: data-parallel size.")
-def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, grad_bytes, tokens, dp):
-    """What-if: the CCR of a GPU model x count with NICs x rate."""
-    from ccrhost.model import ccr as ccrmod
-    from ccrhost.model import gpus as gpu_peaks
+@click.option("--dp", type=click.IntRange(1), help="Workload: data-parallel size (model replicas).")
+@click.option("--train-precision", type=click.Choice(["fp32", "bf16", "fp16", "fp8"]),
+              help="Workload: training precision, the bytes of gradients, parameters and activations on the "
+                   "wire [default: bf16]. --precision is F's.")
+@click.option("--tp", type=click.IntRange(1), help="Workload: tensor-parallel size, inside a node [1].")
+@click.option("--pp", type=click.IntRange(1), help="Workload: pipeline stages, across nodes [1].")
+@click.option("--sharded", type=click.Choice(["none", "optimizer", "full"]), is_flag=False, flag_value="full",
+              help="Workload: ZeRO-1/2 (optimizer) or ZeRO-3/FSDP (full, what a bare --sharded means).")
+@click.option("--reduction", type=click.Choice(["hierarchical", "flat"]),
+              help="Workload: NVLink first, then the NICs (default), or every GPU through its NIC.")
+@click.option("--compression", type=float, help="Workload: gradient bytes on the wire / uncompressed, (0, 1].")
+@click.option("--overlap", type=float, help="Workload: share of gradient traffic hidden behind backward, [0, 1].")
+@click.option("--hidden-size", type=click.IntRange(1), help="Workload: model width (with --pp).")
+@click.option("--params", type=click.FloatRange(min=0, min_open=True), help="Workload: parameters (with --pp).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+              help="Compare options: KEY is one of dp, tp, pp, tokens, grad-bytes, compression, overlap, "
+                   "train-precision, sharded, reduction, gpu, gpus, nics, nic-gbps. A second --sweep "
+                   "draws a line per value.")
+@click.option("--chart", type=click.Path(dir_okay=False), help="With --sweep: draw the sweep as a PNG here.")
+def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt, sweeps, chart, **flags):
+    """What-if: the CCR of a GPU model x count with NICs x rate, for a workload.
 
-    workload = (grad_bytes, tokens, dp)
-    if any(v is not None for v in workload) and None in workload:
-        raise click.UsageError("a workload needs --grad-bytes, --tokens and --dp together")
-    if beta is not None and workload[0] is not None:
+    With a workload the CCR is the node's, from the same model the
+    verification uses, and the 0.5/2 bands apply.
+    """
+    import json
+
+    from ccrhost import whatif
+    from ccrhost.settings import InventoryDataError, validate_host
+
+    keys = {"grad_bytes": "grad_bytes_per_param", "tokens": "tokens_per_gpu_step", "dp": "dp_size",
+            "train_precision": "precision", "tp": "tp_size", "pp": "pp_size", "sharded": "sharding"}
+    given = {keys.get(k, k): v for k, v in flags.items() if v is not None}
+    workload = _yaml_mapping("--workload", workload_file, "verify_workload keys") if workload_file else {}
+    workload.update(given)
+    try:
+        parsed = [whatif.parse_sweep(text) for text in sweeps]
+    except whatif.WhatIfError as exc:
+        raise click.UsageError(str(exc)) from None
+    if len(parsed) > 2:
+        raise click.UsageError("at most two --sweep: the x axis and a line per value")
+    swept = {k for k, _ in parsed}
+    if len(swept) < len(parsed):
+        raise click.UsageError("each --sweep key once")
+    swept_keys = {whatif.WORKLOAD_KEYS[k][0] for k in swept if k in whatif.WORKLOAD_KEYS}
+    if given and not workload_file and not ({"tokens_per_gpu_step", "dp_size"} <= set(given) | swept_keys):
+        raise click.UsageError("a workload needs --tokens and --dp (or --workload FILE); the other workload "
+                               "flags refine it (--grad-bytes defaults from --train-precision)")
+    if beta is not None and workload:
         raise click.UsageError("give --beta or a workload, not both")
-    if tflops is None:
-        try:
-            tflops, row = gpu_peaks.peak_tflops(gpu, precision)
-        except gpu_peaks.PeakUnknown as exc:
-            models = ", ".join(r.model for r in gpu_peaks.TABLE)
-            hint = f"known: {models} (or pass --tflops)" if exc.code == "gpu_unknown_model" else "pass --tflops"
-            raise click.UsageError(f"{exc}; {hint}") from None
-        gpu = f"{row.model} ({row.source})"
-    from_workload = workload[0] is not None
-    b = ccrmod.beta_from_workload(*workload) if from_workload else (beta or ccrmod.SEED_BETA)
-    result = ccrmod.compute([nic_gbps] * nics, tflops * gpus, b, "bottleneck", from_workload)
-    click.echo(f"GPU: {gpus} x {gpu}: {tflops * gpus:g} TFLOPS {precision}")
-    click.echo(f"Network: {nics} x {nic_gbps:g} Gb/s = {result.bandwidth_gbps:g} Gb/s "
-               f"= {result.bandwidth_gbps / 8:g} GB/s")
-    click.echo(f"beta: {b:.4g} bytes/FLOP" + (" (from the workload)" if from_workload else ""))
-    click.echo(f"CCR = B / (beta x F) = {result.ccr:.4g}")
-    click.echo(f"(the seed guide's formula, without the 1000 from TFLOPS: {ccrmod.seed_ccr(result.bandwidth_gbps, tflops * gpus):.4g})")
-    if result.band:
-        click.echo(f"band: {result.band} (below {ccrmod.LOW_BAND}: bandwidth-bound; above {ccrmod.HIGH_BAND}: compute under-used)")
+    if parsed and not workload:
+        raise click.UsageError("a sweep compares a workload's CCR against the bands: give --tokens and --dp "
+                               "or --workload FILE")
+    if chart and not parsed:
+        raise click.UsageError("--chart draws a sweep: give --sweep KEY=V1,V2,...")
+    if gpu is None and "gpu" not in swept:
+        raise click.UsageError("Missing option '--gpu' (or --sweep gpu=...)")
+
+    def validate(data):
+        try:  # the inventory's own schema: the same keys, ranges and messages
+            return validate_host("calc", {"verify_workload": data}).verify_workload.spec()
+        except InventoryDataError as exc:
+            raise whatif.WhatIfError("; ".join(str(e) for e in exc.errors)) from None
+
+    hw = whatif.Hardware(gpu or "", gpus, nics, nic_gbps, precision, tflops)
+    try:
+        if parsed:
+            rows = whatif.sweep(hw, workload, parsed, validate)
+        else:
+            single = whatif.row(hw, validate(workload) if workload else None, beta)
+    except whatif.WhatIfError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not parsed:
+        click.echo(json.dumps(single, indent=2) + "\n" if fmt == "json" else whatif.text_single(single), nl=False)
+        return
+    if chart:
+        whatif.draw_chart(rows, parsed, chart, whatif.chart_title(hw, workload, parsed))
+    if fmt == "json":
+        click.echo(json.dumps({"sweep": [k for k, _ in parsed], "chart": chart, "rows": rows}, indent=2))
     else:
-        click.echo("band: not classified: with the literal beta = 4 the 0.5/2 bands mean nothing; give a workload")
+        click.echo(whatif.text_table(rows, parsed), nl=False)
+        if chart:
+            click.echo(f"chart: {chart}")
 
 
 def entry(argv=None) -> None:

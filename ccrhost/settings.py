@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from ccrhost.model import ccr as ccrmod
+from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import PRECISIONS
 from ccrhost.model.gpus import lookup as lookup_gpu
@@ -50,17 +51,37 @@ NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:/@%+^-]{0,
 
 
 class Workload(BaseModel):
-    """Derives beta, the bytes moved per FLOP, for data-parallel training."""
+    """A training job; the node CCR comes from it (ccrhost/model/workload.py).
+
+    The first three keys keep their meaning from before the model; the rest
+    default to plain data parallelism with no compression or overlap."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    grad_bytes_per_param: float = Field(gt=0, description="2 for bf16 gradients")
+    grad_bytes_per_param: float | None = Field(None, gt=0, le=16, description="Default: from precision (bf16: 2).")
     tokens_per_gpu_step: float = Field(gt=0)
     dp_size: int = Field(ge=1, le=1_000_000)
+    precision: Literal[wl.TRAIN_PRECISIONS] = "bf16"  # type: ignore[valid-type]
+    tp_size: int = Field(1, ge=1, le=64)
+    pp_size: int = Field(1, ge=1, le=4096)
+    sharding: Literal[wl.SHARDING] = "none"  # type: ignore[valid-type]
+    reduction: Literal[wl.REDUCTION] = "hierarchical"  # type: ignore[valid-type]
+    compression: float = 1.0
+    overlap: float = 0.0
+    hidden_size: int | None = Field(None, ge=1, le=1 << 20)
+    params: float | None = Field(None, gt=0, le=1e15)
 
-    @property
-    def beta(self) -> float:
-        return ccrmod.beta_from_workload(self.grad_bytes_per_param, self.tokens_per_gpu_step, self.dp_size)
+    @field_validator("compression", "overlap")
+    @classmethod
+    def _ratio(cls, value, info):
+        # the model's own rule, so the inventory and calc refuse alike
+        spec = wl.WorkloadSpec(1, 1, **{info.field_name: value})
+        for problem in wl.spec_problems(spec):
+            raise ValueError(problem.allowed)
+        return value
+
+    def spec(self) -> wl.WorkloadSpec:
+        return wl.WorkloadSpec(**self.model_dump())
 
 
 Priority = Annotated[int, Field(ge=0, le=7)]
@@ -154,7 +175,9 @@ class HostSettings(BaseModel):
     verify_port_gbps: float | None = Field(None, gt=0, le=3200, description="Expected rate of each compute port.")
     verify_precision: Precision = Field("bf16", description="Precision of F, the GPU compute.")
     verify_beta: float | None = Field(None, gt=0, le=1e6, description="Bytes per FLOP; default 4 (the seed's).")
-    verify_workload: Workload | None = Field(None, description="Derive beta from a workload instead.")
+    verify_workload: Workload | None = Field(
+        None, description="The training job: the CCR and its bands come from the workload model instead of beta."
+    )
     verify_bandwidth_model: Literal["bottleneck", "sum"] = Field("bottleneck", description="How B is summed.")
     verify_min_ccr: float | None = Field(None, ge=0, description="Absolute CCR floor; below it a host FAILS.")
     verify_min_ccr_fraction: float = Field(0.9, ge=0, le=1, description="Fail below this share of the expected CCR.")
@@ -236,12 +259,20 @@ class HostSettings(BaseModel):
             port_gbps=self.verify_port_gbps or base.port_gbps,
         )
 
+    def workload_problems(self) -> list[wl.Problem]:
+        """The workload against the declared GPUs per node; when none is
+        declared, the verification checks it against the GPUs it finds."""
+        if self.verify_workload is None:
+            return []
+        spec, gpus = self.verify_workload.spec(), self.expectation().gpu_count
+        return wl.spec_problems(spec) + (wl.topology_problems(spec, gpus) if gpus else [])
+
     def policy(self) -> Policy:
         workload = self.verify_workload
         return Policy(
             precision=self.verify_precision,
-            beta=workload.beta if workload else (self.verify_beta or ccrmod.SEED_BETA),
-            beta_from_workload=workload is not None,
+            beta=self.verify_beta or ccrmod.SEED_BETA,
+            workload=workload.spec() if workload else None,
             bandwidth_model=self.verify_bandwidth_model,
             min_ccr=self.verify_min_ccr,
             min_ccr_fraction=self.verify_min_ccr_fraction,
@@ -308,6 +339,8 @@ def _describe(key: str, error: dict) -> str:
         return f"allowed: {ctx.get('expected')}"
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
         return _bounds(key) or error["msg"]
+    if kind == "extra_forbidden" and key == "verify_workload":
+        return f"unknown key; allowed: {', '.join(Workload.model_fields)}"
     if kind == "string_pattern_mismatch":
         return f"must match {ctx.get('pattern')}"
     return error["msg"].removeprefix("Value error, ")
@@ -347,6 +380,11 @@ def validate_host(name: str, data: dict) -> HostSettings:
                 value = err.get("input")
             errors.append(DataError(name, key, value, _describe(str(err['loc'][0]), err)))
         settings = None
+    for problem in settings.workload_problems() if settings else ():
+        allowed = problem.allowed
+        if problem.key in ("tp_size", "dp_size"):
+            allowed += " (GPUs per node from verify_gpu_count / verify_profile)"
+        errors.append(DataError(name, f"verify_workload[{problem.key}]", problem.value, allowed))
     if errors:
         raise InventoryDataError(errors)
     return settings

@@ -131,7 +131,7 @@ def run_ccrhost(*args):
 @pytest.mark.parametrize("args, message", [
     (["calc", "--gpu", "H100 SXM", "--gpus", "0"], "0 is not in the range"),
     (["calc", "--gpu", "H100 SXM", "--nic-gbps", "-400"], "-400"),
-    (["calc", "--gpu", "H100 SXM", "--grad-bytes", "2"], "--grad-bytes, --tokens and --dp together"),
+    (["calc", "--gpu", "H100 SXM", "--grad-bytes", "2"], "a workload needs --tokens and --dp"),
     (["calc", "--gpu", "H100 SXM", "--beta", "4", "--grad-bytes", "2", "--tokens", "1", "--dp", "2"], "not both"),
     (["lab", "up", "--nodes", "0"], "0 is not in the range"),
     (["lab", "up", "--fault", "node1"], "expected NODE:KIND[=VALUE]"),

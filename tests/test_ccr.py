@@ -2,7 +2,7 @@
 
 import pytest
 
-from ccrhost.model import ccr, ports
+from ccrhost.model import ccr, ports, workload
 from ccrhost.model import gpus as gpu_peaks
 
 
@@ -17,15 +17,6 @@ def test_worked_example_h100_sxm_8x400():
 
 def test_per_gpu_and_per_node_agree():
     assert ccr.ccr(400, 989) == pytest.approx(ccr.ccr(3200, 7912))
-
-
-def test_beta_from_workload():
-    # 2 bytes/param (bf16 grads), 4096 tokens per GPU step, DP 64
-    beta = ccr.beta_from_workload(2, 4096, 64)
-    assert beta == pytest.approx(2 * 2 * 63 / 64 / (6 * 4096))
-    assert ccr.beta_from_workload(2, 4096, 1) == 0  # no data parallelism, nothing to reduce
-    with pytest.raises(ValueError):
-        ccr.beta_from_workload(0, 4096, 8)
 
 
 def test_bandwidth_models():
@@ -45,10 +36,14 @@ def test_effective_rate_is_capped_by_pcie():
 
 def test_bands_only_with_a_workload():
     seed = ccr.compute([400] * 8, 7916, beta=4)
-    assert seed.band is None
-    work = ccr.compute([400] * 8, 7916, beta=ccr.beta_from_workload(2, 4096, 64), beta_from_workload_given=True)
-    assert work.band == "bandwidth-bound"
-    assert ccr.band(1.0) == "balanced" and ccr.band(2.5) == "compute-underused"
+    assert seed.band is None and seed.workload is None
+    # 64 GPUs = 8 nodes, 4096 tokens: 2 x 7/8 x 2 B = 3.5 B against 6 x 8 x 4096 FLOP per parameter;
+    # CCR = 400e9 x 196608 / (3.5 x 7.916e15) = 2.838 (the old per-GPU beta said 0.315, bandwidth-bound)
+    node = workload.node_model(workload.WorkloadSpec(4096, 64), 8, 3200, 7916)
+    work = ccr.from_workload(node)
+    assert work.ccr == pytest.approx(400e9 * 6 * 8 * 4096 / (3.5 * 7916e12)) == pytest.approx(2.838, rel=1e-3)
+    assert work.band == "compute-underused" and work.workload["nodes"] == 8
+    assert ccr.band(1.0) == "balanced" and ccr.band(2.5) == "compute-underused" and ccr.band(0.4) == "bandwidth-bound"
 
 
 @pytest.mark.parametrize("name, bf16", [

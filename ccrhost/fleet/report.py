@@ -43,6 +43,11 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
             f"{c.bandwidth_gbps if c else float('nan'):8.0f} {c.tflops if c else float('nan'):9.1f} "
             f"{c.beta if c else float('nan'):8.3g}  {v.summary()}"
         )
+    models = [(host, v.ccr.workload) for host, v in rows if v.ccr and v.ccr.workload]
+    for host, model in models:  # each host's own: its GPU count and bandwidth enter the model
+        lines.append(f"{host}: workload model: {model['statement']}")
+    if models:
+        lines.append("workload model assumptions: " + "; ".join(models[0][1]["assumptions"]))
     bands = {v.ccr.band for v in verdicts.values() if v.ccr}
     if bands == {None}:
         lines.append("beta is the seed's literal 4 bytes/FLOP, so the 0.5/2 bands do not apply; "

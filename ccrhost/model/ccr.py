@@ -4,12 +4,14 @@
 
 B is the node's network bandwidth in bytes/s, F its GPU compute in FLOP/s
 at the chosen precision, beta the bytes each FLOP needs moved (the seed
-guide assumes 4). The seed's own pseudo-code turns Gb/s into GB/s and then
-divides by TFLOPS, so its figures are 1000x these.
+guide assumes 4; with a workload, ccrhost/model/workload.py gives the
+node's). The seed's own pseudo-code turns Gb/s into GB/s and then divides
+by TFLOPS, so its figures are 1000x these.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 SEED_BETA = 4.0
@@ -18,15 +20,6 @@ HIGH_BAND = 2.0  # above: compute under-used
 MODELS = ("bottleneck", "sum")
 
 
-def beta_from_workload(grad_bytes_per_param: float, tokens_per_gpu_step: float, dp_size: int) -> float:
-    """Bytes moved per FLOP for data-parallel training with ring all-reduce.
-
-    Each step every GPU moves ``grad_bytes * 2(N-1)/N`` bytes per parameter
-    and computes ``6 * tokens`` FLOPs per parameter (forward + backward).
-    """
-    if grad_bytes_per_param <= 0 or tokens_per_gpu_step <= 0 or dp_size < 1:
-        raise ValueError("grad bytes and tokens must be positive and dp_size at least 1")
-    return grad_bytes_per_param * 2 * (dp_size - 1) / dp_size / (6 * tokens_per_gpu_step)
 
 
 def node_bandwidth_gbps(port_gbps: list[float], model: str = "bottleneck") -> float:
@@ -72,17 +65,24 @@ class CcrResult:
     tflops: float
     beta: float
     model: str
-    band: str | None  # None when beta is the seed's literal default
+    band: str | None  # None when beta is the seed's literal default or given as --beta/verify_beta
+    workload: dict | None = None  # the workload model's figures and assumptions, when one was given
 
     def to_dict(self) -> dict:
         return {
-            "ccr": self.ccr, "bandwidth_gbps": self.bandwidth_gbps, "tflops": self.tflops,
-            "beta": self.beta, "bandwidth_model": self.model, "band": self.band,
+            # infinite: a job with no inter-node traffic (JSON has no infinity)
+            "ccr": self.ccr if math.isfinite(self.ccr) else None, "bandwidth_gbps": self.bandwidth_gbps,
+            "tflops": self.tflops, "beta": self.beta, "bandwidth_model": self.model, "band": self.band,
+            "workload": self.workload,
         }
 
 
-def compute(port_gbps: list[float], tflops: float, beta: float = SEED_BETA, model: str = "bottleneck",
-            beta_from_workload_given: bool = False) -> CcrResult:
+def compute(port_gbps: list[float], tflops: float, beta: float = SEED_BETA, model: str = "bottleneck") -> CcrResult:
     bandwidth = node_bandwidth_gbps(port_gbps, model)
-    value = ccr(bandwidth, tflops, beta)
-    return CcrResult(value, bandwidth, tflops, beta, model, band(value) if beta_from_workload_given else None)
+    return CcrResult(ccr(bandwidth, tflops, beta), bandwidth, tflops, beta, model, None)
+
+
+def from_workload(node, model: str = "bottleneck") -> CcrResult:
+    """The result for a ``model.workload.NodeModel``: its node CCR, beta and
+    band, with its figures and assumptions attached for the report."""
+    return CcrResult(node.ccr, node.bandwidth_gbps, node.tflops, node.beta, model, node.band, node.to_dict())

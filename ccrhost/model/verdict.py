@@ -7,10 +7,12 @@ so every verdict is testable from fixtures.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import gpus as gpu_peaks
+from ccrhost.model import workload as workload_model
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.ports import Port, compute_ports
 from ccrhost.model.status import (
@@ -48,7 +50,7 @@ class Expectation:
 class Policy:
     precision: str = "bf16"
     beta: float = ccrmod.SEED_BETA
-    beta_from_workload: bool = False
+    workload: workload_model.WorkloadSpec | None = None  # when set, the node CCR comes from its model
     bandwidth_model: str = "bottleneck"
     min_ccr: float | None = None
     min_ccr_fraction: float = 0.9
@@ -102,6 +104,21 @@ def gpu_tflops(gpus: list[GpuReading], policy: Policy) -> tuple[float | None, li
     return total, []
 
 
+def node_ccr(port_gbps: list[float], tflops: float, gpu_count: int,
+             policy: Policy) -> tuple[ccrmod.CcrResult | None, list[Reason]]:
+    """The node's CCR: from the workload model when the policy has one
+    (bands apply), else B / (beta x F) with the policy's beta."""
+    if policy.workload is None:
+        return ccrmod.compute(port_gbps, tflops, policy.beta, policy.bandwidth_model), []
+    bandwidth = ccrmod.node_bandwidth_gbps(port_gbps, policy.bandwidth_model)
+    try:
+        node = workload_model.node_model(policy.workload, gpu_count, bandwidth, tflops)
+    except workload_model.WorkloadError as exc:
+        return None, [Reason(UNKNOWN, "workload_invalid",
+                             f"verify_workload does not fit this node's {gpu_count} GPUs: {exc}")]
+    return ccrmod.from_workload(node, policy.bandwidth_model), []
+
+
 def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
     if None in (expect.gpu_model, expect.gpu_count, expect.ports, expect.port_gbps) or not expect.gpu_count:
         return None
@@ -109,8 +126,9 @@ def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
         peak, _ = gpu_peaks.peak_tflops(expect.gpu_model, policy.precision, policy.gpu_tflops)
     except gpu_peaks.PeakUnknown:
         return None
-    bandwidth = ccrmod.node_bandwidth_gbps([expect.port_gbps] * expect.ports, policy.bandwidth_model)
-    return ccrmod.ccr(bandwidth, peak * expect.gpu_count, policy.beta)
+    result, _ = node_ccr([expect.port_gbps] * expect.ports, peak * expect.gpu_count, expect.gpu_count, policy)
+    # a job without inter-node traffic has no CCR to fall short of
+    return result.ccr if result and math.isfinite(result.ccr) else None
 
 
 def _degraded_links(level: str, what: str, checks) -> list[Reason]:
@@ -174,8 +192,10 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)
     reasons.extend(gpu_reasons)
     if tflops:
-        result = ccrmod.compute([p.effective_gbps for p in active], tflops, policy.beta,
-                                policy.bandwidth_model, policy.beta_from_workload)
+        # the job's GPUs per node: the declared count, else the GPUs found
+        result, model_reasons = node_ccr([p.effective_gbps for p in active], tflops,
+                                         expect.gpu_count or len(gpus), policy)
+        reasons.extend(model_reasons)
     expected = _expected_ccr(expect, policy)
     if result is not None:
         if policy.min_ccr is not None and result.ccr < policy.min_ccr:
@@ -186,6 +206,11 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
                                   f"its hardware should give (minimum {policy.min_ccr_fraction:.0%})"))
         if result.band == "compute-underused":
             reasons.append(Reason(WARN, "ccr_high", f"CCR {result.ccr:.3g} above {ccrmod.HIGH_BAND}: compute under-used"))
+        elif result.band == "bandwidth-bound":
+            w = result.workload
+            reasons.append(Reason(WARN, "ccr_bandwidth_bound",
+                                  f"CCR {result.ccr:.3g} below {ccrmod.LOW_BAND}: this workload is bandwidth-bound "
+                                  f"here (exposed communication {w['exposed_comm_fraction']:.0%} of the step)"))
     floors = [f for f in (policy.min_ccr, expected and policy.min_ccr_fraction * expected) if f]
     status = worst(r.level for r in reasons)
     return Verdict(status, reasons, result, expected, readings, max(floors) if floors else None)

@@ -44,6 +44,8 @@ def format_text(verdict: Verdict) -> str:
         lines.append(f"  CCR {c.ccr:.3e} (B {c.bandwidth_gbps:g} Gb/s {c.model}, F {c.tflops:.1f} TFLOPS, beta {c.beta:g})")
         if verdict.expected_ccr:
             lines.append(f"  expected {verdict.expected_ccr:.3e} from the declared hardware")
+        if c.workload:
+            lines.append(f"  workload model: {c.workload['statement']}")
     for r in verdict.reasons:
         lines.append(f"  {r.level}: {r.message}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,198 @@
+"""``ccrhost calc``: the workload model as a what-if tool (text, JSON,
+sweeps, chart, workload files) and its refusals. Reference values are
+derived in tests/test_workload.py's docstring and tests."""
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from conftest import REPO
+
+from ccrhost.cli import main
+
+EXAMPLE = ["calc", "--gpu", "H100 SXM", "--gpus", "8", "--nics", "8", "--nic-gbps", "400"]
+
+
+def calc(*args):
+    result = CliRunner().invoke(main, ["calc", *args], catch_exceptions=False)
+    return result
+
+
+def test_worked_example_text():
+    out = calc(*EXAMPLE[1:], "--grad-bytes", "2", "--tokens", "8192", "--dp", "1024")
+    assert out.exit_code == 0, out.output
+    # CCR = 393216 x 4e11 / (3.96875 x 7.916e15) = 5.00647, exposed 1/6.00647 = 16.6 %, x1.200
+    assert "CCR = B / (beta x F) = 5.006\n" in out.output
+    assert "beta: 1.009e-05 bytes/FLOP (the node's, from the workload model)" in out.output
+    assert "band: compute-underused" in out.output
+    assert "exposed communication: 16.6% of the step; step time x1.200" in out.output
+    assert "workload model: hierarchical DP over 128 nodes per stage" in out.output
+    assert "  - tensor parallelism stays inside the node" in out.output
+    assert "0.62" not in out.output  # the old per-GPU answer
+
+
+def test_json_keys_and_values():
+    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "1024", "--format", "json")
+    data = json.loads(out.output)
+    assert data["ccr"] == pytest.approx(5.00647, rel=1e-5)
+    assert data["beta"] == pytest.approx(3.96875 / 393216)
+    assert data["bandwidth_gbps"] == 3200 and data["tflops"] == 7916
+    assert data["band"] == "compute-underused"
+    assert data["exposed_comm_fraction"] == pytest.approx(0.166487, rel=1e-5)
+    assert data["slowdown"] == pytest.approx(1.199742, rel=1e-6)
+    assert data["workload"]["nodes"] == 128 and data["workload"]["assumptions"]
+
+
+@pytest.mark.parametrize("flags, ccr", [
+    (["--compression", "0.125"], 40.0518),  # 2-bit of bf16
+    (["--sharded"], 3.33765),  # bare --sharded: ZeRO-3/FSDP, 1.5x the bytes
+    (["--sharded", "optimizer"], 5.00647),  # ZeRO-1/2: the all-reduce's volume
+    (["--train-precision", "fp8"], 10.0129),  # 1-byte gradients
+    (["--grad-bytes", "4"], 2.50324),  # fp32 gradient reduction
+    (["--reduction", "flat"], 0.621527),  # every GPU through its NIC: the old per-GPU formula
+    (["--overlap", "0.5"], 5.00647),  # overlap changes exposure, not the CCR
+])
+def test_workload_flags(flags, ccr):
+    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "1024", "--format", "json", *flags)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["ccr"] == pytest.approx(ccr, rel=1e-5)
+
+
+def test_tp_and_a100_and_single_node():
+    tp = json.loads(calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "16", "--tp", "8", "--format", "json").output)
+    assert tp["ccr"] == pytest.approx(5.29851, rel=1e-5)  # 16 nodes: 2 x 15/16 x 2 B
+    a100 = json.loads(calc("--gpu", "A100 SXM", "--nic-gbps", "200", "--tokens", "8192", "--dp", "1024",
+                           "--format", "json").output)
+    assert a100["ccr"] == pytest.approx(7.93895, rel=1e-5)
+    one = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "8", "--format", "json")
+    data = json.loads(one.output)
+    assert data["ccr"] is None and data["band"] == "not-network-bound" and data["exposed_comm_fraction"] == 0
+    text = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "8").output
+    assert "CCR: no inter-node traffic: not network-bound" in text
+
+
+def test_without_a_workload_the_bands_are_not_applied():
+    data = json.loads(calc(*EXAMPLE[1:], "--format", "json").output)
+    assert data["beta"] == 4 and data["band"] is None and data["exposed_comm_fraction"] is None
+    assert data["ccr"] == pytest.approx(4e11 / (4 * 7.916e15))
+
+
+def table_rows(text, columns):
+    """Data rows of a sweep table, split on white space, keyed by the first `columns` cells."""
+    rows = {}
+    for line in text.splitlines()[1:]:
+        cells = line.split()
+        if cells and not line.startswith(("CCR", "nic-gbps=", "chart:")) and ":" not in line:
+            rows[tuple(cells[:columns])] = cells[columns:]
+    return rows
+
+
+def test_sweep_over_dp_prints_a_table_and_the_crossings():
+    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--sweep", "dp=8,16,1024")
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[0].split() == ["dp", "nodes", "B", "Gb/s", "F", "TFLOPS", "beta", "CCR",
+                                                  "band", "exposed", "slowdown"]
+    rows = table_rows(out.output, 1)
+    # dp 8: one node, no NIC traffic; dp 16: 2 nodes, 2 x 1/2 x 2 B = 2 B, CCR 393216 x 4e11 / (2 x 7.916e15)
+    # = 9.9347; dp 1024: 5.006.
+    assert rows[("8",)][:2] == ["1", "3200"] and rows[("8",)][4:6] == ["none", "not-network-bound"]
+    assert rows[("16",)][0] == "2" and rows[("16",)][4:6] == ["9.935", "compute-underused"]
+    assert rows[("1024",)][0] == "128" and rows[("1024",)][4:6] == ["5.006", "compute-underused"]
+    assert "CCR crosses neither 0.5 nor 2 over the sweep (compute-underused, not-network-bound)" in out.output
+
+
+def test_sweep_over_nic_speed_and_gpu_models():
+    out = calc("--tokens", "2048", "--dp", "1024", "--sweep", "nic-gbps=100,200,400",
+               "--sweep", "gpu=A100 SXM,H100 SXM")
+    assert out.exit_code == 0, out.output
+    rows = table_rows(out.output, 3)  # "100", "A100", "SXM"
+    # H100, 2048 tokens: CCR = 5.00647 / 4 x (rate / 400): 0.31290, 0.62581, 1.25162
+    assert rows[("100", "H100", "SXM")][4:6] == ["0.3129", "bandwidth-bound"]
+    assert rows[("200", "H100", "SXM")][4:6] == ["0.6258", "balanced"]
+    assert rows[("400", "H100", "SXM")][4:6] == ["1.252", "balanced"]
+    # A100: 7.93895 / 4 x (rate / 200): 0.99237, 1.98474, 3.96947
+    assert rows[("400", "A100", "SXM")][4:6] == ["3.969", "compute-underused"]
+    # CCR is proportional to the rate, so the log-log crossing is exact:
+    # H100 meets 0.5 at 400 x 0.5 / 1.25162 = 159.79 Gb/s; A100 meets 2 at 200 x 2 / 1.98474 = 201.5 Gb/s.
+    assert "gpu=H100 SXM: CCR crosses 0.5 at nic-gbps ~ 159.8 (between 100 and 200)" in out.output
+    assert "gpu=A100 SXM: CCR crosses 2 at nic-gbps ~ 201.5 (between 200 and 400)" in out.output
+
+
+def png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_chart_is_a_png(tmp_path):
+    chart = tmp_path / "sweep.png"
+    out = calc("--gpu", "H100 SXM", "--tokens", "2048", "--sweep", "dp=8,16,64,1024",
+               "--sweep", "nic-gbps=100,400", "--chart", str(chart))
+    assert out.exit_code == 0, out.output
+    assert out.output.endswith(f"chart: {chart}\n")
+    assert png_size(chart) == (800, 500)  # 8 x 5 inches at 100 dpi
+    categorical = tmp_path / "gpus.png"
+    out = calc("--tokens", "2048", "--dp", "1024", "--sweep", "gpu=A100 SXM,H100 SXM,B200", "--chart",
+               str(categorical), "--format", "json")
+    assert json.loads(out.output)["chart"] == str(categorical) and png_size(categorical) == (800, 500)
+
+
+def test_workload_file_has_the_inventory_keys(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"tokens_per_gpu_step": 8192, "dp_size": 1024, "precision": "bf16",
+                                    "sharding": "full", "overlap": 0.5}))
+    data = json.loads(calc(*EXAMPLE[1:], "--workload", str(path), "--format", "json").output)
+    assert data["ccr"] == pytest.approx(3.33765, rel=1e-5)  # FSDP, as the flag gives it
+    assert data["workload"]["inputs"]["overlap"] == 0.5
+    # flags override the file
+    data = json.loads(calc(*EXAMPLE[1:], "--workload", str(path), "--sharded", "none", "--format", "json").output)
+    assert data["ccr"] == pytest.approx(5.00647, rel=1e-5)
+    path.write_text(yaml.safe_dump({"tokens_per_gpu_step": 8192, "dp_size": 1024, "compresion": 0.5}))
+    out = calc(*EXAMPLE[1:], "--workload", str(path))
+    assert out.exit_code != 0
+    assert "calc: verify_workload[compresion] = 0.5: unknown key; allowed: grad_bytes_per_param" in out.output
+    path.write_text("- a list\n")
+    out = calc(*EXAMPLE[1:], "--workload", str(path))
+    assert out.exit_code == 1 and f"--workload {path}: expected a mapping of verify_workload keys" in out.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tokens", "8192", "--dp", "1024", "--compression", "1.5"],
+     "calc: verify_workload[compression] = 1.5: allowed: a ratio in (0, 1]"),
+    (["--tokens", "8192", "--dp", "1024", "--compression", "0"], "verify_workload[compression] = 0.0: allowed"),
+    (["--tokens", "8192", "--dp", "1024", "--overlap", "-0.5"],
+     "verify_workload[overlap] = -0.5: allowed: a fraction in [0, 1]"),
+    (["--tokens", "8192", "--dp", "1024", "--tp", "16"],
+     "the workload does not fit 8 GPUs per node: tp_size = 16: allowed: a divisor of the 8 GPUs per node"),
+    (["--tokens", "8192", "--dp", "100"], "dp_size = 100: allowed: a multiple of 8"),
+    (["--tokens", "8192", "--dp", "64", "--pp", "2"], "calc: verify_workload[pp_size] = 2: pipeline stages send activations"),
+    (["--tokens", "8192", "--sweep", "dp=8,100"], "dp=100: the workload does not fit 8 GPUs per node"),
+    (["--tokens", "8192", "--dp", "8", "--sweep", "colour=1,2"], "unknown key 'colour'; allowed: gpu, gpus"),
+    (["--tokens", "8192", "--sweep", "dp=8,x"], "--sweep dp: 'x' is not an integer"),
+    (["--sweep", "dp=8,16"], "a sweep compares a workload's CCR"),
+    (["--grad-bytes", "2"], "a workload needs --tokens and --dp"),
+])
+def test_refusals_name_the_value_and_write_nothing(args, message, tmp_path):
+    chart = tmp_path / "c.png"  # a refused sweep draws no chart
+    out = calc("--gpu", "H100 SXM", *args, *(["--chart", str(chart)] if "--sweep" in args else []))
+    assert out.exit_code == 2, out.output
+    assert message in out.output, out.output
+    assert not chart.exists()
+
+
+def test_chart_needs_a_sweep(tmp_path):
+    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "1024", "--chart", str(tmp_path / "c.png"))
+    assert out.exit_code == 2 and "--chart draws a sweep" in out.output
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_console_script_runs_the_example():
+    # the installed entry point, as a user runs it
+    out = subprocess.run([sys.executable, "-m", "ccrhost", *EXAMPLE, "--grad-bytes", "2", "--tokens", "8192",
+                          "--dp", "1024"], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0 and "CCR = B / (beta x F) = 5.006" in out.stdout, out.stderr

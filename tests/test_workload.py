@@ -1,0 +1,314 @@
+"""The workload model (issue 15): hand-derived node CCRs, the refusals,
+and the verification judging by the same model.
+
+Common figures, derived once:
+  H100 SXM node: F = 8 x 989.5 TFLOPS bf16 = 7.916e15 FLOP/s,
+                 B = 8 x 400 Gb/s = 3200 Gb/s = 400 GB/s = 4e11 B/s.
+  A100 SXM node: F = 8 x 312 = 2.496e15 FLOP/s, B = 8 x 200 Gb/s = 2e11 B/s.
+  8192 tokens per GPU per step: the node computes 6 x 8 x 8192 = 393,216
+  FLOP per parameter per step.
+Figures are per parameter (P cancels) unless params is given.
+"""
+
+import json
+import math
+
+import pytest
+
+from ccrhost.fleet.report import text_table
+from ccrhost.model.declared import PROFILES
+from ccrhost.model.gpus import GpuReading
+from ccrhost.model.verdict import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    WARN,
+    Expectation,
+    Port,
+    Readings,
+    evaluate,
+)
+from ccrhost.model.workload import WorkloadError, WorkloadSpec, node_model
+from ccrhost.node.check import format_text
+from ccrhost.settings import InventoryDataError, validate_all, validate_host
+
+H100_F, H100_B = 8 * 989.5, 8 * 400.0  # TFLOPS, Gb/s
+A100_F, A100_B = 8 * 312.0, 8 * 200.0
+NODE_FLOPS = 6 * 8 * 8192  # 393,216 FLOP per parameter per step
+
+
+def h100(spec, gpus=8):
+    return node_model(spec, gpus, H100_B, H100_F)
+
+
+# --- the issue's worked example and its variants -----------------------------
+
+def test_worked_example_dp1024_on_h100_8x400_is_about_5():
+    # m = 1024 / 8 = 128 nodes. The node's NICs together send
+    #   2 x 127/128 x 2 B = 3.96875 B per parameter (hierarchical all-reduce),
+    # at 4e11 B/s: 9.921875e-12 s; compute 393,216 / 7.916e15 = 4.96736e-11 s.
+    # CCR = 4.96736e-11 / 9.921875e-12 = 393216 x 4e11 / (3.96875 x 7.916e15) = 5.00647
+    node = h100(WorkloadSpec(tokens_per_gpu_step=8192, dp_size=1024))
+    assert node.nodes == 128 and node.stage_nodes == 128
+    assert node.nic_bytes == pytest.approx(3.96875)
+    assert node.flops == NODE_FLOPS
+    assert node.beta == pytest.approx(3.96875 / 393216) == pytest.approx(1.009305e-5, rel=1e-6)
+    assert node.comm_s == pytest.approx(9.921875e-12) and node.compute_s == pytest.approx(4.967357e-11, rel=1e-6)
+    assert node.ccr == pytest.approx(5.00647, rel=1e-5)
+    assert node.band == "compute-underused"
+    # no overlap: exposed = comm; share = 1 / (CCR + 1) = 0.166487; slowdown = 1 + 1/CCR = 1.199742
+    assert node.exposed_comm_fraction == pytest.approx(0.166487, rel=1e-5)
+    assert node.slowdown == pytest.approx(1.199742, rel=1e-6)
+
+
+def test_the_old_per_gpu_result_is_the_flat_upper_bound_and_8x_too_low():
+    # Before: beta = 2 x 2 x 1023/1024 / (6 x 8192) per GPU, times the node's F:
+    # CCR = 4e11 / (8.1298e-5 x 7.916e15) = 0.62153 ("balanced"), what the issue calls 8x pessimistic.
+    old = 4e11 / (2 * 2 * 1023 / 1024 / (6 * 8192) * 7.916e15)
+    assert old == pytest.approx(0.62153, rel=1e-5)
+    node = h100(WorkloadSpec(8192, 1024))
+    assert node.ccr != pytest.approx(old, rel=0.05) and node.ccr / old == pytest.approx(8 * 1023 / 1024 * 128 / 127)
+    # The flat mode (every GPU through its NIC, ring over 1024 GPUs) is exactly the old formula:
+    # 8 GPUs x 2 x 1023/1024 x 2 B = 31.96875 B per parameter.
+    flat = h100(WorkloadSpec(8192, 1024, reduction="flat"))
+    assert flat.nic_bytes == pytest.approx(31.96875) and flat.ccr == pytest.approx(old)
+    assert flat.band == "balanced"
+
+
+def test_two_bit_compression():
+    # 2-bit codes for bf16 (16-bit) gradients: ratio 2/16 = 0.125 of the bytes:
+    # 3.96875 x 0.125 = 0.49609375 B; CCR = 8 x 5.00647 = 40.0518; exposed 1/41.0518 = 2.436 %.
+    node = h100(WorkloadSpec(8192, 1024, compression=0.125))
+    assert node.nic_bytes == pytest.approx(0.49609375)
+    assert node.ccr == pytest.approx(40.0518, rel=1e-5)
+    assert node.exposed_comm_fraction == pytest.approx(0.024359, rel=1e-4)
+
+
+def test_fsdp_moves_one_and_a_half_times_the_all_reduce():
+    # ZeRO-3/FSDP: reduce-scatter of bf16 gradients + two all-gathers of bf16
+    # parameters: 127/128 x (2 + 2 x 2) = 5.953125 B; CCR = 5.00647 / 1.5 = 3.33765.
+    node = h100(WorkloadSpec(8192, 1024, sharding="full"))
+    assert node.nic_bytes == pytest.approx(5.953125)
+    assert node.ccr == pytest.approx(3.33765, rel=1e-5)
+    # ZeRO-1/2: reduce-scatter + one all-gather = 127/128 x (2 + 2), the all-reduce's 3.96875 B.
+    assert h100(WorkloadSpec(8192, 1024, sharding="optimizer")).nic_bytes == pytest.approx(3.96875)
+
+
+def test_tensor_parallel_inside_the_node_and_dp_across_nodes():
+    # TP = 8 fills the node with one replica: 1024 GPUs = dp 128 x tp 8 = 128 nodes, and each
+    # node holds one whole gradient copy: 2 x 127/128 x 2 B = 3.96875 B again, CCR 5.00647.
+    # The TP all-reduces stay on NVLink and are not counted.
+    node = h100(WorkloadSpec(8192, dp_size=128, tp_size=8))
+    assert node.nodes == 128 and node.nic_bytes == pytest.approx(3.96875)
+    assert node.ccr == pytest.approx(5.00647, rel=1e-5)
+    # dp 16 x tp 8 = 16 nodes: 2 x 15/16 x 2 B = 3.75 B; CCR = 393216 x 4e11 / (3.75 x 7.916e15) = 5.29851.
+    # (Read as DP only, dp 16 would be 2 nodes and 2 B: CCR 9.93; tp_size changes the answer.)
+    small = h100(WorkloadSpec(8192, dp_size=16, tp_size=8))
+    assert small.nodes == 16 and small.nic_bytes == pytest.approx(3.75)
+    assert small.ccr == pytest.approx(5.29851, rel=1e-5)
+
+
+def test_a100_8x200():
+    # Same job on DGX A100: CCR = 393216 x 2e11 / (3.96875 x 2.496e15) = 7.93895.
+    node = node_model(WorkloadSpec(8192, 1024), 8, A100_B, A100_F)
+    assert node.ccr == pytest.approx(7.93895, rel=1e-5) and node.band == "compute-underused"
+
+
+def test_single_node_job_is_not_network_bound():
+    # dp 8 on 8 GPUs: the all-reduce never leaves the node; 0 NIC bytes, no division by zero.
+    for reduction in ("hierarchical", "flat"):
+        node = h100(WorkloadSpec(8192, 8, reduction=reduction))
+        assert node.nic_bytes == 0 and node.beta == 0
+        assert node.ccr == math.inf and node.band == "not-network-bound"
+        assert node.exposed_comm_fraction == 0 and node.slowdown == 1
+        data = node.to_dict()
+        assert data["ccr"] is None and data["band"] == "not-network-bound"
+        json.dumps(data, allow_nan=False)  # valid JSON: no Infinity
+        assert "no inter-node traffic" in data["statement"]
+
+
+def test_precision_sets_the_bytes_and_grad_bytes_overrides_it():
+    # fp8: 1 B gradients, half the bytes: CCR 10.0129; fp32: 4 B, CCR 2.50324.
+    assert h100(WorkloadSpec(8192, 1024, precision="fp8")).ccr == pytest.approx(10.0129, rel=1e-5)
+    assert h100(WorkloadSpec(8192, 1024, precision="fp32")).ccr == pytest.approx(2.50324, rel=1e-5)
+    # bf16 training reducing gradients in fp32 (the old key): 4 B, as fp32.
+    assert h100(WorkloadSpec(8192, 1024, grad_bytes_per_param=4)).ccr == pytest.approx(2.50324, rel=1e-5)
+
+
+def test_overlap_hides_gradient_traffic_up_to_the_compute_time():
+    # Example, overlap 0.5: exposed 0.5 x 9.921875e-12 = 4.9609e-12 s;
+    # share 4.9609 / (49.6736 + 4.9609) = 9.0802 %, slowdown 1.099871. CCR unchanged.
+    half = h100(WorkloadSpec(8192, 1024, overlap=0.5))
+    assert half.ccr == pytest.approx(5.00647, rel=1e-5)
+    assert half.exposed_comm_fraction == pytest.approx(0.090802, rel=1e-4)
+    assert half.slowdown == pytest.approx(1.099871, rel=1e-6)
+    # 8 x 100 Gb/s (1e11 B/s), 2048 tokens: comm 3.96875e-11 s, compute 98304 / 7.916e15 = 1.24184e-11 s,
+    # CCR 0.312904 (bandwidth-bound). Full overlap hides only the compute time: exposed 2.72691e-11 s,
+    # share 2.72691 / 3.96875 = 68.710 %, slowdown 3.968750 / 1.24184 = 3.19586.
+    slow = node_model(WorkloadSpec(2048, 1024, overlap=1.0), 8, 800, H100_F)
+    assert slow.ccr == pytest.approx(0.312904, rel=1e-5) and slow.band == "bandwidth-bound"
+    assert slow.exposed_comm_fraction == pytest.approx(0.687096, rel=1e-5)
+    assert slow.slowdown == pytest.approx(3.195864, rel=1e-5)
+
+
+def test_pipeline_stages_add_exposed_activation_traffic():
+    # 70e9 parameters, hidden 8192, bf16; dp 32 x tp 8 x pp 4 = 1024 GPUs, 32 nodes per stage, 128 nodes.
+    # gradients: 2 x 31/32 x 2 B x 70e9/4 = 67.8125e9 B (each node holds a quarter of the model);
+    # activations, a middle stage, both directions: 2 x 8 GPUs x 8192 tokens x 4 stages x 8192 x 2 B
+    #   = 2^33 = 8,589,934,592 B;
+    # compute 6 x 8 x 8192 x 70e9 = 2.752512e16 FLOP: 3.477150 s; comm (67.8125e9 + 8.5899e9) / 4e11
+    #   = 0.169531 + 0.021475 s; CCR = 3.477150 / 0.191006 = 18.2044.
+    spec = WorkloadSpec(8192, dp_size=32, tp_size=8, pp_size=4, hidden_size=8192, params=70e9)
+    node = h100(spec)
+    assert node.nodes == 128 and node.stage_nodes == 32
+    assert node.grad_bytes == pytest.approx(67.8125e9) and node.act_bytes == 2 ** 33
+    assert node.flops == pytest.approx(2.752512e16)
+    assert node.ccr == pytest.approx(18.2044, rel=1e-5)
+    # full overlap hides the gradients, not the pipeline sends: 0.021475 / (3.477150 + 0.021475) = 0.6138 %
+    hidden = h100(WorkloadSpec(**{**spec.__dict__, "overlap": 1.0}))
+    assert hidden.exposed_s == pytest.approx(0.02147484, rel=1e-6)
+    assert hidden.exposed_comm_fraction == pytest.approx(0.0061381, rel=1e-4)
+
+
+def test_the_model_refuses_a_workload_that_does_not_fit_the_node():
+    with pytest.raises(WorkloadError, match=r"tp_size = 16: allowed: a divisor of the 8 GPUs per node"):
+        h100(WorkloadSpec(8192, 64, tp_size=16))
+    with pytest.raises(WorkloadError, match=r"dp_size = 100: allowed: a multiple of 8"):
+        h100(WorkloadSpec(8192, 100))
+    with pytest.raises(WorkloadError, match=r"pp_size = 2: .*give hidden_size and params"):
+        h100(WorkloadSpec(8192, 8, pp_size=2))
+
+
+# --- the inventory: same keys, refusals named ----------------------------------
+
+WORKLOAD = {"tokens_per_gpu_step": 8192, "dp_size": 1024}
+
+# (extra host data, workload changes, the key named, the value shown, a piece of "allowed")
+REFUSALS = [
+    ({"verify_profile": "hgx-h100-8x400"}, {"tp_size": 16}, "verify_workload[tp_size]", "16",
+     "a divisor of the 8 GPUs per node (tensor parallelism stays inside the node's NVLink) "
+     "(GPUs per node from verify_gpu_count / verify_profile)"),
+    ({"verify_gpu_count": 8}, {"tp_size": 3}, "verify_workload[tp_size]", "3", "a divisor of the 8 GPUs"),
+    ({"verify_gpu_count": 8}, {"dp_size": 100}, "verify_workload[dp_size]", "100",
+     "allowed: a multiple of 8 (8 GPUs per node / tp_size 1)"),
+    ({"verify_profile": "dgx-a100-8x200"}, {"dp_size": 13, "tp_size": 2}, "verify_workload[dp_size]", "13",
+     "allowed: a multiple of 4 (8 GPUs per node / tp_size 2)"),
+    ({}, {"compression": 0.0}, "verify_workload[compression]", "0.0", "allowed: a ratio in (0, 1]"),
+    ({}, {"compression": 1.5}, "verify_workload[compression]", "1.5", "allowed: a ratio in (0, 1]"),
+    ({}, {"overlap": -0.1}, "verify_workload[overlap]", "-0.1", "allowed: a fraction in [0, 1]"),
+    ({}, {"overlap": 1.2}, "verify_workload[overlap]", "1.2", "allowed: a fraction in [0, 1]"),
+    ({}, {"pp_size": 4}, "verify_workload[pp_size]", "4", "give hidden_size and params with pp_size > 1"),
+    ({}, {"precision": "int4"}, "verify_workload[precision]", "'int4'", "allowed: 'fp32', 'bf16', 'fp16' or 'fp8'"),
+    ({}, {"sharding": "zero3"}, "verify_workload[sharding]", "'zero3'", "allowed: 'none', 'optimizer' or 'full'"),
+    ({}, {"overlapp": 0.5}, "verify_workload[overlapp]", "0.5", "unknown key; allowed: grad_bytes_per_param"),
+    ({}, {"dp_size": 1024.0}, "verify_workload[dp_size]", "1024.0", "valid integer"),
+]
+
+
+@pytest.mark.parametrize("extra, change, key, shown, allowed", REFUSALS, ids=[f"{c}" for _, c, *_ in REFUSALS])
+def test_inventory_refuses_with_host_key_value_and_what_is_allowed(extra, change, key, shown, allowed):
+    with pytest.raises(InventoryDataError) as info:
+        validate_host("gpu-07", {**extra, "verify_workload": {**WORKLOAD, **change}})
+    assert len(info.value.errors) == 1, str(info.value)
+    assert f"gpu-07: {key} = {shown}: " in str(info.value) and allowed in str(info.value), str(info.value)
+
+
+def test_one_bad_host_is_named_and_the_good_one_is_not():
+    good = {"verify_profile": "hgx-h100-8x400", "verify_workload": WORKLOAD}
+    bad = {"verify_profile": "hgx-h100-8x400", "verify_workload": {**WORKLOAD, "tp_size": 16}}
+    with pytest.raises(InventoryDataError) as info:
+        validate_all({"gpu-01": good, "gpu-02": bad})
+    assert [e.where for e in info.value.errors] == ["gpu-02"]
+
+
+def test_the_old_three_keys_keep_their_meaning():
+    settings = validate_host("gpu-01", {"verify_workload": {"grad_bytes_per_param": 2, "tokens_per_gpu_step": 8192,
+                                                            "dp_size": 1024}})
+    spec = settings.policy().workload
+    assert spec == WorkloadSpec(8192, 1024, grad_bytes_per_param=2)
+    assert h100(spec).ccr == pytest.approx(5.00647, rel=1e-5)
+
+
+def test_full_keys_are_accepted_and_reach_the_policy():
+    data = {"tokens_per_gpu_step": 8192, "dp_size": 32, "precision": "fp8", "tp_size": 8, "pp_size": 4,
+            "sharding": "optimizer", "reduction": "hierarchical", "compression": 0.5, "overlap": 0.25,
+            "hidden_size": 8192, "params": 70e9}
+    spec = validate_host("gpu-01", {"verify_profile": "hgx-h100-8x400", "verify_workload": data}).policy().workload
+    assert spec == WorkloadSpec(**data)
+
+
+# --- the verification judges by the same model ---------------------------------
+
+def port(i, rate=400.0):
+    return Port(f"mlx5_{i}", 1, "Ethernet", "ACTIVE", "LinkUp", rate, 32.0, 16, 32.0, 16)
+
+
+def gpu(i):
+    return GpuReading(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}", 1980, 1980, 5, 5, 16, 16, 0)
+
+
+def readings(rates=(400.0,) * 8, gpus=8):
+    return Readings(ports=[port(i, r) for i, r in enumerate(rates)], gpus=[gpu(i) for i in range(gpus)])
+
+
+def policy(**workload):
+    return validate_host("gpu-01", {"verify_workload": {**WORKLOAD, **workload}}).policy()
+
+
+def test_verification_bands_apply_to_the_node_ccr_from_the_model():
+    v = evaluate(readings(), PROFILES["hgx-h100-8x400"], policy())
+    assert v.ccr.ccr == pytest.approx(5.00647, rel=1e-5) and v.expected_ccr == pytest.approx(5.00647, rel=1e-5)
+    assert v.ccr.band == "compute-underused" and v.ccr.beta == pytest.approx(1.009305e-5, rel=1e-6)
+    assert v.status == WARN and [r.code for r in v.reasons] == ["ccr_high"]
+    model = v.to_dict()["ccr"]["workload"]
+    assert model["nodes"] == 128 and model["nic_bytes_per_node_step"] == pytest.approx(3.96875)
+    assert "hierarchical DP over 128 nodes" in model["statement"] and model["assumptions"]
+
+
+def test_a_bandwidth_bound_workload_warns_with_its_exposed_share():
+    # declared and found 8 x 100 Gb/s, 2048 tokens: CCR 0.312904 (the overlap test's derivation),
+    # no overlap: exposed share = comm / (compute + comm) = 1 / (1 + CCR) = 76.2 %.
+    expect = Expectation("NVIDIA H100 80GB HBM3", 8, 8, 100)
+    v = evaluate(readings(rates=(100.0,) * 8), expect, policy(tokens_per_gpu_step=2048))
+    assert v.ccr.ccr == pytest.approx(0.312904, rel=1e-5) and v.ccr.band == "bandwidth-bound"
+    assert [(r.level, r.code) for r in v.reasons] == [(WARN, "ccr_bandwidth_bound")]
+    assert "exposed communication 76% of the step" in v.reasons[0].message
+
+
+def test_a_slow_port_fails_against_the_model_expected_ccr():
+    # one port at 200G: bottleneck B = 8 x 200 = 1600 Gb/s, CCR 5.00647 / 2 = 2.50324 < 0.9 x 5.00647
+    v = evaluate(readings(rates=(400.0,) * 7 + (200.0,)), PROFILES["hgx-h100-8x400"], policy())
+    assert v.status == FAIL and v.ccr.ccr == pytest.approx(2.50324, rel=1e-5)
+    assert {"port_rate", "ccr_below_expected"} <= {r.code for r in v.reasons}
+    assert v.fail_below == pytest.approx(0.9 * 5.00647, rel=1e-5)
+
+
+def test_a_single_node_job_passes_without_a_ccr_to_divide():
+    v = evaluate(readings(), PROFILES["hgx-h100-8x400"], policy(dp_size=8))
+    assert v.status == OK and v.reasons == []
+    assert v.ccr.ccr == math.inf and v.ccr.band == "not-network-bound" and v.expected_ccr is None
+    data = v.to_dict()
+    assert data["ccr"]["ccr"] is None and data["ccr"]["band"] == "not-network-bound"
+    json.dumps(data, allow_nan=False, default=str)
+
+
+def test_gpu_count_unknown_until_evaluation_is_checked_there():
+    # no verify_gpu_count/profile: validation cannot check tp 16; evaluation finds 8 GPUs and says so
+    pol = policy(tp_size=16, dp_size=64)
+    v = evaluate(readings(), Expectation(), pol)
+    assert v.status == UNKNOWN and v.ccr is None
+    assert [r.code for r in v.reasons] == ["workload_invalid"]
+    assert "verify_workload does not fit this node's 8 GPUs: tp_size = 16: allowed: a divisor" in v.reasons[0].message
+
+
+def test_report_states_the_model_per_host():
+    slow = readings(rates=(400.0,) * 7 + (200.0,))
+    verdicts = {"gpu-01": evaluate(readings(), PROFILES["hgx-h100-8x400"], policy()),
+                "gpu-02": evaluate(slow, PROFILES["hgx-h100-8x400"], policy())}
+    text = text_table(verdicts)
+    assert "gpu-01: workload model: hierarchical DP over 128 nodes" in text and "CCR 5.006" in text
+    assert "gpu-02: workload model: hierarchical DP over 128 nodes" in text and "CCR 2.503" in text
+    assert "workload model assumptions: compute: 6 FLOPs per parameter per token" in text
+    assert "bands do not apply" not in text
+    check = format_text(verdicts["gpu-01"])  # ccrhost check's text
+    assert "  workload model: hierarchical DP over 128 nodes per stage" in check and "CCR 5.006" in check

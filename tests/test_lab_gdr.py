@@ -1,7 +1,9 @@
 """The data-path faults on real lab nodes, seen over SSH with the real tools'
 syntax and through the PCI probe."""
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 from conftest import lab_ssh
@@ -42,8 +44,12 @@ def test_acs_redirect_shows_in_lspci_setpci_and_the_probe(make_lab):
     assert dp.check_acs(again.pairs(), again.acs_ctl()) == [] and dp.plan_acs(again.pairs(), again.acs_ctl()) == []
 
 
-def test_no_peermem_and_link_flap(make_lab):
-    lab = make_lab(nodes=1, faults=["node1:no_peermem", "node1:link_flap=mlx5_2"])
+def test_no_peermem_and_link_flap(make_lab, tmp_path):
+    no_driver = tmp_path / "no-driver.yaml"
+    text = (Path(__file__).parent.parent / "ccrhost/lab/profiles/hgx-h100-8x400.yaml").read_text()
+    no_driver.write_text(re.sub(r"^nvidia_driver: .*$", "nvidia_driver: null", text, flags=re.M))
+    lab = make_lab(nodes=3, faults=["node1:no_peermem", "node1:link_flap=mlx5_2"],
+                   profiles={"node2": "hgx-h100-8x400-upstream", "node3": str(no_driver)})
     before = probe(lab, "node1")
     assert [r.code for r in dp.check_gpudirect(before.peer, len(before.gpus()))] == ["gpudirect_unavailable"]
     plan = dp.plan_peermem(before.peer)
@@ -60,3 +66,16 @@ def test_no_peermem_and_link_flap(make_lab):
     assert after.counters()["mlx5_1/1"]["link_downed"] == 0
     state = lab_ssh(lab, "node1", "cat /sys/class/infiniband/mlx5_2/ports/1/state").stdout
     assert state == "4: ACTIVE\n"
+
+    # upstream driver: nvidia_peermem lacks MLNX_OFED's symbols, dma-buf serves
+    refused = lab_ssh(lab, "node2", "modprobe nvidia_peermem")
+    assert (refused.returncode, refused.stderr) == (1, "modprobe: ERROR: could not insert 'nvidia_peermem': "
+                                                       "Invalid argument\n")
+    upstream = probe(lab, "node2")
+    assert upstream.peer.loaded == () and upstream.nvidia.open
+    assert dp.check_gpudirect(upstream.peer, 8) == [] and dp.plan_peermem(upstream.peer).module is None
+    # no NVIDIA driver: no peer-memory module to load at all
+    missing = lab_ssh(lab, "node3", "modprobe nvidia_peermem")
+    assert missing.returncode == 1 and "Module nvidia_peermem not found" in missing.stderr
+    bare = probe(lab, "node3")
+    assert bare.nvidia is None and not dp.plan_peermem(bare.peer).possible

@@ -83,7 +83,7 @@ def test_faults_change_the_tree(sysroot):
     assert config(root, "0000:86:00.0")[0x106] == 0x1d
 
 
-def test_fault_defaults_and_refusals():
+def test_fault_defaults_and_refusals(tmp_path):
     tree = {f.bdf: f for f in pci_tree(HGX, faults("acs_redirect"))}
     # default: the switch port above the first NIC
     assert [b for b, f in tree.items() if f.acs_ctl] == ["0000:16:01.0"]
@@ -93,9 +93,17 @@ def test_fault_defaults_and_refusals():
         with pytest.raises(ProfileError, match=why):
             pci_tree(HGX, faults(spec))
     with pytest.raises(ProfileError, match="fw_mismatch=mlx5_1:28.x"):
-        render_sysfs(HGX, faults("fw_mismatch=mlx5_1:28.x"), Path("/nonexistent-never-written"), 1)
-    with pytest.raises(ProfileError, match="link_flap=mlx5_42"):
-        render_sysfs(HGX, faults("link_flap=mlx5_42"), Path("/nonexistent-never-written"), 1)
+        render_sysfs(HGX, faults("fw_mismatch=mlx5_1:28.x"), tmp_path / "sys", 1)
+    for spec in ("link_flap=mlx5_42", "link_flap=mlx5_1:0", "link_flap=mlx5_1:x"):
+        with pytest.raises(ProfileError, match=f"{spec}: need a NIC of hgx-h100-8x400 and seconds 1..3600"):
+            render_sysfs(HGX, faults(spec), tmp_path / "sys", 1)
+    assert not (tmp_path / "sys").exists()  # refused before anything is written
+
+
+def test_link_flap_schedule(tmp_path):
+    built = render_sysfs(HGX, faults("link_flap=mlx5_2", "link_flap=:5"), tmp_path, 1)
+    # the node's labsysfsd bumps link_downed of each on its own period
+    assert built["flap"] == [["mlx5_2", 2], ["mlx5_0", 5]]
 
 
 def test_peer_memory_modules_ship_with_the_driver():

@@ -149,10 +149,10 @@ FAULT_KINDS = {
     "perftest_missing": "ib_write_bw is not installed",
     "perftest_hang": "ib_write_bw hangs instead of measuring",
     "fabric_blocked": "ib_write_bw's out-of-band port is blocked: its server never listens, its client cannot connect",
-    "acs_redirect": "[BDF]: ACS redirect on one bridge of a GPU-NIC path (default: the switch port above the first NIC)",
+    "acs_redirect": "[BDF]: ACS redirect on a bridge of a GPU-NIC path (default: the switch port above the first NIC)",
     "no_peermem": "no peer-memory module at boot and no dma-buf (the proprietary GPU module)",
     "nic_numa_far": "[DEV]: that NIC (default: the last of socket 0) sits on a root port of the other socket",
-    "link_flap": "[DEV]: the port's link_downed rises by one every second (default: the first NIC)",
+    "link_flap": "[DEV][:SECONDS]: the port's link_downed rises by one every SECONDS (default: the first NIC, 2 s)",
     "fw_mismatch": "[DEV[:FW]]: that NIC (default: the last) runs other firmware (default 28.38.1002)",
 }
 # The six error counters the data-path check reads, plus one more the
@@ -163,6 +163,9 @@ ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rc
 # "nv_mem_nc"; nv_peer_mem: "nv_mem").
 PEER_CLIENTS = {"nvidia_peermem": ("nv_mem", "nv_mem_nc"), "nv_peer_mem": ("nv_mem",)}
 OTHER_FW = "28.38.1002"
+# link_downed is 8 bits wide and stops at 255: one flap per 2 s leaves a
+# lab about 8 minutes before the counter saturates.
+FLAP_SECONDS = 2
 
 
 class Fault(_Model):
@@ -502,10 +505,11 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         fw[dev] = version or OTHER_FW
     flapping = []
     for value in _fault_values(faults, "link_flap"):
-        dev = value or profile.nics[0].name
-        if dev not in names:
-            raise ProfileError(f"fault link_flap={value}: no NIC named {value!r} in {profile.name}")
-        flapping.append(dev)
+        dev, _, seconds = (value or "").partition(":")
+        dev = dev or profile.nics[0].name
+        if dev not in names or (seconds and not (seconds.isdigit() and 1 <= int(seconds) <= 3600)):
+            raise ProfileError(f"fault link_flap={value}: need a NIC of {profile.name} and seconds 1..3600")
+        flapping.append([dev, int(seconds or FLAP_SECONDS)])
 
     tree = pci_tree(profile, faults)
     _render_pci(tree, root, profile)

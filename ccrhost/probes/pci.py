@@ -104,7 +104,9 @@ cut -d: -f1 "/lib/modules/$(uname -r)/modules.dep" 2>/dev/null | grep -E '(nvidi
 echo @@nvidia
 cat /proc/driver/nvidia/version 2>/dev/null
 echo @@modinfo
-[ -e /proc/driver/nvidia/version ] || {{ command -v modinfo >/dev/null 2>&1 && modinfo nvidia 2>/dev/null | grep -E '^(version|license):'; }}
+if [ ! -e /proc/driver/nvidia/version ] && command -v modinfo >/dev/null 2>&1; then
+modinfo nvidia 2>/dev/null | grep -E '^(version|license):'
+fi
 echo @@mlx5
 cat /sys/module/mlx5_core/version 2>/dev/null
 echo @@ib

@@ -6,9 +6,10 @@ inotify and rewrites each written value into what the kernel's show()
 would print. Today that is MLNX_OFED's tc/<port>/traffic_class: writing
 ``106`` reads back ``Global tclass=106`` (main_ext.c).
 
-It is also the link of the ``link_flap`` fault: every FLAP_SECONDS the
-port's link training fails and the link goes down and back up, so the
-kernel's link_downed counter rises by one (8 bits wide: it stops at 255).
+It is also the link of the ``link_flap`` fault: every few seconds (the
+fault's period) the port's link training fails and the link goes down and
+back up, so the kernel's link_downed counter rises by one (8 bits wide: it
+stops at 255).
 The port state stays ACTIVE between flaps, as a snapshot sees it.
 """
 
@@ -35,20 +36,18 @@ def traffic_class(text):
 
 
 RULES = {"/sys/class/infiniband/*/tc/*/traffic_class": traffic_class}
-FLAP_SECONDS = 1
 LINK_DOWNED_MAX = 0xff
 
 
-def flap(devices):
-    for dev in devices:
-        path = f"/sys/class/infiniband/{dev}/ports/1/counters/link_downed"
-        try:
-            with open(path) as f:
-                value = int(f.read().strip() or 0)
-            with open(path, "w") as f:
-                f.write(f"{min(value + 1, LINK_DOWNED_MAX)}\n")
-        except (OSError, ValueError):
-            pass
+def flap(dev):
+    path = f"/sys/class/infiniband/{dev}/ports/1/counters/link_downed"
+    try:
+        with open(path) as f:
+            value = int(f.read().strip() or 0)
+        with open(path, "w") as f:
+            f.write(f"{min(value + 1, LINK_DOWNED_MAX)}\n")
+    except (OSError, ValueError):
+        pass
 
 
 def main():
@@ -66,13 +65,17 @@ def main():
                 watches[wd] = (path, rule)
     if not watches and not flapping:
         return
-    next_flap = time.monotonic() + FLAP_SECONDS
+    start = time.monotonic()
+    due = {dev: start + seconds for dev, seconds in flapping}
+    period = dict(flapping)
     while True:
-        timeout = max(next_flap - time.monotonic(), 0) if flapping else None
+        timeout = max(min(due.values()) - time.monotonic(), 0) if due else None
         ready, _, _ = select.select([fd], [], [], timeout)
-        if flapping and time.monotonic() >= next_flap:
-            flap(flapping)
-            next_flap += FLAP_SECONDS
+        now = time.monotonic()
+        for dev in due:
+            if now >= due[dev]:
+                flap(dev)
+                due[dev] += period[dev]
         if not ready:
             continue
         data = os.read(fd, 65536)

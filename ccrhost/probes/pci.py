@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from ccrhost.model import datapath
 from ccrhost.model.datapath import ACS_NAMES, HostVersions, Iommu, PeerMemory
 from ccrhost.model.ports import natural_key
-from ccrhost.model.topology import BDF_RE, Endpoint, Pair, TopologyError, pair, split_path
+from ccrhost.model.topology import (
+    BDF_RE,
+    Endpoint,
+    Pair,
+    TopologyError,
+    pair,
+    split_path,
+)
 from ccrhost.probes import sysfs
 from ccrhost.probes.sections import split
 

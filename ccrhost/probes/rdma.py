@@ -165,7 +165,8 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
                 p.credit_threshold = text.strip()
             elif leaf == "gids" and len(parts) == 5 and parts[4].isdigit():
                 entry = gids.setdefault((dev, int(parts[2])), {}).setdefault(int(parts[4]), {})
-                entry["gid"] = _located(where, sysfs.parse_gid, text)
+                entry["gid"] = text.strip()
+                entry["addr"] = _located(where, sysfs.parse_gid, text)
             elif leaf == "gid_attrs" and len(parts) == 6 and parts[5].isdigit():
                 entry = gids.setdefault((dev, int(parts[2])), {}).setdefault(int(parts[5]), {})
                 if parts[4] == "types":
@@ -206,9 +207,9 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
             entry = table[index]
             if "gid" not in entry:
                 continue
-            gid = sysfs.Gid(index, entry["gid"], entry.get("type"), entry.get("ndev"))
-            if not gid.is_zero:
-                p.gids.append(GidEntry(index, gid.gid, gid.type, gid.ndev, gid.ipv4))
+            if int(entry["addr"]):  # a real port has up to 256 entries; unused ones read as zero
+                p.gids.append(GidEntry(index, entry["gid"], entry.get("type"), entry.get("ndev"),
+                                       sysfs.gid_ipv4(entry["addr"])))
 
     for data in devices.values():
         for p in data.ports.values():

@@ -237,6 +237,19 @@ class PciSnapshot:
         return {f"{dev}/{port}": values for dev, info in self.nics.items()
                 for port, values in sorted(info.counters.items())}
 
+    def datapath(self, exclude: tuple[str, ...] = (), link: datapath.LinkWindow | None = None,
+                 gpudirect_bw: datapath.GpuDirectBandwidth | None = None) -> datapath.DatapathReading:
+        """The verification's reading; ``exclude``: RDMA devices that are not
+        compute fabric (not paired, not judged)."""
+        nics = self.nic_endpoints(exclude)
+        return datapath.DatapathReading(
+            peer=self.peer, gpus=self.gpus(), nics=nics, pairs=self.pairs(exclude), acs_ctl=self.acs_ctl(),
+            iommu=self.iommu, versions=self.versions(), link=link, gpudirect_bw=gpudirect_bw)
+
+    def compute_counters(self, exclude: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+        """:meth:`counters` of the compute NICs only."""
+        return only_compute(self.counters(), exclude)
+
     def versions(self) -> HostVersions:
         fw = {d: n.fw_ver for d, n in self.nics.items() if n.fw_ver}
         model = {d: (n.board_id or n.hca_type) for d, n in self.nics.items() if n.board_id or n.hca_type}
@@ -547,6 +560,13 @@ def parse_counters(lines: list[str]) -> dict[str, dict[str, int]]:
     ib = [x for s in split(lines) if s.tag == "ib" for x in s.lines]
     return {f"{dev}/{port}": values for dev, info in parse_ib(ib).items()
             for port, values in sorted(info.counters.items())}
+
+
+def only_compute(counters: dict[str, dict[str, int]], exclude: tuple[str, ...] = ()) -> dict:
+    import fnmatch
+
+    return {port: v for port, v in counters.items()
+            if not any(fnmatch.fnmatchcase(port.split("/")[0], p) for p in exclude)}
 
 
 def read_local() -> PciSnapshot:

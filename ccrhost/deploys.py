@@ -22,8 +22,9 @@ from ccrhost.operations import tune, verify
 
 
 def rdma_stages() -> None:
-    """Modules, RoCE defaults, lossless QoS, the NCCL environment, the boot
-    unit, then the CCR verification (hosts below threshold fail)."""
+    """Modules, RoCE defaults, MTU, lossless QoS, the GPU-to-NIC data path,
+    the NCCL environment, the boot unit, then the verification (hosts below
+    threshold fail)."""
     settings = host_settings(host, inventory)
     tune.rdma(
         name="Tune RDMA (modules, RoCE, QoS, NCCL, boot unit)",
@@ -33,17 +34,25 @@ def rdma_stages() -> None:
 
 
 def verify_stage(measure: bool = True) -> None:
-    """The CCR verification; with ``verify_measure`` (and ``measure``),
-    ib_write_bw between host pairs first."""
+    """The CCR and data-path verification; with ``verify_measure`` (and
+    ``measure``), ib_write_bw between host pairs first, and with
+    ``verify_measure_gpudirect`` each node's GPU-NIC pairs through GPU
+    memory."""
     settings = host_settings(host, inventory)
     measured = {}
     if measure and settings.verify_measure:
         measured = fleet_measurements(state, inventory, all_settings(inventory))
+    gpudirect = None
+    if measure and settings.verify_measure_gpudirect:
+        from ccrhost.fleet.gpudirect import measure_host
+
+        gpudirect = measure_host(host, settings)
     verify.ccr(
         name="Verify CCR",
         settings=settings,
         report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance),
         measured=measured.get(host.name),
+        gpudirect=gpudirect,
     )
 
 

@@ -7,7 +7,13 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from ccrhost.probes.perftest import client_command, parse_client_runs, server_command
+from ccrhost.probes.perftest import (
+    client_command,
+    gdr_command,
+    parse_client_runs,
+    parse_gdr_runs,
+    server_command,
+)
 
 _MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
 
@@ -47,3 +53,18 @@ class IbWriteBwClients(FactBase):
 
     def process(self, output):
         return parse_client_runs(output)
+
+
+class GpuDirectRuns(FactBase):
+    """Runs ib_write_bw through GPU memory on each GPU-NIC pair of the node
+    (loopback, NUMA-pinned; see ``probes.perftest.gdr_command``) and returns
+    ``(why unmeasurable | None, {pair: Gb/s}, [errors])``."""
+
+    def default(self):
+        return ("no output from the GPUDirect measurement", {}, [])
+
+    def command(self, pairs, port, seconds, timeout, dmabuf):
+        return gdr_command(pairs, port, seconds, timeout, dmabuf)
+
+    def process(self, output):
+        return parse_gdr_runs(output)

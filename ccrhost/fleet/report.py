@@ -1,5 +1,7 @@
-"""The fleet report: JSON (everything), JUnit XML (a testcase per host), a
-text table sorted by CCR, and an HTML chart of CCR per host."""
+"""The fleet report: JSON (everything, with each host's GPU x NIC topology
+matrix), JUnit XML (a testcase per host), a text table sorted by CCR, and
+an HTML chart of CCR per host. Firmware and driver versions are compared
+across the fleet here, once every host's verdict is in."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ccrhost.fleet.charts import Bar, bar_chart
+from ccrhost.model.datapath import check_fleet_versions
 from ccrhost.model.verdict import (
     FAIL,
     OK,
@@ -28,6 +31,32 @@ def apply_fleet_tolerance(verdicts: dict[str, Verdict], tolerance: float | None)
         verdict = verdicts[host]
         verdict.reasons.append(reason)
         verdict.status = worst([verdict.status, reason.level])
+
+
+def _versions(verdicts: dict[str, Verdict]) -> dict:
+    return {h: v.readings.datapath.versions for h, v in verdicts.items()
+            if v.readings.datapath is not None and not v.readings.datapath.error}
+
+
+def apply_fleet_versions(verdicts: dict[str, Verdict]) -> None:
+    """WARN hosts whose NIC firmware, mlx5 or NVIDIA driver differs from
+    the fleet majority (required versions are each host's own check)."""
+    for host, reasons in check_fleet_versions(_versions(verdicts)).items():
+        verdict = verdicts[host]
+        verdict.reasons.extend(reasons)
+        verdict.status = worst([verdict.status, *(r.level for r in reasons)])
+
+
+def fleet_versions(verdicts: dict[str, Verdict]) -> dict:
+    """How many hosts (NICs, for firmware) run each version."""
+    out: dict[str, dict[str, int]] = {"nic_fw": {}, "mlx5": {}, "nvidia": {}}
+    for v in _versions(verdicts).values():
+        for fw in v.nic_fw.values():
+            out["nic_fw"][fw] = out["nic_fw"].get(fw, 0) + 1
+        for key in ("mlx5", "nvidia"):
+            if getattr(v, key):
+                out[key][getattr(v, key)] = out[key].get(getattr(v, key), 0) + 1
+    return out
 
 
 def text_table(verdicts: dict[str, Verdict]) -> str:
@@ -107,7 +136,8 @@ class FleetReport:
         if not self.verdicts:
             return None
         apply_fleet_tolerance(self.verdicts, self.tolerance)
-        paths = write_reports(self.verdicts, self.directory)
+        apply_fleet_versions(self.verdicts)
+        paths = write_reports(self.verdicts, self.directory, {"fleet_versions": fleet_versions(self.verdicts)})
         if stream is not None:
             stream.write("\n" + text_table(self.verdicts))
             stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 
 from ccrhost.model.ports import natural_key
-from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
 from ccrhost.model.topology import GDR_LEVELS, Pair, path_bridges
 
 
@@ -505,6 +505,7 @@ class LinkWindow:
     after: dict[str, dict[str, int]]    # ... its end
     seconds: float | None               # the window's length
     note: str | None = None             # why there is no "before" (first check since boot)
+    warning: str | None = None          # the reading could not be kept for the next window
 
 
 @dataclass(frozen=True)
@@ -534,7 +535,8 @@ class DatapathReading:
             "peer_memory": {"loaded": list(self.peer.loaded), "dmabuf": dmabuf_ready(self.peer)[1]},
             "versions": {"nic_fw": dict(self.versions.nic_fw), "mlx5": self.versions.mlx5,
                          "nvidia": self.versions.nvidia},
-            "link_window": None if self.link is None else {"seconds": self.link.seconds, "note": self.link.note},
+            "link_window": None if self.link is None else {"seconds": self.link.seconds, "note": self.link.note,
+                                                           "ports": sorted(self.link.after)},
             "gpudirect_bandwidth": self.gpudirect_bw.to_dict() if self.gpudirect_bw else None,
         }
 
@@ -565,6 +567,10 @@ def check_datapath(reading: DatapathReading, policy: DatapathPolicy = DatapathPo
     if reading.link is not None:
         reasons += check_link_health(reading.link.before, reading.link.after, policy.thresholds,
                                      reading.link.seconds)
+        if reading.link.note:
+            reasons.append(Reason(OK, "link_baseline", reading.link.note))
+        if reading.link.warning:
+            reasons.append(Reason(WARN, "link_state_unwritable", reading.link.warning))
     reasons += [r for r in check_fleet_versions({"": reading.versions}, policy.required)[""]]
     if reading.gpudirect_bw is not None:
         reasons += check_gpudirect_bandwidth(reading.gpudirect_bw, policy.measure_min_fraction)

@@ -2,6 +2,7 @@
 its one command, so each is named here once."""
 
 MODULES_FILE = "/etc/modules-load.d/ccrhost-rdma.conf"
+PEERMEM_FILE = "/etc/modules-load.d/ccrhost-peermem.conf"  # the one peer-memory module, when ccrhost loads it
 NCCL_CONF = "/etc/nccl.conf"  # NCCL's own file: only ccrhost's marked block is ours
 NCCL_PROFILE = "/etc/profile.d/ccrhost-nccl.sh"
 BOOT_SCRIPT = "/etc/ccrhost/boot-apply.sh"
@@ -9,4 +10,4 @@ UNIT = "ccrhost-boot.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 UNIT_WANTS = f"/etc/systemd/system/multi-user.target.wants/{UNIT}"  # exists once the unit is enabled
 
-FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH)
+FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH, PEERMEM_FILE)

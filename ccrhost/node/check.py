@@ -7,10 +7,16 @@ scheduler or monitoring system reads. Exit codes are Nagios-style.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
 import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ccrhost.model.datapath import DatapathReading, LinkWindow, unreadable
 
 from ccrhost.model.verdict import (
     FAIL,
@@ -20,21 +26,78 @@ from ccrhost.model.verdict import (
     evaluate,
     readings_from_facts,
 )
+from ccrhost.output import write_atomic
 from ccrhost.settings import HostSettings
 
 DRAIN_PREFIX = "ccrhost:"
 
 
-def run_check(settings: HostSettings, gather=None) -> Verdict:
-    """Gather this node's readings and evaluate them. ``gather`` is for tests."""
+def run_check(settings: HostSettings, gather=None, gather_pci=None) -> Verdict:
+    """Gather this node's readings and evaluate them. ``gather`` (RDMA and
+    GPUs) and ``gather_pci`` (the data path) are for tests; with ``gather``
+    alone the data path is not read."""
     if gather is None:
-        from ccrhost.probes import gpu, rdma
+        from ccrhost.probes import gpu, pci, rdma
 
         rdma_state, gpu_state = rdma.read_local(), gpu.read_local()
+        gather_pci = gather_pci or pci.read_local
     else:
         rdma_state, gpu_state = gather()
-    readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices)
+    datapath = local_datapath(settings, gather_pci) if gather_pci is not None else None
+    readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath)
     return evaluate(readings, settings.expectation(), settings.policy())
+
+
+# --- the data path, with the link-health window kept between checks ---------
+
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def window_from_state(previous: dict | None, counters: dict, boot: str | None, now: float) -> LinkWindow:
+    """The window since the last check's reading (``previous``, the state
+    file's content). Counters start at zero with every boot and driver load,
+    so a reading from another boot is no baseline."""
+    if not isinstance(previous, dict) or not isinstance(previous.get("counters"), dict):
+        return LinkWindow({}, counters, None, "no earlier reading of the port error counters: link health is "
+                                              "judged from the next check on")
+    if previous.get("boot_id") != boot:
+        return LinkWindow({}, counters, None, "first check since boot: link health is judged from the next "
+                                              "check on")
+    before = {port: {k: v for k, v in values.items() if isinstance(v, int)}
+              for port, values in previous["counters"].items() if isinstance(values, dict)}
+    seconds = now - previous["time"] if isinstance(previous.get("time"), (int, float)) else None
+    return LinkWindow(before, counters, round(seconds, 1) if seconds is not None else None)
+
+
+def local_datapath(settings: HostSettings, gather_pci, now=None) -> DatapathReading:
+    """Read the data path here and open the next window: the counters go to
+    ``verify_link_state`` for the next check."""
+    from ccrhost.probes.pci import PciFormatError
+
+    try:
+        snap = gather_pci()
+    except (PciFormatError, OSError, subprocess.SubprocessError) as exc:
+        return unreadable(str(exc))
+    now = time.time() if now is None else now
+    counters = snap.compute_counters(settings.rdma_exclude_devices)
+    path = Path(settings.verify_link_state)
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError):
+        previous = None
+    boot = boot_id()
+    window = window_from_state(previous, counters, boot, now)
+    try:
+        write_atomic(path, json.dumps({"boot_id": boot, "time": now, "counters": counters}) + "\n")
+    except OSError as exc:
+        window = replace(window, warning=f"cannot keep the port counters in {path} ({exc.strerror or exc}): "
+                                         "the next check cannot judge link health")
+    return snap.datapath(settings.rdma_exclude_devices, window)
 
 
 def format_text(verdict: Verdict) -> str:

@@ -9,7 +9,9 @@ from pyinfra.api import StringCommand
 from ccrhost.model.boot import BOOT_SCRIPT, UNIT, UNIT_PATH, render_boot
 from ccrhost.model.ports import roce_netdevs
 from ccrhost.operations import cache as fact_cache
+from ccrhost.model.managed import PEERMEM_FILE
 from ccrhost.operations.base import operation
+from ccrhost.operations.datapath import boot_plan, peermem_module
 from ccrhost.operations.files import MANAGED_HEADER, converge
 
 
@@ -17,7 +19,9 @@ from ccrhost.operations.files import MANAGED_HEADER, converge
 def persist(settings):
     """
     Install the boot-time oneshot unit and its script that re-apply the
-    modules, rdma_cm defaults and QoS settings after every boot; enable it
+    modules (with the peer-memory module the GPUDirect stage loads),
+    rdma_cm defaults, QoS settings, PCIe ACS and NIC Device Control on the
+    GPU-NIC paths and the RoCE MTU after every boot; enable it
     with systemctl where systemd runs.
 
     **Example:**
@@ -29,8 +33,10 @@ def persist(settings):
     rdma = fact_cache.rdma(host)
     netdevs = roce_netdevs(rdma, settings.rdma_exclude_devices)
     qos_facts = fact_cache.qos_state(host, netdevs)
-    script, unit = render_boot(settings, rdma, netdevs, qos_facts.interfaces)
-    files = fact_cache.files(host, [BOOT_SCRIPT, UNIT_PATH])
+    pci = fact_cache.pci(host)
+    files = fact_cache.files(host, [BOOT_SCRIPT, UNIT_PATH, PEERMEM_FILE])
+    peermem = peermem_module(pci, files.get(PEERMEM_FILE)) if settings.rdma_gpudirect else None
+    script, unit = render_boot(settings, rdma, netdevs, qos_facts.interfaces, boot_plan(settings, rdma, pci), peermem)
     # the script's first line must stay the shebang
     body = script.split("\n", 1)
     yield from converge(BOOT_SCRIPT, body[0] + "\n" + MANAGED_HEADER + body[1], files.get(BOOT_SCRIPT), mode="755")

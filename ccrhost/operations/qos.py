@@ -11,6 +11,7 @@ from ccrhost.model import qos
 from ccrhost.model.ports import roce_netdevs
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation, write_sysfs
+from ccrhost.operations.datapath import planned_mtu
 from ccrhost.probes.qos import QosInterface
 
 
@@ -63,7 +64,8 @@ def lossless(settings):
     for iface, info in netdevs.items():
         current = state.get(iface, QosInterface())
         problems += [f"{iface}: {e}" for e in current.errors]
-        problems += [f"{iface}: {p}" for p in qos.buffer_problems(wanted, current, info["rate_gbps"], current.mtu or 4200)]
+        mtu = planned_mtu(settings, rdma.node, iface, current.mtu) or 4200  # as the MTU stage leaves it
+        problems += [f"{iface}: {p}" for p in qos.buffer_problems(wanted, current, info["rate_gbps"], mtu)]
         cmds, iface_notes = qos.plan_interface(iface, current.backend, wanted, current)
         for note in iface_notes:
             notes.setdefault(note, []).append(iface)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation as pyinfra_operation
 
-from ccrhost.operations import boot, nccl, qos, roce
+from ccrhost.operations import boot, datapath, nccl, qos, roce
 from ccrhost.operations import modules as rdma_modules
 from ccrhost.operations.base import DRY, planned
 
@@ -26,10 +26,17 @@ def _stages(settings):
     yield "RoCE", lambda: roce.mode._inner(
         roce_mode=settings.roce_mode, tos=settings.roce_tos,
         force_traffic_class=settings.roce_force_traffic_class, require_devices=settings.rdma_require_devices)
+    if settings.roce_mtu is not None:
+        yield "MTU", lambda: datapath.mtu._inner(settings)
     if settings.qos_enable:
         yield "QoS", lambda: qos.lossless._inner(settings)
         if settings.qos_min_headroom is not None:
             yield "PFC headroom", lambda: qos.headroom._inner(settings)
+    if settings.rdma_gpudirect:
+        yield "GPUDirect", lambda: datapath.gpudirect._inner(settings)
+    if settings.rdma_acs_clear:
+        yield "PCIe ACS", lambda: datapath.acs._inner(settings)
+    yield "NIC PCIe", lambda: datapath.nic_pcie._inner(settings)
     yield "NCCL", lambda: nccl.environment._inner(settings)
     yield "boot unit", lambda: boot.persist._inner(settings)
 
@@ -37,9 +44,10 @@ def _stages(settings):
 @pyinfra_operation()
 def rdma(settings):
     """
-    Tune a node for RDMA: kernel modules, rdma_cm RoCE defaults, lossless
-    QoS (and the PFC headroom check when ``qos_min_headroom`` is set), the
-    NCCL environment and the boot unit, in that order. A stage that fails
+    Tune a node for RDMA: kernel modules, rdma_cm RoCE defaults, the RoCE
+    MTU, lossless QoS (and the PFC headroom check when ``qos_min_headroom``
+    is set), the GPU-to-NIC data path (peer memory, PCIe ACS, NIC Device
+    Control), the NCCL environment and the boot unit, in that order. A stage that fails
     fails the host and stops it there; each stage that changes something
     says so in one line.
 

@@ -86,3 +86,83 @@ def parse_client_runs(lines: list[str]) -> dict[str, dict]:
                     results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} failed: {last}"}
             dev = None
     return results
+
+
+# --- GPUDirect: ib_write_bw through GPU memory (reference gdr.md [6]) -------
+
+_CUDA_OPTION = re.compile(r"^\s*--use_cuda=<", re.M)
+_DMABUF_OPTION = re.compile(r"^\s*--use_cuda_dmabuf\b", re.M)
+
+
+def cuda_options(help_text: str) -> tuple[bool, bool]:
+    """(``--use_cuda``, ``--use_cuda_dmabuf``) from ``ib_write_bw --help``:
+    perftest prints them only when built with CUDA (and dma-buf) support."""
+    return bool(_CUDA_OPTION.search(help_text)), bool(_DMABUF_OPTION.search(help_text))
+
+
+@dataclass(frozen=True)
+class GdrPair:
+    name: str              # "GPU0-mlx5_0"
+    gpu_index: int         # the CUDA device in PCI bus order (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    device: str            # the RDMA device
+    numa_node: int | None  # the NIC's NUMA node: CPU and memory of both ends are pinned there
+
+
+def gdr_args(pair: GdrPair, port: int, seconds: int, dmabuf: bool) -> list[str]:
+    # --use_cuda_dmabuf after --use_cuda: perftest refuses the other order
+    cuda = [f"--use_cuda={pair.gpu_index}", *(["--use_cuda_dmabuf"] if dmabuf else [])]
+    pin = ["numactl", f"--cpunodebind={pair.numa_node}", f"--membind={pair.numa_node}"] \
+        if pair.numa_node is not None else []
+    return [*pin, *_args(pair.device, port, seconds), *cuda]
+
+
+def gdr_command(pairs: list[GdrPair], port: int, seconds: int, timeout: int, dmabuf: bool) -> str:
+    """One loopback run per pair, one after the other (they would share
+    the root complex otherwise): a server on the pair's NIC and GPU, then a
+    client to it through the same NIC, both NUMA-pinned. Prints
+    ``@@unmeasurable WHY`` when ib_write_bw lacks CUDA or numactl is
+    missing, else ``@@pair NAME`` ... ``@@rc N`` per pair."""
+    need = "dmabuf" if dmabuf else "cuda"
+    head = ("if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@unmeasurable ib_write_bw not found "
+            "(install perftest)'; exit 0; fi; "
+            "h=$(ib_write_bw --help 2>&1); "
+            "case \"$h\" in *'--use_cuda=<'*) ;; *) echo '@@unmeasurable ib_write_bw has no CUDA support "
+            "(--use_cuda is not in ib_write_bw --help)'; exit 0;; esac; ")
+    if need == "dmabuf":
+        head += ("case \"$h\" in *--use_cuda_dmabuf*) ;; *) echo '@@unmeasurable ib_write_bw has no "
+                 "--use_cuda_dmabuf, and dma-buf is the only GPUDirect path here'; exit 0;; esac; ")
+    if any(p.numa_node is not None for p in pairs):
+        head += ("command -v numactl >/dev/null 2>&1 || { echo '@@unmeasurable numactl not found (each run "
+                 "is pinned to its NIC's NUMA node)'; exit 0; }; ")
+    runs = []
+    for i, p in enumerate(pairs):
+        args = " ".join(shlex.quote(a) for a in gdr_args(p, port + i, seconds, dmabuf))
+        runs.append(f"echo {shlex.quote('@@pair ' + p.name)}; "
+                    f"(CUDA_DEVICE_ORDER=PCI_BUS_ID setsid timeout {int(timeout)} {args} </dev/null >/dev/null "
+                    f"2>&1 &); sleep 1; "
+                    f"CUDA_DEVICE_ORDER=PCI_BUS_ID timeout {int(timeout)} {args} localhost 2>&1; "
+                    f"echo \"@@rc $?\";")
+    return head + " ".join(runs) + " true"
+
+
+def parse_gdr_runs(lines: list[str]) -> tuple[str | None, dict[str, float], list[str]]:
+    """(why unmeasurable or None, {pair: Gb/s}, errors) from
+    :func:`gdr_command`'s output."""
+    gbps, errors, name, text = {}, [], None, []
+    for section in split(lines):
+        if section.tag == "unmeasurable":
+            return section.arg, {}, []
+        if section.tag == "pair":
+            name, text = section.arg, section.lines
+        elif section.tag == "rc" and name is not None:
+            rc = int(section.arg) if section.arg.lstrip("-").isdigit() else -1
+            if rc == 124:
+                errors.append(f"GPUDirect ib_write_bw on {name} timed out")
+            else:
+                try:
+                    gbps[name] = parse_ib_write_bw("\n".join(text)).average_gbps
+                except PerftestFormatError:
+                    last = next((x.strip() for x in reversed(text) if x.strip()), f"exit {rc}")
+                    errors.append(f"GPUDirect ib_write_bw on {name} failed: {last}")
+            name = None
+    return None, gbps, errors

@@ -1,0 +1,354 @@
+"""The data-path stages and checks as the deploy and `ccrhost check` use
+them: planning from a node's PCI probe, the boot unit's lines, the new keys,
+the link-health window kept between checks, the fleet's versions and the
+measured GPUDirect bandwidth. No lab: readings are the lab capture
+(fixtures/gdr/pci_dump_lab_hgx.txt) edited the way each fault changes it."""
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ccrhost.fleet.report import apply_fleet_versions, fleet_versions
+from ccrhost.model import datapath as dp
+from ccrhost.model.boot import render_boot
+from ccrhost.model.declared import PROFILES
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
+from ccrhost.model.verdict import Readings, evaluate
+from ccrhost.node import check as node_check
+from ccrhost.operations import datapath as stages
+from ccrhost.operations.files import MANAGED_HEADER
+from ccrhost.probes import pci, perftest
+from ccrhost.probes.files import FileState
+from ccrhost.probes.rdma import NodeNet, PciLink, RdmaDevice, RdmaPort, RdmaReading
+from ccrhost.settings import InventoryDataError, validate_host
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CAPTURE = (FIXTURES / "gdr/pci_dump_lab_hgx.txt").read_text().splitlines()
+H100 = PROFILES["hgx-h100-8x400"]
+BRIDGE = "0000:16:01.0"  # the switch port above mlx5_0
+
+
+def in_section(tag: str, old: str, new: list[str]):
+    """Replace ``old`` within the section ``@@dev TAG`` only."""
+    def edit(lines):
+        start = lines.index(f"@@dev {tag}")
+        at = lines.index(old, start)
+        return lines[:at] + new + lines[at + 1:]
+    return edit
+
+
+def edited(*edits) -> pci.PciSnapshot:
+    lines = list(CAPTURE)
+    for edit in edits:
+        lines = edit(lines)
+    return pci.parse_pci_dump(lines)
+
+
+def no_peer_memory(lines):
+    start = lines.index("@@peermem")
+    return lines[:start + 1] + lines[start + 4:]
+
+
+HEALTHY = pci.parse_pci_dump(CAPTURE)
+ACS_ON = edited(in_section(BRIDGE, "acs 005f 0000 ", ["acs 005f 001d "]))
+NO_PEERMEM = edited(no_peer_memory)
+
+
+def settings(**data):
+    return validate_host("gpu-07", data)
+
+
+def rdma_reading(ssh_dev="eth0", mtu_route="eth0") -> RdmaReading:
+    devices = {}
+    for i in range(8):
+        port = RdmaPort(state="ACTIVE", state_id=4, phys_state="LinkUp", rate_gbps=400.0, lanes=4, speed="NDR",
+                        link_layer="Ethernet", netdev=f"ens{i + 1}np0")
+        devices[f"mlx5_{i}"] = RdmaDevice(pci=PciLink(32.0, 16, 32.0, 16), netdevs=[f"ens{i + 1}np0"],
+                                          ports={1: port})
+    return RdmaReading(devices, NodeNet(default_route_dev=mtu_route, ssh_dev=ssh_dev))
+
+
+# --- planning each stage ---------------------------------------------------------------
+
+def test_peer_memory_is_planned_once_and_persisted_module_is_read_back():
+    assert stages.peermem_module(HEALTHY, None) is None  # loaded at boot by the driver's loader
+    assert stages.peermem_module(NO_PEERMEM, None) == "nvidia_peermem"
+    ours = FileState("644", 0, 0, MANAGED_HEADER + "nvidia_peermem\n")
+    assert stages.persisted_module(ours) == "nvidia_peermem"
+    # after the deploy loaded it, the boot unit still names it: from the file
+    assert stages.peermem_module(HEALTHY, ours) == "nvidia_peermem"
+    site = FileState("644", 0, 0, "nvidia_peermem\n")  # not ours: not read as ours
+    assert stages.persisted_module(site) is None
+    assert stages.persisted_module(FileState("644", 0, 0, MANAGED_HEADER + "rm -rf\n")) is None
+
+
+def test_acs_and_devctl_plans_touch_only_what_differs():
+    assert dp.plan_acs(HEALTHY.pairs(), HEALTHY.acs_ctl()) == []
+    assert dp.plan_acs(ACS_ON.pairs(), ACS_ON.acs_ctl()) == [["setpci", "-s", BRIDGE, "ECAP_ACS+0x6.w=0000:003d"]]
+    # an excluded NIC's path is not a GPU-NIC pair of the compute fabric
+    excluded = ACS_ON.pairs(("mlx5_0",))
+    assert "mlx5_0" not in {p.nic.name for p in excluded}
+    assert BRIDGE not in {c[2] for c in dp.plan_acs(excluded, ACS_ON.acs_ctl())}
+
+    assert stages.devctl_plans(settings(), HEALTHY) == []  # opt-in: nothing by default
+    optimized = stages.devctl_plans(settings(rdma_nic_pcie_optimize=True), HEALTHY)
+    nics = sorted(f.bdf for f in HEALTHY.functions.values() if f.role == "nic")
+    assert optimized == [["setpci", "-s", b, "CAP_EXP+0x8.w=5000:7000"] for b in nics]  # ConnectX: 4096
+    relaxed_off = stages.devctl_plans(settings(rdma_nic_relaxed_ordering=False, rdma_nic_max_read_req=512), HEALTHY)
+    assert relaxed_off == [["setpci", "-s", b, "CAP_EXP+0x8.w=2000:7010"] for b in nics]
+    assert stages.devctl_plans(settings(rdma_nic_max_read_req=512), HEALTHY) == []  # 0x2930: 512 already
+    # a NIC of another vendor gets no ConnectX default
+    other = edited(in_section("0000:1a:00.0", "vendor 0x15b3", ["vendor 0x14e4"]))
+    assert "0000:1a:00.0" not in {c[2] for c in stages.devctl_plans(settings(rdma_nic_pcie_optimize=True), other)}
+
+
+def test_mtu_plan_and_the_mtu_qos_sizes_for():
+    rdma = rdma_reading(ssh_dev="ens1np0", mtu_route="eth0")
+    current = {f"ens{i + 1}np0": 1500 for i in range(8)}
+    plan = stages.mtu_plan(settings(), rdma, current)
+    assert plan.commands == [["ip", "link", "set", "dev", f"ens{i + 1}np0", "mtu", "4200"] for i in range(1, 8)]
+    assert plan.skipped == ["ens1np0 carries this SSH connection: MTU left at 1500"]
+    assert stages.planned_mtu(settings(), rdma.node, "ens2np0", 1500) == 4200
+    assert stages.planned_mtu(settings(), rdma.node, "ens1np0", 1500) == 1500
+    assert stages.planned_mtu(settings(roce_mtu=None), rdma.node, "ens2np0", 1500) == 1500
+    assert stages.mtu_plan(settings(roce_mtu=9000), rdma, {"ens2np0": 9000}).commands == []
+
+
+def test_boot_unit_reapplies_the_data_path_quoted():
+    rdma = rdma_reading()
+    s = settings(rdma_nic_pcie_optimize=True)
+    plan = stages.boot_plan(s, rdma, ACS_ON)
+    acs = [c for c in plan if c[3].startswith("ECAP_ACS")]
+    # forced: every ACS bridge of every pair (two switch ports each), cleared or not
+    assert len(acs) == 16 and ["setpci", "-s", BRIDGE, "ECAP_ACS+0x6.w=0000:003d"] in acs
+    assert sum(c[3].startswith("CAP_EXP") for c in plan) == 8
+    assert [c for c in plan if c[0] == "ip"] == [["ip", "link", "set", "dev", f"ens{i + 1}np0", "mtu", "4200"]
+                                                  for i in range(8)]
+    assert stages.boot_plan(settings(rdma_acs_clear=False, roce_mtu=None), rdma, ACS_ON) == []
+    script, _ = render_boot(s, rdma, {}, {}, plan, "nvidia_peermem")
+    assert "for m in ib_uverbs mlx5_core mlx5_ib rdma_ucm nvidia_peermem; do" in script
+    assert f"setpci -s {BRIDGE} ECAP_ACS+0x6.w=0000:003d || {{" in script
+    # every line is plain words: nothing from the node reaches the shell unquoted
+    for line in script.splitlines():
+        if line.startswith(("setpci ", "ip link")):
+            words = line.split(" || ")[0]
+            assert shlex.join(shlex.split(words)) == words
+
+
+# --- the new keys -----------------------------------------------------------------
+
+BAD = [
+    ("roce_mtu", 1500, "allowed: 4200 or 9000"),
+    ("roce_mtu", "4200", "allowed: 4200 or 9000"),
+    ("rdma_nic_max_read_req", 3000, "allowed: 128, 256, 512, 1024, 2048 or 4096"),
+    ("rdma_nic_relaxed_ordering", "on", "valid boolean"),
+    ("rdma_nic_pcie_optimize", 1, "valid boolean"),
+    ("rdma_acs_clear", "no", "valid boolean"),
+    ("rdma_gpudirect", None, "valid boolean"),
+    ("rdma_acs_clean", True, "unknown key; did you mean 'rdma_acs_clear'?"),
+    ("verify_link_window", 601, "allowed: 0 to 600"),
+    ("verify_link_window", -1, "allowed: 0 to 600"),
+    ("verify_link_state", "counters.json", "must match ^/"),
+    ("verify_link_state", "/run/x;reboot", "must match ^/"),
+    ("verify_link_thresholds", {"link_down": 1}, "allowed: 'symbol_error'"),
+    ("verify_link_thresholds", {"symbol_error": -1}, "allowed: integers 0 to 65535"),
+    ("verify_required_nic_fw", "28.39;reboot", "must match"),
+    ("verify_required_nvidia", "latest", "must match"),
+    ("verify_rail_local", "yes", "valid boolean"),
+    ("verify_measure_gpudirect", "true", "valid boolean"),
+]
+
+
+@pytest.mark.parametrize("key, value, allowed", BAD, ids=[f"{k}={v!r}" for k, v, _ in BAD])
+def test_bad_values_of_the_new_keys_name_host_key_value_and_what_is_allowed(key, value, allowed):
+    with pytest.raises(InventoryDataError) as info:
+        validate_host("gpu-07", {key: value})
+    assert len(info.value.errors) == 1
+    error = info.value.errors[0]
+    assert (error.where, error.key.split("[")[0]) == ("gpu-07", key)
+    assert allowed in error.allowed, error.allowed
+    assert str(error).startswith(f"gpu-07: {key}")
+
+
+def test_defaults_and_good_values_reach_the_policy():
+    s = settings()
+    assert (s.rdma_gpudirect, s.rdma_acs_clear, s.rdma_nic_pcie_optimize, s.roce_mtu) == (True, True, False, 4200)
+    assert s.nic_devctl(0x15b3) == (None, None)
+    assert settings(rdma_nic_pcie_optimize=True).nic_devctl(0x15b3) == (4096, None)
+    assert settings(rdma_nic_pcie_optimize=True).nic_devctl(0x14e4) == (None, None)
+    assert settings(rdma_nic_max_read_req=1024, rdma_nic_relaxed_ordering=True).nic_devctl(0x14e4) == (1024, True)
+    assert s.policy().link_thresholds == dp.LinkThresholds()
+    tight = settings(verify_link_thresholds={"symbol_error": 0}, verify_required_nic_fw="28.39.3560")
+    assert tight.policy().link_thresholds.symbol_error == 0 and tight.policy().link_thresholds.link_downed == 0
+    assert tight.policy().required_versions == dp.RequiredVersions("28.39.3560", None, None)
+    assert settings(verify_profile="hgx-h100-8x400").expectation().rail_local
+    assert not settings().expectation().rail_local
+    assert not settings(verify_profile="hgx-h100-8x400", verify_rail_local=False).expectation().rail_local
+
+
+# --- the verdict on each fault ------------------------------------------------------
+
+def verdict(snap, link=None, **keys):
+    from test_checks import healthy
+
+    s = settings(verify_profile="hgx-h100-8x400", **keys)
+    readings = healthy()
+    readings.datapath = snap.datapath(link=link)
+    return evaluate(readings, s.expectation(), s.policy())
+
+
+def far_nic(lines):
+    """mlx5_3 under a root port of the other socket, as nic_numa_far renders it."""
+    start = lines.index("@@dev 0000:4a:00.0")
+    out = list(lines)
+    out[start + 2] = "path /sys/devices/pci0000:49/0000:49:01.0/0000:4a:00.0"
+    out[start + 6] = "numa_node 1"
+    return out
+
+
+@pytest.mark.parametrize("snap, status, codes", [
+    (HEALTHY, OK, set()),
+    (ACS_ON, FAIL, {"acs_redirect"}),
+    (NO_PEERMEM, FAIL, {"gpudirect_unavailable"}),
+    (edited(far_nic), FAIL, {"nic_numa_far"}),
+], ids=["healthy", "acs_redirect", "no_peermem", "nic_numa_far"])
+def test_each_fault_is_its_own_reason(snap, status, codes):
+    v = verdict(snap)
+    assert v.status == status and {r.code for r in v.reasons if r.level != OK} == codes, v.summary()
+    doc = v.to_dict()["datapath"]
+    assert doc["topology"]["matrix"]["GPU0"]["mlx5_0"] == "PIX"
+    assert set(doc["topology"]["matrix"]) == {f"GPU{i}" for i in range(8)}
+
+
+def test_far_nic_names_both_numa_nodes_and_the_matrix_shows_sys():
+    v = verdict(edited(far_nic))
+    reason = next(r for r in v.reasons if r.code == "nic_numa_far")
+    assert reason.message.startswith("GPU3 (0000:48:00.0, NUMA 0) is SYS to its nearest NIC mlx5_3 (0000:4a:00.0, NUMA 1)")
+    assert v.to_dict()["datapath"]["topology"]["matrix"]["GPU3"]["mlx5_3"] == "SYS"
+    assert verdict(edited(far_nic), verify_rail_local=False).status == OK  # not declared rail-local
+
+
+def test_link_window_flap_fails_and_errors_warn():
+    before = HEALTHY.compute_counters()
+    after = json.loads(json.dumps(before))
+    after["mlx5_2/1"]["link_downed"] = 3
+    after["mlx5_5/1"]["symbol_error"] = 11
+    v = verdict(HEALTHY, dp.LinkWindow(before, after, 5.2))
+    assert [(r.level, r.code) for r in v.reasons] == [(FAIL, "link_flap"), (WARN, "link_symbol_error")]
+    assert v.reasons[0].message == "port mlx5_2/1 link_downed rose by 3 in 5.2 s (0 -> 3): the link is flapping"
+    assert verdict(HEALTHY, dp.LinkWindow(before, after, 5.2),
+                   verify_link_thresholds={"link_downed": 5, "symbol_error": 20}).status == OK
+
+
+def test_required_versions_fail_on_the_node_itself():
+    v = verdict(HEALTHY, verify_required_nic_fw="28.41.1000", verify_required_nvidia="550")
+    assert {(r.level, r.code) for r in v.reasons} == {(FAIL, "fw_required"), (FAIL, "nvidia_required")}
+    assert verdict(HEALTHY, verify_required_nic_fw="28.39.3560", verify_required_mlx5="23.10").status == OK
+
+
+def test_unreadable_pci_probe_is_unknown_not_ok():
+    readings = Readings(ports=[], gpus=[], datapath=dp.unreadable("cannot read ...: bad line"))
+    reasons = dp.check_datapath(readings.datapath)
+    assert [(r.level, r.code) for r in reasons] == [(UNKNOWN, "pci_unreadable")]
+
+
+# --- the fleet's versions -------------------------------------------------------------
+
+def test_fleet_report_warns_the_host_off_the_majority():
+    odd = edited(lambda lines: [x.replace("mlx5_7/fw_ver:28.39.3560", "mlx5_7/fw_ver:28.38.1002") for x in lines])
+    verdicts = {f"n{i}": verdict(HEALTHY) for i in range(4)}
+    verdicts["n5"] = verdict(odd)
+    apply_fleet_versions(verdicts)
+    assert [h for h, v in verdicts.items() if v.status != OK] == ["n5"]
+    assert [(r.level, r.code, r.message) for r in verdicts["n5"].reasons] == [
+        (WARN, "fw_mismatch", "NIC mlx5_7 firmware 28.38.1002 differs from the fleet's MT_0000000838 28.39.3560")]
+    assert fleet_versions(verdicts)["nic_fw"] == {"28.39.3560": 39, "28.38.1002": 1}
+
+
+# --- the pre-job check's window, kept between runs -------------------------------------------
+
+def test_check_keeps_counters_between_runs(tmp_path, monkeypatch):
+    state = tmp_path / "state" / "counters.json"
+    s = settings(verify_link_state=str(state))
+    monkeypatch.setattr(node_check, "boot_id", lambda: "boot-1")
+    first = node_check.local_datapath(s, lambda: HEALTHY, now=1000.0)
+    assert [(r.level, r.code) for r in dp.check_datapath(first)] == [(OK, "link_baseline")]
+    saved = json.loads(state.read_text())
+    assert saved["boot_id"] == "boot-1" and saved["counters"]["mlx5_0/1"]["link_downed"] == 0
+
+    flapped = edited(lambda lines: [x.replace("mlx5_4/ports/1/counters/link_downed:0",
+                                              "mlx5_4/ports/1/counters/link_downed:2") for x in lines])
+    second = node_check.local_datapath(s, lambda: flapped, now=1300.0)
+    reasons = dp.check_datapath(second)
+    assert [(r.level, r.code) for r in reasons] == [(FAIL, "link_flap")]
+    assert reasons[0].message == "port mlx5_4/1 link_downed rose by 2 in 300 s (0 -> 2): the link is flapping"
+    # the next window starts where this one ended
+    assert dp.check_datapath(node_check.local_datapath(s, lambda: flapped, now=1360.0)) == []
+    # another boot: its counters started at zero again, no baseline
+    monkeypatch.setattr(node_check, "boot_id", lambda: "boot-2")
+    assert [r.code for r in dp.check_datapath(node_check.local_datapath(s, lambda: HEALTHY, now=1400.0))] == \
+        ["link_baseline"]
+
+
+def test_check_says_when_it_cannot_keep_its_state(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    s = settings(verify_link_state=str(blocker / "counters.json"))
+    reasons = dp.check_datapath(node_check.local_datapath(s, lambda: HEALTHY))
+    assert [(r.level, r.code) for r in reasons] == [(OK, "link_baseline"), (WARN, "link_state_unwritable")]
+    assert f"cannot keep the port counters in {blocker}/counters.json" in reasons[1].message
+
+
+def test_run_check_reads_the_data_path_and_prints_the_matrix(tmp_path):
+    from test_checks import healthy
+
+    from ccrhost.probes.gpu import GpuProbe
+
+    readings = healthy()
+    s = settings(verify_profile="hgx-h100-8x400", verify_link_state=str(tmp_path / "c.json"))
+    rdma = rdma_reading()
+    v = node_check.run_check(s, gather=lambda: (rdma, GpuProbe(gpus=tuple(readings.gpus))), gather_pci=lambda: ACS_ON)
+    assert v.status == FAIL and [r.code for r in v.reasons if r.level != OK] == ["acs_redirect"]
+    assert v.to_dict()["datapath"]["topology"]["pairs"][0] == {
+        "gpu": "GPU0", "gpu_bdf": "0000:18:00.0", "nic": "mlx5_0", "nic_bdf": "0000:1a:00.0", "level": "PIX",
+        "shared": False}
+
+
+# --- measured GPUDirect bandwidth ---------------------------------------------------------
+
+def test_cuda_support_from_ib_write_bw_help():
+    cuda_build = (FIXTURES / "gdr/ib_write_bw_help_cuda.txt").read_text()
+    assert perftest.cuda_options(cuda_build) == (True, False)
+    lab = (Path(__file__).parent.parent / "ccrhost/lab/shims/ib_write_bw").read_text()
+    usage = lab.split('USAGE = """', 1)[1].split('"""', 1)[0]
+    assert perftest.cuda_options(usage) == (False, False)
+    assert perftest.cuda_options(cuda_build + "      --use_cuda_dmabuf Use CUDA DMA-BUF for GPUDirect RDMA "
+                                              "testing\n") == (True, True)
+
+
+def test_gpudirect_runs_are_pinned_and_ordered_as_perftest_wants():
+    pair = perftest.GdrPair("GPU2-mlx5_2", 2, "mlx5_2", 1)
+    args = perftest.gdr_args(pair, 19015, 10, dmabuf=True)
+    assert args == ["numactl", "--cpunodebind=1", "--membind=1", "ib_write_bw", "-d", "mlx5_2", "-p", "19015",
+                    "-D", "10", "-F", "--report_gbits", "--use_cuda=2", "--use_cuda_dmabuf"]
+    command = perftest.gdr_command([pair], 19015, 10, 60, dmabuf=False)
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 60 numactl --cpunodebind=1 --membind=1 ib_write_bw -d mlx5_2 " \
+           "-p 19015 -D 10 -F --report_gbits --use_cuda=2 localhost" in command
+
+
+def test_gpudirect_results_unknown_when_unmeasurable_and_fail_when_slow():
+    report = (FIXTURES / "ib_write_bw_roce.txt").read_text().splitlines()
+    out = ["@@pair GPU0-mlx5_0", *report, "@@rc 0", "@@pair GPU1-mlx5_1", "Couldn't allocate MR", "@@rc 1"]
+    why, gbps, errors = perftest.parse_gdr_runs(out)
+    assert (why, gbps) == (None, {"GPU0-mlx5_0": 92.40})
+    assert errors == ["GPUDirect ib_write_bw on GPU1-mlx5_1 failed: Couldn't allocate MR"]
+    bw = dp.GpuDirectBandwidth(True, gbps=gbps, expected={"GPU0-mlx5_0": 400.0, "GPU1-mlx5_1": 400.0}, errors=errors)
+    assert [(r.level, r.code) for r in dp.check_gpudirect_bandwidth(bw, 0.9)] == [
+        (UNKNOWN, "gpudirect_measure_failed"), (FAIL, "gpudirect_slow")]
+    why, _, _ = perftest.parse_gdr_runs(["@@unmeasurable ib_write_bw has no CUDA support (--use_cuda is not in "
+                                         "ib_write_bw --help)"])
+    reasons = dp.check_gpudirect_bandwidth(dp.GpuDirectBandwidth(False, why=why), 0.9)
+    assert [(r.level, r.code) for r in reasons] == [(UNKNOWN, "gpudirect_unmeasurable")]
+    assert reasons[0].message.startswith("GPUDirect bandwidth not measurable: ib_write_bw has no CUDA support")

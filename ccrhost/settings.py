@@ -239,7 +239,7 @@ class HostSettings(BaseModel):
         "CPU interconnect (SYS) FAILS. Default: from verify_profile.",
     )
     verify_link_window: float = Field(
-        5, ge=0, le=600, description="Seconds the deploy's verification watches the port error counters "
+        3, ge=0, le=600, description="Seconds the deploy's verification watches the port error counters "
         "(0: not watched).",
     )
     verify_link_state: str = Field(

@@ -274,7 +274,7 @@ def test_check_keeps_counters_between_runs(tmp_path, monkeypatch):
     s = settings(verify_link_state=str(state))
     monkeypatch.setattr(node_check, "boot_id", lambda: "boot-1")
     first = node_check.local_datapath(s, lambda: HEALTHY, now=1000.0)
-    assert [(r.level, r.code) for r in dp.check_datapath(first)] == [(OK, "link_baseline")]
+    assert dp.check_datapath(first) == [] and first.link.note.startswith("no earlier reading")
     saved = json.loads(state.read_text())
     assert saved["boot_id"] == "boot-1" and saved["counters"]["mlx5_0/1"]["link_downed"] == 0
 
@@ -288,8 +288,8 @@ def test_check_keeps_counters_between_runs(tmp_path, monkeypatch):
     assert dp.check_datapath(node_check.local_datapath(s, lambda: flapped, now=1360.0)) == []
     # another boot: its counters started at zero again, no baseline
     monkeypatch.setattr(node_check, "boot_id", lambda: "boot-2")
-    assert [r.code for r in dp.check_datapath(node_check.local_datapath(s, lambda: HEALTHY, now=1400.0))] == \
-        ["link_baseline"]
+    rebooted = node_check.local_datapath(s, lambda: flapped, now=1400.0)
+    assert dp.check_datapath(rebooted) == [] and rebooted.link.note.startswith("first check since boot")
 
 
 def test_check_says_when_it_cannot_keep_its_state(tmp_path):
@@ -297,8 +297,8 @@ def test_check_says_when_it_cannot_keep_its_state(tmp_path):
     blocker.write_text("")
     s = settings(verify_link_state=str(blocker / "counters.json"))
     reasons = dp.check_datapath(node_check.local_datapath(s, lambda: HEALTHY))
-    assert [(r.level, r.code) for r in reasons] == [(OK, "link_baseline"), (WARN, "link_state_unwritable")]
-    assert f"cannot keep the port counters in {blocker}/counters.json" in reasons[1].message
+    assert [(r.level, r.code) for r in reasons] == [(WARN, "link_state_unwritable")]
+    assert f"cannot keep the port counters in {blocker}/counters.json" in reasons[0].message
 
 
 def test_run_check_reads_the_data_path_and_prints_the_matrix(tmp_path):
@@ -352,3 +352,56 @@ def test_gpudirect_results_unknown_when_unmeasurable_and_fail_when_slow():
     reasons = dp.check_gpudirect_bandwidth(dp.GpuDirectBandwidth(False, why=why), 0.9)
     assert [(r.level, r.code) for r in reasons] == [(UNKNOWN, "gpudirect_unmeasurable")]
     assert reasons[0].message.startswith("GPUDirect bandwidth not measurable: ib_write_bw has no CUDA support")
+
+
+def fake_tools(folder: Path, help_text: str) -> dict:
+    """A CUDA-built ib_write_bw and numactl standing in on PATH: --help
+    prints ``help_text``, a client prints the reference's RoCE report, a
+    server returns; numactl runs what follows its options."""
+    import os
+    import stat
+
+    (folder / "help.txt").write_text(help_text)
+    tools = {
+        "ib_write_bw": f"""#!/bin/sh
+for a in "$@"; do case "$a" in --help) cat {folder}/help.txt; exit 1;; esac; done
+echo "$@" >> {folder}/calls
+eval last=\\${{$#}}
+[ "$last" = localhost ] && cat {FIXTURES}/ib_write_bw_roce.txt
+exit 0
+""",
+        "numactl": """#!/bin/sh
+while [ "${1#--}" != "$1" ]; do shift; done
+exec "$@"
+""",
+    }
+    for name, text in tools.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755 | stat.S_IXUSR)
+    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+def test_gpudirect_command_runs_each_pair_through_its_gpu(tmp_path):
+    import subprocess
+
+    pairs = [perftest.GdrPair("GPU0-mlx5_0", 0, "mlx5_0", 0), perftest.GdrPair("GPU5-mlx5_5", 5, "mlx5_5", 1)]
+    env = fake_tools(tmp_path, (FIXTURES / "gdr/ib_write_bw_help_cuda.txt").read_text())
+    out = subprocess.run(["sh", "-c", perftest.gdr_command(pairs, 19015, 2, 30, dmabuf=False)], env=env,
+                         capture_output=True, text=True, timeout=30).stdout.splitlines()
+    assert perftest.parse_gdr_runs(out) == (None, {"GPU0-mlx5_0": 92.40, "GPU5-mlx5_5": 92.40}, [])
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "-d mlx5_5 -p 19016 -D 2 -F --report_gbits --use_cuda=5 localhost" in calls
+    # dma-buf wanted, but this build has no --use_cuda_dmabuf: not measurable, nothing run
+    (tmp_path / "calls").unlink()
+    out = subprocess.run(["sh", "-c", perftest.gdr_command(pairs, 19015, 2, 30, dmabuf=True)], env=env,
+                         capture_output=True, text=True, timeout=30).stdout.splitlines()
+    assert perftest.parse_gdr_runs(out)[0] == ("ib_write_bw has no --use_cuda_dmabuf, and dma-buf is the only "
+                                               "GPUDirect path here")
+    assert not (tmp_path / "calls").exists()
+    # the lab's ib_write_bw, a build without CUDA
+    lab_shims = Path(__file__).parent.parent / "ccrhost/lab/shims"
+    out = subprocess.run(["sh", "-c", perftest.gdr_command(pairs, 19015, 2, 30, dmabuf=False)],
+                         env={**env, "PATH": f"{lab_shims}:{env['PATH']}"}, capture_output=True, text=True,
+                         timeout=30).stdout.splitlines()
+    assert perftest.parse_gdr_runs(out)[0] == ("ib_write_bw has no CUDA support (--use_cuda is not in "
+                                               "ib_write_bw --help)")

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 
 from ccrhost.model.ports import natural_key
-from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
+from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 from ccrhost.model.topology import GDR_LEVELS, Pair, path_bridges
 
 
@@ -504,7 +504,7 @@ class LinkWindow:
     before: dict[str, dict[str, int]]   # {"mlx5_0/1": {counter: value}}, the window's start
     after: dict[str, dict[str, int]]    # ... its end
     seconds: float | None               # the window's length
-    note: str | None = None             # why there is no "before" (first check since boot)
+    note: str | None = None             # why there is no "before" (first check since boot): not judged
     warning: str | None = None          # the reading could not be kept for the next window
 
 
@@ -567,8 +567,6 @@ def check_datapath(reading: DatapathReading, policy: DatapathPolicy = DatapathPo
     if reading.link is not None:
         reasons += check_link_health(reading.link.before, reading.link.after, policy.thresholds,
                                      reading.link.seconds)
-        if reading.link.note:
-            reasons.append(Reason(OK, "link_baseline", reading.link.note))
         if reading.link.warning:
             reasons.append(Reason(WARN, "link_state_unwritable", reading.link.warning))
     reasons += [r for r in check_fleet_versions({"": reading.versions}, policy.required)[""]]

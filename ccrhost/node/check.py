@@ -111,6 +111,9 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  workload model: {c.workload['statement']}")
     for r in verdict.reasons:
         lines.append(f"  {r.level}: {r.message}")
+    datapath = verdict.readings.datapath
+    if datapath is not None and datapath.link is not None and datapath.link.note:
+        lines.append(f"  note: {datapath.link.note}")
     return "\n".join(lines) + "\n"
 
 

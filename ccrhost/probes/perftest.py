@@ -122,18 +122,19 @@ def gdr_command(pairs: list[GdrPair], port: int, seconds: int, timeout: int, dma
     client to it through the same NIC, both NUMA-pinned. Prints
     ``@@unmeasurable WHY`` when ib_write_bw lacks CUDA or numactl is
     missing, else ``@@pair NAME`` ... ``@@rc N`` per pair."""
-    need = "dmabuf" if dmabuf else "cuda"
-    head = ("if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@unmeasurable ib_write_bw not found "
-            "(install perftest)'; exit 0; fi; "
-            "h=$(ib_write_bw --help 2>&1); "
-            "case \"$h\" in *'--use_cuda=<'*) ;; *) echo '@@unmeasurable ib_write_bw has no CUDA support "
-            "(--use_cuda is not in ib_write_bw --help)'; exit 0;; esac; ")
-    if need == "dmabuf":
-        head += ("case \"$h\" in *--use_cuda_dmabuf*) ;; *) echo '@@unmeasurable ib_write_bw has no "
-                 "--use_cuda_dmabuf, and dma-buf is the only GPUDirect path here'; exit 0;; esac; ")
+    def unmeasurable(why: str) -> str:
+        return f"echo {shlex.quote('@@unmeasurable ' + why)}; exit 0"
+
+    missing = unmeasurable("ib_write_bw not found (install perftest)")
+    no_cuda = unmeasurable("ib_write_bw has no CUDA support (--use_cuda is not in ib_write_bw --help)")
+    no_dmabuf = unmeasurable("ib_write_bw has no --use_cuda_dmabuf, and dma-buf is the only GPUDirect path here")
+    no_numactl = unmeasurable("numactl not found (each run is pinned to its NIC's NUMA node)")
+    head = (f"if ! command -v ib_write_bw >/dev/null 2>&1; then {missing}; fi; h=$(ib_write_bw --help 2>&1); "
+            f"case \"$h\" in *'--use_cuda=<'*) ;; *) {no_cuda};; esac; ")
+    if dmabuf:
+        head += f"case \"$h\" in *--use_cuda_dmabuf*) ;; *) {no_dmabuf};; esac; "
     if any(p.numa_node is not None for p in pairs):
-        head += ("command -v numactl >/dev/null 2>&1 || { echo '@@unmeasurable numactl not found (each run "
-                 "is pinned to its NIC's NUMA node)'; exit 0; }; ")
+        head += f"command -v numactl >/dev/null 2>&1 || {{ {no_numactl}; }}; "
     runs = []
     for i, p in enumerate(pairs):
         args = " ".join(shlex.quote(a) for a in gdr_args(p, port + i, seconds, dmabuf))

@@ -405,3 +405,46 @@ def test_gpudirect_command_runs_each_pair_through_its_gpu(tmp_path):
                          timeout=30).stdout.splitlines()
     assert perftest.parse_gdr_runs(out)[0] == ("ib_write_bw has no CUDA support (--use_cuda is not in "
                                                "ib_write_bw --help)")
+
+
+# --- the probe's batched register reads ----------------------------------------------
+
+def test_acs_walk_and_devctl_sections():
+    acs = pci.parse_acs_walk(["0000:15:00.0 none", "0000:16:01.0 005f 001d", "0000:14:01.0 unreadable",
+                              "0000:24:01.0 error setpci: Unable to read"])
+    assert acs["0000:15:00.0"] == pci.AcsControl(False, None, None)
+    assert acs["0000:16:01.0"] == pci.AcsControl(True, 0x5f, 0x1d) and acs["0000:16:01.0"].redirect
+    assert acs["0000:14:01.0"].error.startswith("the extended config space reads as all ones")
+    assert acs["0000:24:01.0"].error == "setpci: Unable to read"
+    with pytest.raises(pci.PciFormatError, match="not a PCI address"):
+        pci.parse_acs_walk(["16:01.0 none"])
+    with pytest.raises(pci.PciFormatError, match="ACS capability and control words"):
+        pci.parse_acs_walk(["0000:16:01.0 005f"])
+    devctl = pci.parse_devctl_batch(["0000:1a:00.0 5930", "0000:2a:00.0 setpci: 0000:2a:00.0: Instance #0 of "
+                                     "Capability 0010 not found - there are no capabilities with that id."])
+    assert devctl["0000:1a:00.0"].max_read_req == 4096 and devctl["0000:2a:00.0"].error
+
+
+def test_the_probe_runs_on_a_rendered_node_with_the_lab_tools(tmp_path):
+    """The snippet itself, against a lab node's /sys rendered into a folder
+    (paths rewritten both ways) with the lab's setpci: the walk finds ACS on
+    the switch ports and the root ports, none on the upstream ports."""
+    import os
+    import subprocess
+
+    from ccrhost.lab.profile import load_profile, parse_fault, render_sysfs
+
+    root = tmp_path / "sys"
+    faults = [parse_fault(f"n:{f}")[1] for f in ("acs_redirect", "nic_numa_far")]
+    render_sysfs(load_profile("hgx-h100-8x400"), faults, root, 1)
+    shims = Path(__file__).parent.parent / "ccrhost/lab/shims"
+    env = {**os.environ, "CCRHOST_LAB_SYSFS": str(root), "PATH": f"{shims}:{os.environ['PATH']}"}
+    out = subprocess.run(["sh", "-c", pci.COMMAND.replace("/sys/", f"{root}/")], env=env, capture_output=True,
+                         text=True, timeout=60)
+    snap = pci.parse_pci_dump(out.stdout.replace(f"{root}/", "/sys/").splitlines())
+    assert [(p.gpu.name, p.nic.name, p.level) for p in snap.pairs()][2:4] == [("GPU2", "mlx5_2", "PIX"),
+                                                                             ("GPU3", "mlx5_3", "SYS")]
+    ctl = snap.acs_ctl()
+    assert ctl[BRIDGE] == 0x1d and ctl["0000:14:01.0"] == 0 and "0000:15:00.0" not in ctl  # upstream: no ACS
+    assert [r.code for r in dp.check_acs(snap.pairs(), ctl)] == ["acs_redirect"]
+    assert set(snap.devctl().values()) == {0x2930}

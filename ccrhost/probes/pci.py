@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ccrhost.model import datapath
 from ccrhost.model.datapath import ACS_NAMES, HostVersions, Iommu, PeerMemory
@@ -51,10 +51,14 @@ GPU_CLASSES = (0x0302, 0x0300)  # 3D controller, VGA compatible controller
 _COUNTER_FILES = " ".join(f"*/ports/*/counters/{c}" for c in datapath.COUNTERS)
 
 # Every bridge of a GPU's or NIC's resolved path is listed once, then the
-# function itself. setpci prints one hex word per register; when the
-# capability is missing it exits with its error, kept for the parser. ACS
-# is read on bridges only (the checks judge the bridges peer traffic
-# crosses) and Device Control on NICs only: one setpci run per function.
+# function itself. ACS is read on the bridges (the checks judge the bridges
+# peer traffic crosses) and Device Control on the NICs, with setpci runs
+# that each cover every function: the extended capability list is walked
+# one hop per run from 0x100 (a header of all ones: the space could not be
+# read; zero or a next pointer of 0: the end), then ACS Capability and
+# Control are read where ACS was found. A named register (ECAP_ACS) would
+# make setpci exit at the first function without it, so one run per
+# function; a node has some fifty.
 COMMAND = f"""P={PCI_DEVICES}
 echo @@kernel
 uname -r
@@ -71,7 +75,7 @@ echo @@tools
 S=; L=
 command -v setpci >/dev/null 2>&1 && S=1 && echo setpci
 command -v lspci >/dev/null 2>&1 && L=1 && echo lspci
-seen=' '
+seen=' '; B=; N=
 dev() {{
 case "$seen" in *" $1 "*) return 0;; esac
 seen="$seen$1 "
@@ -79,13 +83,10 @@ _d=$P/$1
 echo "@@dev $1"
 echo "role $2"
 echo "path $(readlink -f "$_d")"
-for _f in class vendor device numa_node; do echo "$_f $(cat "$_d/$_f" 2>/dev/null)"; done
+for _f in class vendor device numa_node; do _v=; {{ read -r _v < "$_d/$_f"; }} 2>/dev/null; echo "$_f $_v"; done
 _g=$(readlink "$_d/iommu_group" 2>/dev/null) && echo "iommu_group ${{_g##*/}}"
 if [ -n "$S" ]; then
-case "$2" in
-bridge) echo "acs $(setpci -s "$1" ECAP_ACS+0x4.w ECAP_ACS+0x6.w 2>&1 | tr '\\n' ' ')";;
-nic*) echo "devctl $(setpci -s "$1" CAP_EXP+0x8.w 2>&1 | tr '\\n' ' ')";;
-esac
+case "$2" in bridge) B="$B $1";; nic*) N="$N $1";; esac
 elif [ -n "$L" ]; then
 echo "@@lspci $1"
 lspci -D -vvv -s "$1" 2>&1
@@ -108,6 +109,50 @@ done
 for i in {IB_ROOT}/*; do
 [ -e "$i/device" ] && chain "$(basename "$(readlink -f "$i/device")")" "nic ${{i##*/}}"
 done
+if [ -n "$S" ]; then
+echo @@acs
+todo=; found=; hops=0
+for b in $B; do todo="$todo $b=256"; done
+while [ -n "$todo" ] && [ $hops -lt 48 ]; do
+hops=$((hops + 1)); a=
+for t in $todo; do a="$a -s ${{t%=*}} $(printf %x "${{t#*=}}").l"; done
+if ! o=$(setpci $a 2>&1); then
+for t in $todo; do echo "${{t%=*}} error $(echo "$o" | tr '\n' ' ')"; done; todo=; break
+fi
+set -- $o; nx=
+for t in $todo; do
+b=${{t%=*}}; w=${{1:-}}; [ $# -gt 0 ] && shift
+case "$w" in
+ffffffff) echo "$b unreadable";;
+00000000) echo "$b none";;
+*) if [ $((0x$w & 0xffff)) -eq 13 ]; then found="$found $t"
+elif [ $(((0x$w >> 20) & 0xffc)) -ge 256 ]; then nx="$nx $b=$(((0x$w >> 20) & 0xffc))"
+else echo "$b none"; fi;;
+esac
+done
+todo=$nx
+done
+for t in $todo; do echo "${{t%=*}} error capability list does not end"; done
+a=
+for t in $found; do a="$a -s ${{t%=*}} $(printf %x $((${{t#*=}} + 4))).w $(printf %x $((${{t#*=}} + 6))).w"; done
+if [ -n "$a" ]; then
+if o=$(setpci $a 2>&1); then
+set -- $o
+for t in $found; do echo "${{t%=*}} ${{1:-}} ${{2:-}}"; [ $# -gt 1 ] && shift 2; done
+else
+for t in $found; do echo "${{t%=*}} error $(echo "$o" | tr '\n' ' ')"; done
+fi
+fi
+echo @@devctl
+a=
+for n in $N; do a="$a -s $n CAP_EXP+0x8.w"; done
+if [ -n "$a" ] && o=$(setpci $a 2>&1); then
+set -- $o
+for n in $N; do echo "$n ${{1:-}}"; [ $# -gt 0 ] && shift; done
+else
+for n in $N; do echo "$n $(setpci -s "$n" CAP_EXP+0x8.w 2>&1 | tr '\n' ' ')"; done
+fi
+fi
 echo @@peermem
 for f in {' '.join(PEERMEM_FILES)}; do [ -e "$f" ] && echo "$f"; done
 echo @@shipped
@@ -455,6 +500,46 @@ def parse_ib(lines: list[str]) -> dict[str, NicInfo]:
             for dev, v in sorted(raw.items(), key=lambda kv: natural_key(kv[0]))}
 
 
+def parse_acs_walk(lines: list[str]) -> dict[str, AcsControl]:
+    """The ``@@acs`` section: per bridge ``BDF CAP CTL`` (setpci words at
+    the ACS capability's +0x4 and +0x6), ``BDF none`` (the extended
+    capability list has no ACS), ``BDF unreadable`` (its header read as
+    all ones) or ``BDF error <setpci's message>``."""
+    out: dict[str, AcsControl] = {}
+    for line in lines:
+        bdf, _, rest = line.strip().partition(" ")
+        if not bdf:
+            continue
+        if not BDF_RE.match(bdf):
+            raise PciFormatError(f"ACS reading for {bdf!r}, which is not a PCI address")
+        if rest == "none":
+            out[bdf] = AcsControl(False, None, None)
+        elif rest == "unreadable":
+            out[bdf] = AcsControl(False, None, None, error="the extended config space reads as all ones "
+                                                           "(setpci needs root)")
+        elif rest.startswith("error"):
+            out[bdf] = AcsControl(False, None, None, error=rest[len("error"):].strip() or "setpci failed")
+        else:
+            words = parse_setpci_words(rest)
+            if len(words) != 2:
+                raise PciFormatError(f"{bdf}: expected the ACS capability and control words, got {rest!r}")
+            out[bdf] = AcsControl(True, words[0], words[1])
+    return out
+
+
+def parse_devctl_batch(lines: list[str]) -> dict[str, DevCtl]:
+    """The ``@@devctl`` section: ``BDF WORD`` per NIC, or ``BDF`` and
+    setpci's error."""
+    out = {}
+    for line in lines:
+        bdf, _, rest = line.strip().partition(" ")
+        if bdf:
+            if not BDF_RE.match(bdf):
+                raise PciFormatError(f"Device Control reading for {bdf!r}, which is not a PCI address")
+            out[bdf] = parse_setpci_devctl(rest)
+    return out
+
+
 def _hex(bdf: str, key: str, value: str) -> int | None:
     if not value:
         return None
@@ -517,6 +602,12 @@ def parse_pci_dump(lines: list[str]) -> PciSnapshot:
             one.setdefault(s.tag, []).extend(s.lines)
     kernel = [x.strip() for x in one.get("kernel", []) if x.strip()]
     functions = {bdf: parse_function(bdf, body, lspci.get(bdf)) for bdf, body in devs.items()}
+    for bdf, acs in parse_acs_walk(one.get("acs", [])).items():
+        if bdf in functions:
+            functions[bdf] = replace(functions[bdf], acs=acs)
+    for bdf, word in parse_devctl_batch(one.get("devctl", [])).items():
+        if bdf in functions:
+            functions[bdf] = replace(functions[bdf], devctl=word)
     cmdline = " ".join(x.strip() for x in one.get("cmdline", []) if x.strip())
     nvidia = parse_nvidia_version("\n".join(one.get("nvidia", []))) or parse_modinfo(one.get("modinfo", []))
     mlx5 = " ".join(x.strip() for x in one.get("mlx5", []) if x.strip()) or None

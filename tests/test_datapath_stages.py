@@ -52,7 +52,7 @@ def no_peer_memory(lines):
 
 
 HEALTHY = pci.parse_pci_dump(CAPTURE)
-ACS_ON = edited(in_section(BRIDGE, "acs 005f 0000 ", ["acs 005f 001d "]))
+ACS_ON = edited(lambda lines: [f"{BRIDGE} 005f 001d" if x == f"{BRIDGE} 005f 0000" else x for x in lines])
 NO_PEERMEM = edited(no_peer_memory)
 
 

@@ -10,6 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property-based fuzzing (tests/test_fuzz.py). "ci" keeps the suite's share
+# bounded; "deep" is the long run (pytest -m fuzz --hypothesis-profile=deep),
+# 10,000 examples over the FUZZ_TARGETS targets, recorded in bench/fuzz-results.md.
+FUZZ_TARGETS = 40
+_FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+             print_blob=True)
+settings.register_profile("ci", max_examples=200, derandomize=True, **_FUZZ)
+settings.register_profile("deep", max_examples=10_000 // FUZZ_TARGETS, **_FUZZ)
+settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_DIR = Path("/var/tmp/ccrhost-test-lab")

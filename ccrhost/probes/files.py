@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import shlex
 from dataclasses import dataclass
 
+from ccrhost.probes import numbers
+
 
 class FileFormatError(ValueError):
-    pass
+    """The files snippet printed a line that is not ``path<TAB>stat<TAB>base64``."""
+
+
+_MODE = re.compile(r"[0-7]{1,4}")
 
 
 @dataclass(frozen=True)
@@ -42,12 +48,16 @@ def parse_states(lines: list[str]) -> dict[str, FileState | None]:
         if fields[1] == "-":
             states[path] = None
             continue
+        stat = fields[1].split()
+        uid_n, gid_n = (numbers.integer(x, 0) for x in (stat[1:3] if len(stat) == 3 else ("-", "-")))
+        if len(stat) != 3 or not _MODE.fullmatch(stat[0]) or uid_n is None or gid_n is None:
+            raise FileFormatError(f"cannot read the state of {path}: stat printed {fields[1]!r}, "
+                                  "expected '<octal mode> <uid> <gid>'")
+        mode = stat[0]
         try:
-            mode, uid, gid = fields[1].split()
             raw = base64.b64decode(fields[2] if len(fields) > 2 else "", validate=True)
-            uid_n, gid_n = int(uid), int(gid)
         except (ValueError, binascii.Error) as exc:
-            raise FileFormatError(f"cannot read the state of {path}: {exc}") from None
+            raise FileFormatError(f"cannot read the content of {path}: {exc}") from None
         try:
             states[path] = FileState(mode, uid_n, gid_n, raw.decode())
         except UnicodeDecodeError as exc:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass, field
 
 from ccrhost.model.gpus import GpuReading
+from ccrhost.probes import numbers
 from ccrhost.probes.sections import split
 
 NVSMI_FIELDS = (
@@ -16,17 +18,20 @@ NVSMI_FIELDS = (
 
 
 class GpuFormatError(ValueError):
-    pass
+    """nvidia-smi printed a row its CSV format does not allow; the message quotes it."""
 
 
-def _int(value: str) -> int | None:
+_HEX = re.compile(r"0x[0-9a-fA-F]{1,16}")
+
+
+def _int(value: str, field: str, line: str) -> int | None:
     value = value.strip()
     if not value or value.startswith("[") or value in ("N/A", "Not Supported"):
         return None
-    try:
-        return int(value, 0)
-    except ValueError:
-        raise GpuFormatError(f"expected a number, got {value!r}") from None
+    number = int(value, 16) if _HEX.fullmatch(value) else numbers.integer(value, 0)
+    if number is None:
+        raise GpuFormatError(f"line {line!r}: {field} {value!r} is not a number")
+    return number
 
 
 def parse_nvsmi_csv(lines: list[str]) -> list[GpuReading]:
@@ -35,13 +40,14 @@ def parse_nvsmi_csv(lines: list[str]) -> list[GpuReading]:
     for line in lines:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(NVSMI_FIELDS):
-            raise GpuFormatError(f"expected {len(NVSMI_FIELDS)} fields, got {line!r}")
+            raise GpuFormatError(f"line {line!r}: {len(cells)} fields, expected {len(NVSMI_FIELDS)}")
+        n = {f: _int(c, f, line) for f, c in zip(NVSMI_FIELDS, cells) if f not in ("name", "uuid")}
         gpus.append(GpuReading(
-            index=_int(cells[0]), name=cells[1], uuid=cells[2] or None,
-            sm_clock_mhz=_int(cells[3]), max_sm_clock_mhz=_int(cells[4]),
-            pcie_gen=_int(cells[5]), pcie_gen_max=_int(cells[6]),
-            pcie_width=_int(cells[7]), pcie_width_max=_int(cells[8]),
-            clock_reasons=_int(cells[9]),
+            index=n["index"], name=cells[1], uuid=cells[2] or None,
+            sm_clock_mhz=n["clocks.sm"], max_sm_clock_mhz=n["clocks.max.sm"],
+            pcie_gen=n["pcie.link.gen.current"], pcie_gen_max=n["pcie.link.gen.max"],
+            pcie_width=n["pcie.link.width.current"], pcie_width_max=n["pcie.link.width.max"],
+            clock_reasons=n["clocks_event_reasons.active"],
         ))
     return gpus
 
@@ -100,7 +106,7 @@ def parse_command_output(lines: list[str]) -> GpuProbe:
     try:
         gpus = parse_nvsmi_csv([x for x in sections[0].lines if x.strip()])
     except GpuFormatError as exc:
-        return GpuProbe(error=f"unexpected nvidia-smi output: {exc}")
+        return GpuProbe(error=f"unexpected nvidia-smi --query-gpu output: {exc}")
     return GpuProbe(gpus)
 
 

@@ -23,8 +23,8 @@ from ccrhost.operations import modules as rdma_modules
 
 
 def rdma_stages() -> None:
-    """Modules, RoCE defaults, lossless QoS, the NCCL environment, the boot
-    unit, then the CCR verification (hosts below threshold fail)."""
+    """Modules, RoCE defaults, the boot unit, lossless QoS, the NCCL
+    environment, then the CCR verification (hosts below threshold fail)."""
     settings = host_settings(host, inventory)
     rdma_modules.modules(
         name="Load RDMA kernel modules",
@@ -36,6 +36,13 @@ def rdma_stages() -> None:
         tos=settings.roce_tos,
         force_traffic_class=settings.roce_force_traffic_class,
         require_devices=settings.rdma_require_devices,
+    )
+    # The boot unit goes in before QoS: when an interface's QoS fails, the
+    # ones finished before it are already persisted (it re-applies the
+    # interfaces the QoS stage lists).
+    boot.persist(
+        name="Install the boot unit that re-applies these settings",
+        settings=settings,
     )
     if settings.qos_enable:
         qos.lossless(
@@ -51,10 +58,6 @@ def rdma_stages() -> None:
             )
     nccl.environment(
         name="Write NCCL environment",
-        settings=settings,
-    )
-    boot.persist(
-        name="Install the boot unit that re-applies these settings",
         settings=settings,
     )
     verify_stage(measure=False)

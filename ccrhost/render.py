@@ -3,6 +3,7 @@ installed wheel renders them as a checkout does."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -14,4 +15,6 @@ def render(name: str, **values) -> str:
     """Render ``templates/<name>``; an undefined value is an error, not blank."""
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False)
+    # `| sh`: one shell word, whatever the value (a name read from a node included)
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
     return env.get_template(name).render(**values)

@@ -17,6 +17,8 @@ DRY = "--dry" in sys.argv
 
 
 def describe(command) -> str:
+    if isinstance(command, PlannedCommand):
+        return "\n".join(command.settings)
     if isinstance(command, WriteFileCommand):
         return f"write {command.path} ({command.size} bytes, mode {command.mode})"
     if isinstance(command, StringCommand):
@@ -42,7 +44,7 @@ def batched(commands: list) -> list:
         run.clear()
 
     for command in commands:
-        if type(command) in (StringCommand, WriteFileCommand):
+        if type(command) in (StringCommand, WriteFileCommand, PlannedCommand):
             run.append(command)
         else:
             flush()
@@ -73,7 +75,8 @@ def operation(func):
             fact_cache.changed(host)
         if DRY:
             for command in commands:
-                host.log(f"would run: {describe(command)}")
+                for line in describe(command).split("\n"):
+                    host.log(f"would run: {line}")
         yield from batched(commands)
 
     op = pyinfra_operation()(listed)
@@ -100,6 +103,15 @@ def fail(reason: str):
 def write_sysfs(path: str, value: str) -> StringCommand:
     """Write one value to a sysfs/configfs attribute, as ``echo v > f`` does."""
     return StringCommand("printf '%s\\n'", QuoteString(value), ">", QuoteString(path))
+
+
+class PlannedCommand(StringCommand):
+    """One shell command that applies several settings (a QoS unit); ``--dry``
+    lists each of them."""
+
+    def __init__(self, settings: list[str], *bits):
+        super().__init__(*bits)
+        self.settings = settings
 
 
 class WriteFileCommand(StringCommand):

@@ -169,3 +169,22 @@ def test_ssh_connection_from_the_socket_table_when_the_environment_was_reset():
     assert (lost.ssh_server_ip, lost.ssh_session) == (None, True)
     mapped = parse_rdma_dump(["@@ssh", "::ffff:198.18.0.1 51234 ::ffff:198.18.0.11 22"]).node
     assert (mapped.ssh_server_ip, mapped.ssh_source) == ("198.18.0.11", "$SSH_CONNECTION")
+
+
+def test_files_ccrhost_must_not_replace_are_named_with_the_reason(tmp_path):
+    import os
+    import subprocess
+
+    (tmp_path / "latin1.conf").write_bytes(b"# site\nNCCL_DEBUG=WARN\n# caf\xe9\n")
+    os.symlink(tmp_path / "latin1.conf", tmp_path / "link.conf")
+    (tmp_path / "dir.conf").mkdir()
+    paths = [str(tmp_path / n) for n in ("latin1.conf", "link.conf", "dir.conf")]
+    fact = FileStates()
+    out = subprocess.run(["sh", "-c", fact.command(paths)], capture_output=True, text=True, check=True)
+    states = fact.process(out.stdout.splitlines())
+    assert [states[p].error for p in paths] == [
+        f"{paths[0]} is not UTF-8: byte 0xe9 in line 3: # caf\\xe9",
+        f"{paths[1]} is a symbolic link",
+        f"{paths[2]} is not a regular file",
+    ]
+    assert all(states[p].content is None for p in paths)

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ccrhost.model import nccl as nccl_model
 from ccrhost.operations.roce import global_tclass
 from ccrhost.probes import counters, files, gpu, kernel, node, perftest, qos, rdma, sections, sysfs
 
@@ -143,7 +144,8 @@ SAMPLES = ["@@t 1733130000.123456789", "mlx5_0/ports/1/counters/port_xmit_data:1
            "@@gpu", "95", "[N/A]", "@@t 1733130001.2"]
 FILES = ["/etc/nccl.conf\t644 0 0\tTkNDTF9JQl9IQ0E9bWx4NV8wCg==", "/etc/nccl.conf\t-",
          "/etc/ccrhost/boot-apply.sh\t755 0 0\tIyEvYmluL3NoCg==", "/etc/x\t600 1000 1000\t6Q==",
-         "/etc/profile.d/ccrhost-nccl.sh\t644 0 0\t"]
+         "/etc/profile.d/ccrhost-nccl.sh\t644 0 0\t", "/etc/nccl.conf\t!\tis a symbolic link",
+         "/etc/nccl.conf\t!\tcannot be read: base64: /etc/nccl.conf: Input/output error"]
 TCLASS = ["Global tclass=106", "tclass=106", "Global tclass=١٠٦", "Global tclass=-1"]
 
 
@@ -405,3 +407,26 @@ def test_node_snapshot_never_raises(lines):
     assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus"}
     for name in ("rdma", "modules", "qos", "files", "gpus"):
         assert name in snap.errors or getattr(snap, name) is not None
+
+
+# --- /etc/nccl.conf: the site's file, read back from the node ---------------------
+
+NCCL_LINES = ["NCCL_DEBUG=WARN", "# site comment", "", "NCCL_IB_TC=98", nccl_model.BEGIN, nccl_model.END,
+              nccl_model.BEGIN + "\r", nccl_model.END + "\r", "NCCL_IB_HCA==mlx5_0:1", " " + nccl_model.BEGIN, "é=1"]
+
+
+@given(st.lists(st.sampled_from(NCCL_LINES), max_size=12), st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_merge_block_never_drops_or_duplicates(lines, newline, last_newline):
+    existing = newline.join(lines) + (newline if last_newline and lines else "")
+    block = nccl_model.render_block({"NCCL_IB_TC": "106"})
+    try:
+        merged = nccl_model.merge_block(existing, block)
+    except nccl_model.BlockError:
+        bare = [line.removesuffix("\r") for line in existing.split("\n")]
+        opened = [i for i, line in enumerate(bare) if line == nccl_model.BEGIN]
+        assert opened and nccl_model.END not in bare[opened[-1]:], existing  # only an unclosed block is refused
+        return
+    assert merged.split("\n").count(nccl_model.BEGIN) == 1 and block in merged
+    site = nccl_model.site_text(existing)
+    assert nccl_model.site_text(merged).replace("\n", "") == site.replace("\n", "")  # every site line, in order
+    assert nccl_model.merge_block(merged, block) == merged  # a rerun changes nothing

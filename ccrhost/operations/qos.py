@@ -3,6 +3,9 @@ The boot unit that re-applies them is :mod:`ccrhost.operations.boot`."""
 
 from __future__ import annotations
 
+import shlex
+import time
+
 from pyinfra import host
 
 from ccrhost.facts.rdma import IB_ROOT
@@ -79,9 +82,16 @@ def lossless(settings):
     # stops there.
     names = list(netdevs)
     listed = fact_cache.files(host, [QOS_INTERFACES]).get(QOS_INTERFACES)
+    if listed is not None and listed.error:
+        yield from fail(f"QoS not changed: {QOS_INTERFACES} left untouched: {listed.error}")
+        return
+    backup = ""
+    if listed is not None and MANAGED_HEADER not in listed.content[:512]:  # someone else's file
+        backup = (f"cp -p {shlex.quote(QOS_INTERFACES)} "
+                  f"{shlex.quote(f'{QOS_INTERFACES}.ccrhost-bak.{int(time.time())}')} && ")
     for i, (iface, steps) in enumerate(plans):
         if steps:
-            record = upload_text(MANAGED_HEADER + qos_list(names[:i]), QOS_INTERFACES)[0].get_raw_value()
+            record = backup + upload_text(MANAGED_HEADER + qos_list(names[:i]), QOS_INTERFACES)[0].get_raw_value()
             script = qos.unit_script(iface, steps, names[:i], on_failure=record)
             yield PlannedCommand([qos.shell_line(step.forward) for step in steps], script)
     yield from converge(QOS_INTERFACES, MANAGED_HEADER + qos_list(names), listed)

@@ -25,16 +25,29 @@ class FileState:
     uid: int                   # stat -c %u
     gid: int                   # stat -c %g
     content: str | None        # the file, base64 on the wire, decoded as UTF-8; None when unreadable
-    error: str | None = None   # why content is None: the file is not UTF-8, or could not be read
+    error: str | None = None   # why content is None: not UTF-8 (which line), unreadable, a symlink or not a file
 
 
 def command(paths) -> str:
+    """``path<TAB>mode uid gid<TAB>base64``; ``path<TAB>-`` when absent;
+    ``path<TAB>!<TAB>why`` for a path ccrhost must not replace (a symlink, a
+    directory, a file it cannot read)."""
     quoted = " ".join(shlex.quote(p) for p in paths)
     return (
-        f"for f in {quoted}; do if [ -f \"$f\" ]; then "
-        "printf '%s\\t%s\\t' \"$f\" \"$(stat -c '%a %u %g' \"$f\")\"; base64 -w0 \"$f\"; echo; "
+        f"for f in {quoted}; do if [ -L \"$f\" ]; then printf '%s\\t!\\t%s\\n' \"$f\" 'is a symbolic link'; "
+        "elif [ -f \"$f\" ]; then if c=$(base64 -w0 \"$f\" 2>&1); then "
+        "printf '%s\\t%s\\t%s\\n' \"$f\" \"$(stat -c '%a %u %g' \"$f\")\" \"$c\"; "
+        "else printf '%s\\t!\\tcannot be read: %s\\n' \"$f\" \"$(echo $c)\"; fi; "
+        "elif [ -e \"$f\" ]; then printf '%s\\t!\\t%s\\n' \"$f\" 'is not a regular file'; "
         "else printf '%s\\t-\\n' \"$f\"; fi; done"
     )
+
+
+def _not_utf8(path: str, raw: bytes, exc: UnicodeDecodeError) -> str:
+    """Where the first byte that is not UTF-8 sits: line number and the line."""
+    number = raw.count(b"\n", 0, exc.start) + 1
+    line = raw.split(b"\n")[number - 1].decode("utf-8", "backslashreplace").rstrip("\r")
+    return f"{path} is not UTF-8: byte {raw[exc.start]:#04x} in line {number}: {line}"
 
 
 def parse_states(lines: list[str]) -> dict[str, FileState | None]:
@@ -47,6 +60,10 @@ def parse_states(lines: list[str]) -> dict[str, FileState | None]:
         path = fields[0]
         if fields[1] == "-":
             states[path] = None
+            continue
+        if fields[1] == "!":
+            why = "\t".join(fields[2:]).strip() or "cannot be read"
+            states[path] = FileState("", 0, 0, None, f"{path} {why}")
             continue
         stat = fields[1].split()
         uid_n, gid_n = (numbers.integer(x, 0) for x in (stat[1:3] if len(stat) == 3 else ("-", "-")))
@@ -62,6 +79,5 @@ def parse_states(lines: list[str]) -> dict[str, FileState | None]:
             states[path] = FileState(mode, uid_n, gid_n, raw.decode())
         except UnicodeDecodeError as exc:
             # a site's Latin-1 comment: ccrhost must not rewrite what it cannot read back
-            states[path] = FileState(mode, uid_n, gid_n, None,
-                                     f"{path} is not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})")
+            states[path] = FileState(mode, uid_n, gid_n, None, _not_utf8(path, raw, exc))
     return states

@@ -98,8 +98,13 @@ def test_no_compute_port():
 
 
 def test_extra_may_not_shadow_a_derived_key():
+    # refused at validation, before any host is touched, pointing at the key that sets it
+    with pytest.raises(InventoryDataError, match="NCCL_IB_HCA has its own key: set nccl_ib_hca instead"):
+        validate_host("n1", {"nccl_extra": {"NCCL_IB_HCA": "mlx5_0"}})
+    # and derive() still refuses a settings object that skipped validation
+    settings = validate_host("n1", {}).model_copy(update={"nccl_extra": {"NCCL_IB_HCA": "mlx5_0"}})
     with pytest.raises(nccl.NcclError, match="nccl_extra sets NCCL_IB_HCA"):
-        nccl.derive(ROCE_8, validate_host("n1", {"nccl_extra": {"NCCL_IB_HCA": "mlx5_0"}}))
+        nccl.derive(ROCE_8, settings)
 
 
 @pytest.mark.parametrize("value", ["INFO\nNCCL_X=1", "a=b", '"quoted"', "'q'", "$(reboot)", "`id`", "a;b", "a b", "a\\b", "x|y"])

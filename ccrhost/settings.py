@@ -231,6 +231,15 @@ class HostSettings(BaseModel):
             raise ValueError(f"allowed: {', '.join(PROFILES)}")
         return value
 
+    @field_validator("roce_version", "nccl_cross_nic", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value, info):
+        # Literal[1, 2] alone takes true for 1 (True == 1 in Python)
+        if isinstance(value, bool):
+            allowed = {"roce_version": "1 or 2", "nccl_cross_nic": "0, 1 or 2"}[info.field_name]
+            raise ValueError(f"allowed: {allowed} (a number, not true/false)")
+        return value
+
     @field_validator("nccl_ib_addr_range")
     @classmethod
     def _cidr(cls, value):
@@ -411,7 +420,11 @@ def validate_host(name: str, data: dict) -> HostSettings:
             if not err["loc"]:  # a rule across keys (model_post_init)
                 # cross-key rules raise "[key] message"
                 keys, _, msg = err["msg"].removeprefix("Value error, [").partition("] ")
-                value = {k: mine.get(k) for k in keys.split("/")} if "/" in keys else mine.get(keys)
+
+                def given(k):  # the value in force: the host's, else the default
+                    field = HostSettings.model_fields.get(k)
+                    return mine[k] if k in mine else field.default if field else None
+                value = {k: given(k) for k in keys.split("/")} if "/" in keys else given(keys)
                 errors.append(DataError(name, keys, value, msg))
                 continue
             key = str(err["loc"][0])

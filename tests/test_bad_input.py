@@ -84,6 +84,8 @@ CASES = [
     ("verify_workload", {**WORKLOAD, "grad_bytes_per_param": float("inf")}, "finite number"),
     ("verify_min_ccr", float("inf"), "finite number"),
     ("verify_port_gbps", float("nan"), "finite number"),
+    ("roce_version", True, "allowed: 1 or 2 (a number, not true/false)"),  # found by the validator fuzz
+    ("nccl_cross_nic", False, "allowed: 0, 1 or 2"),
 ]
 
 

@@ -430,3 +430,132 @@ def test_merge_block_never_drops_or_duplicates(lines, newline, last_newline):
     site = nccl_model.site_text(existing)
     assert nccl_model.site_text(merged).replace("\n", "") == site.replace("\n", "")  # every site line, in order
     assert nccl_model.merge_block(merged, block) == merged  # a rerun changes nothing
+
+
+# --- the inventory validator ----------------------------------------------------------
+# For each key, an independent predicate (plain Python, no regex and no
+# pydantic) says which values the typed rule allows; validate_host must
+# accept exactly those.
+
+from ccrhost.settings import NCCL_TWINS, InventoryDataError, validate_host  # noqa: E402
+
+DIGITS = "0123456789"
+NAME = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" + DIGITS + "_.-")
+
+
+def is_int(v, lo, hi=None):
+    return type(v) is int and v >= lo and (hi is None or v <= hi)
+
+
+def is_real(v, lo=None, hi=None, lo_open=False, hi_open=False):
+    if type(v) not in (int, float) or not math.isfinite(v):
+        return False
+    return ((lo is None or (v > lo if lo_open else v >= lo)) and (hi is None or (v < hi if hi_open else v <= hi)))
+
+
+def optional(pred):
+    return lambda v: v is None or pred(v)
+
+
+def hca_list(v):
+    if type(v) is not str:
+        return False
+    body = v
+    while body[:1] in ("=", "^") and len(v) - len(body) < 2:
+        body = body[1:]
+    for item in body.split(","):
+        name, sep, port = item.partition(":")
+        if not 1 <= len(name) <= 64 or any(c not in NAME for c in name):
+            return False
+        if sep and not (1 <= len(port) <= 3 and all(c in DIGITS for c in port)):
+            return False
+    return True
+
+
+def ifname_list(v):
+    if type(v) is not str:
+        return False
+    body = v[1:] if v[:1] in ("=", "^") else v
+    return all(1 <= len(i) <= 15 and all(c in NAME | {":"} for c in i) for i in body.split(","))
+
+
+def addr_range(v):
+    import ipaddress
+
+    if type(v) is not str:
+        return False
+    net, sep, bits = v.partition("/")
+    if not sep or not 2 <= len(net) <= 39 or any(c not in "0123456789abcdefABCDEF:." for c in net):
+        return False
+    if not 1 <= len(bits) <= 3 or any(c not in DIGITS for c in bits):
+        return False
+    try:
+        return ipaddress.ip_network(v, strict=False).version == 4  # the default family is AF_INET
+    except ValueError:
+        return False
+
+
+def nccl_extra(v):
+    if type(v) is not dict:
+        return False
+    for key, value in v.items():
+        if type(key) is not str or not key.startswith("NCCL_") or not 1 <= len(key) - 5 <= 64:
+            return False
+        if any(c not in "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_" for c in key[5:]) or key in NCCL_TWINS:
+            return False
+        if type(value) is not str or len(value) > 255 or any(c not in NAME | set(",:/@%+^") for c in value):
+            return False
+    return True
+
+
+def tflops(v):
+    return type(v) is dict and all(k in ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8") and is_real(x, 0, lo_open=True)
+                                   for k, x in v.items())
+
+
+RULES = {
+    "roce_dscp": lambda v: is_int(v, 0, 63) and v != 48,  # 48 is qos_cnp_dscp's default
+    "roce_ecn_bits": lambda v: is_int(v, 0, 3),
+    "roce_version": lambda v: type(v) is int and v in (1, 2),
+    "qos_cnp_dscp": lambda v: is_int(v, 0, 63) and v != 26,
+    "qos_cable_len": optional(lambda v: is_int(v, 1, 999)),
+    "qos_min_headroom": optional(lambda v: is_int(v, 1)),
+    "nccl_ib_gid_index": optional(lambda v: is_int(v, 0, 255)),
+    "nccl_ib_timeout": optional(lambda v: is_int(v, 1, 31)),
+    "nccl_fifo_dscp": optional(lambda v: is_int(v, 0, 63)),
+    "verify_gpu_count": optional(lambda v: is_int(v, 1, 64)),
+    "verify_port_gbps": optional(lambda v: is_real(v, 0, 3200, lo_open=True)),
+    "verify_beta": optional(lambda v: is_real(v, 0, 1e6, lo_open=True)),
+    "verify_min_ccr": optional(lambda v: is_real(v, 0)),
+    "verify_min_ccr_fraction": lambda v: is_real(v, 0, 1),
+    "verify_fleet_tolerance": optional(lambda v: is_real(v, 0, 1, lo_open=True, hi_open=True)),
+    "verify_gpu_tflops": optional(tflops),
+    "nccl_ib_hca": optional(hca_list),
+    "nccl_socket_ifname": optional(ifname_list),
+    "nccl_ib_addr_range": optional(addr_range),
+    "nccl_extra": optional(nccl_extra),
+}
+
+TEXT = st.lists(st.sampled_from(list("abmlx5_0:=^,./-: 19") + ["\u0661", "\u00b2", "\u0967", "$", ";", "\n", "f", "d",
+                                                              "NCCL_", "IB_", "TIMEOUT", "DEBUG"]), max_size=12).map("".join)
+ANY = st.one_of(st.none(), st.booleans(), st.integers(-300, 300), st.integers(), st.floats(), TEXT,
+                st.sampled_from(["mlx5_0:1", "=mlx5_0:1,mlx5_1:1", "^mlx5_2", "mlx5_0:\u0661", "eth0", "=eth0",
+                                 "10.0.0.0/8", "10.0.0.0/33", "::/999", "fd00::/64", "198.19.0.0/16", "1.2.3.4/32"]),
+                st.dictionaries(st.one_of(st.sampled_from(["NCCL_DEBUG", "NCCL_IB_TIMEOUT", "NCCL_IB_HCA", "NCCL_X1",
+                                                           "bf16", "fp8", "int4", "NCCL_\u0661"]), TEXT),
+                                st.one_of(TEXT, st.floats(), st.integers(-5, 5)), max_size=3))
+
+
+@pytest.mark.parametrize("key", list(RULES))
+@given(value=ANY)
+def test_validator_accepts_exactly_what_the_typed_rule_allows(key, value):
+    data = {key: value}
+    if key == "verify_gpu_tflops" and value is not None:
+        data["verify_gpu_model"] = "NVIDIA H100 80GB HBM3"
+    try:
+        validate_host("gpu-07", data)
+        accepted = True
+    except InventoryDataError as exc:
+        accepted = False
+        assert all(e.where == "gpu-07" and key in str(e) for e in exc.errors), str(exc)  # names host and key
+    assert accepted == RULES[key](value), (key, value)

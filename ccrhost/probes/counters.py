@@ -4,10 +4,9 @@ the fact that ``deploys/monitor.py`` runs remotely."""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 
-from ccrhost.probes import numbers
+from ccrhost.probes import local, numbers
 from ccrhost.probes.rdma import IB_ROOT
 from ccrhost.probes.sections import split
 from ccrhost.probes.sysfs import split_dump
@@ -121,8 +120,11 @@ def gpu_utilization(nvml=None) -> list[float] | None:
 
 
 def sample_local(nvml_first: bool = True) -> Sample:
-    out = subprocess.run(["sh", "-c", SAMPLE], capture_output=True, text=True, timeout=20)
-    sample = parse_samples(out.stdout.splitlines())[0]
+    out = local.run(SAMPLE, 20, "the counter sample")
+    samples = parse_samples(out.splitlines())
+    if not samples:
+        raise CountersFormatError("the counter sample printed no '@@t' line")
+    sample = samples[0]
     if nvml_first:
         util = gpu_utilization()
         if util is not None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 
 from ccrhost.model.gpus import GpuReading
-from ccrhost.probes import numbers
+from ccrhost.probes import local, numbers
 from ccrhost.probes.sections import split
 
 NVSMI_FIELDS = (
@@ -110,16 +109,20 @@ def parse_command_output(lines: list[str]) -> GpuProbe:
     return GpuProbe(gpus)
 
 
-def read_local(nvml=None) -> GpuProbe:
-    """Readings through pynvml, or through nvidia-smi when NVML cannot load."""
+def read_local(nvml=None, timeout: float = 20) -> GpuProbe:
+    """Readings through pynvml, or through nvidia-smi when NVML cannot load;
+    a hung nvidia-smi is killed after ``timeout`` s and is the probe's error."""
     try:
         if nvml is None:
             import pynvml as nvml
         return GpuProbe(read_nvml(nvml), source="nvml")
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         nvml_error = f"{type(exc).__name__}: {exc}"
-    out = subprocess.run(["sh", "-c", COMMAND], capture_output=True, text=True, timeout=20)
-    result = parse_command_output(out.stdout.splitlines())
+    try:
+        out = local.run(COMMAND, timeout, "nvidia-smi --query-gpu")
+    except local.ProbeTimeout as exc:
+        return GpuProbe(error=f"NVML: {nvml_error}; nvidia-smi: {exc}")
+    result = parse_command_output(out.splitlines())
     if result.error:
         result.error = f"NVML: {nvml_error}; nvidia-smi: {result.error}"
     return result

@@ -10,10 +10,9 @@ holds (``mlx5_0``, ``rocep1s0f0``, ``ibp12s0``...); none is assumed.
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 from dataclasses import dataclass, field, replace
 
-from ccrhost.probes import numbers, sysfs
+from ccrhost.probes import local, numbers, sysfs
 from ccrhost.probes.sections import by_tag
 
 IB_ROOT = "/sys/class/infiniband"
@@ -372,7 +371,8 @@ def _addresses(lines: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def read_local() -> RdmaReading:
-    """Run the snippet on this machine (``ccrhost check``)."""
-    out = subprocess.run(["sh", "-c", COMMAND], capture_output=True, text=True, timeout=20)
-    return parse_rdma_dump(out.stdout.splitlines())
+def read_local(timeout: float = 20) -> RdmaReading:
+    """Run the snippet on this machine (``ccrhost check``). Raises
+    ProbeTimeout or RdmaFormatError, naming what could not be read."""
+    out = local.run(COMMAND, timeout, f"the RDMA probe (reading {IB_ROOT})")
+    return parse_rdma_dump(out.splitlines())

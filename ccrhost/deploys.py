@@ -73,7 +73,7 @@ def verify_stage(measure: bool = True) -> None:
     verify.ccr(
         name="Verify CCR",
         settings=settings,
-        report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance),
+        report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance, state, inventory),
         measured=measured.get(host.name),
     )
 

@@ -10,6 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
+from ccrhost import failures
 from ccrhost.operations import cache as fact_cache
 
 # pyinfra keeps no "dry run" flag in its state; its CLI's own argument is the source.
@@ -88,6 +89,7 @@ def _report_failure(state, host, reason: str) -> bool:
     # pyinfra only looks at the return value of functions that take
     # (state, host); False then fails this host.
     logger.error(f"{host.print_prefix}{reason}")
+    failures.record(host.name, reason)
     return False
 
 

@@ -81,10 +81,15 @@ FIELDS_NEW = ",".join(NVSMI_FIELDS)
 FIELDS_OLD = FIELDS_NEW.replace("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 FORMAT = "--format=csv,noheader,nounits"
 
+# A driver that stopped answering hangs nvidia-smi: `timeout` ends it (exit
+# 124) so that one node's GPUs cannot stall the fleet's snapshot.
+_NVSMI = "timeout -k 5 20 nvidia-smi"
 COMMAND = (
     "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
-    f" elif out=$(nvidia-smi --query-gpu={FIELDS_NEW} {FORMAT} 2>&1) ||"
-    f" out=$(nvidia-smi --query-gpu={FIELDS_OLD} {FORMAT} 2>&1); then echo '@@gpus'; echo \"$out\";"
+    f" elif out=$({_NVSMI} --query-gpu={FIELDS_NEW} {FORMAT} 2>&1) ||"
+    f" {{ [ $? -ne 124 ] && out=$({_NVSMI} --query-gpu={FIELDS_OLD} {FORMAT} 2>&1); }}; then"
+    " echo '@@gpus'; echo \"$out\";"
+    " elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi did not answer within 20 s (killed)';"
     " else echo '@@error'; echo \"$out\"; fi"
 )
 

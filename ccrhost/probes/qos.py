@@ -22,6 +22,7 @@ class QosFormatError(ValueError):
 
 
 def _number(word: str, what: str, line: str, lo: int = 0, hi: int | None = None) -> int:
+    word = word.strip()
     value = numbers.integer(word, lo, hi)
     if value is None:
         allowed = f"an integer {lo}..{hi}" if hi is not None else f"an integer >= {lo}"

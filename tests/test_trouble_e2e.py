@@ -47,6 +47,7 @@ def deploy(lab, tmp_path):
         touched.append(bad)
         return run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path)), report(tmp_path)
 
+    run.reset_later = touched.append  # a case that runs other deploys
     yield run
     for node in touched:
         for leftover in (lab.root(node) / "etc").glob("nccl.conf*"):
@@ -202,3 +203,23 @@ def test_a_crlf_nccl_conf_keeps_its_lines_one_block_and_a_backup(lab, deploy):
     (backup,) = conf.parent.glob("nccl.conf.ccrhost-bak.*")
     assert backup.read_bytes().decode() == site + old + "NCCL_SITE_TAIL=1\r\n"
     assert hosts()[node_address(2)]["status"] == "OK"
+
+
+def test_the_measurement_and_the_monitor_keep_a_garbled_node_to_itself(lab, deploy, tmp_path):
+    (lab.root("node2") / "sys/class/infiniband/mlx5_0/ports/1/rate").write_text("fast\n")
+    deploy.reset_later("node2")
+    inventory = lab_inventory(tmp_path, verify_measure=True, verify_measure_seconds=1, verify_measure_timeout=8,
+                              verify_measure_retries=0, monitor_seconds=1)
+    bad, why = node_address(2), ("unexpected sysfs content: /sys/class/infiniband/mlx5_0/ports/1/rate: "
+                                 "expected '<n> Gb/sec (<w>X <SPEED>)', got 'fast'")
+    verify = run_pyinfra("deploys/verify.py", inventory=inventory)
+    assert "Traceback" not in verify.out and "internal exception" not in verify.out, verify.out
+    hosts = report(tmp_path)()
+    assert hosts[bad]["status"] == "FAIL" and hosts[bad]["reasons"][0]["message"] == f"failed before verification: {why}"
+    for good in (1, 3):  # measured against each other, and judged
+        assert hosts[node_address(good)]["status"] == "OK", hosts[node_address(good)]
+    monitor = run_pyinfra("deploys/monitor.py", inventory=inventory)
+    assert "Traceback" not in monitor.out and "internal exception" not in monitor.out, monitor.out
+    window = json.loads((tmp_path / "report/monitor-report.json").read_text())["hosts"]
+    assert window[bad] == {"verdict": "UNKNOWN", "reason": f"failed: {why}", "flags": []}
+    assert all("gpu_util_mean" in window[node_address(i)] for i in (1, 3))

@@ -178,3 +178,14 @@ def test_a_shared_file_with_site_lines_is_backed_up_before_its_content_is_replac
     cmds = list(converge("/etc/nccl.conf", nccl.render_block({"NCCL_IB_TC": "98"}), ours, owned=False, site=""))
     assert len(cmds) == 1 and isinstance(cmds[0], WriteFileCommand)
     assert list(converge("/etc/nccl.conf", block, FileState("644", 0, 0, block), owned=False)) == []
+
+
+@pytest.mark.parametrize("why", ["/etc/nccl.conf is a symbolic link", "/etc/nccl.conf cannot be read: Input/output error",
+                                 "/etc/nccl.conf is not UTF-8: byte 0xe9 in line 1: caf\\xe9"])
+def test_a_file_that_cannot_be_read_back_fails_the_host_and_is_not_written(why):
+    from ccrhost.operations.base import _report_failure, describe
+    from ccrhost.operations.files import converge
+    from ccrhost.probes.files import FileState
+
+    (only,) = converge("/etc/nccl.conf", "NCCL_X=1\n", FileState("", 0, 0, None, why), owned=False, site="")
+    assert only.function is _report_failure and describe(only) == f"fail: /etc/nccl.conf left untouched: {why}"

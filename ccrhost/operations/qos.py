@@ -42,9 +42,11 @@ def lossless(settings):
 
     Uses ``mlnx_qos`` and the ecn/ sysfs tree on MLNX_OFED, iproute2 ``dcb``
     and debugfs ``cc_params`` on upstream kernels; reads the state first
-    and writes only what differs. Refuses the interface that carries SSH or
-    the default route unless ``qos_allow_ssh_interface``. Buffers are checked
-    against mlx5's xoff formula before anything is written.
+    and writes only what differs, one interface at a time as a unit (a
+    failed setting restores the interface and stops there). Refuses a
+    netdev under the SSH connection or a default route (through VLANs,
+    bridges, bonds, macvlans) unless ``qos_allow_ssh_interface``. Buffers
+    are checked against mlx5's xoff formula before anything is written.
 
     **Example:**
 

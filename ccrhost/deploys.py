@@ -18,46 +18,15 @@ from ccrhost.fleet.measure import fleet_measurements
 from ccrhost.fleet.monitor import fleet_window
 from ccrhost.fleet.report import fleet_report
 from ccrhost.inventory import all_settings, host_settings
-from ccrhost.operations import boot, nccl, qos, roce, verify
-from ccrhost.operations import modules as rdma_modules
+from ccrhost.operations import tune, verify
 
 
 def rdma_stages() -> None:
     """Modules, RoCE defaults, the boot unit, lossless QoS, the NCCL
     environment, then the CCR verification (hosts below threshold fail)."""
     settings = host_settings(host, inventory)
-    rdma_modules.modules(
-        name="Load RDMA kernel modules",
-        modules=list(settings.rdma_modules),
-    )
-    roce.mode(
-        name="Set rdma_cm RoCE mode and ToS",
-        roce_mode=settings.roce_mode,
-        tos=settings.roce_tos,
-        force_traffic_class=settings.roce_force_traffic_class,
-        require_devices=settings.rdma_require_devices,
-    )
-    # The boot unit goes in before QoS: when an interface's QoS fails, the
-    # ones finished before it are already persisted (it re-applies the
-    # interfaces the QoS stage lists).
-    boot.persist(
-        name="Install the boot unit that re-applies these settings",
-        settings=settings,
-    )
-    if settings.qos_enable:
-        qos.lossless(
-            name="Configure lossless RoCE (trust, PFC, buffers, ECN)",
-            settings=settings,
-        )
-        if settings.qos_min_headroom is not None:
-            # pyinfra spends its bookkeeping on every operation of every host,
-            # so a check nobody asked for is not queued at all
-            qos.headroom(
-                name="Check PFC headroom",
-                settings=settings,
-            )
-    nccl.environment(
-        name="Write NCCL environment",
+    tune.rdma(
+        name="Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)",
         settings=settings,
     )
     verify_stage(measure=False)

@@ -31,8 +31,8 @@ def test_node_lost_mid_run_then_converges(make_lab, tmp_path):
     out = []
     for line in proc.stdout:
         out.append(line)
-        if "Starting operation: Configure lossless RoCE" in line:
-            lab.kill_sshd("node5")  # half-way: modules and rdma_cm done, QoS and files not yet
+        if line.strip().startswith(f"[{node_address(5)}] QoS:"):
+            lab.kill_sshd("node5")  # half-way: modules and rdma_cm done, QoS planned, files not yet
             break
     out += proc.stdout.readlines()
     assert proc.wait(timeout=120) == 1
@@ -47,7 +47,7 @@ def test_node_lost_mid_run_then_converges(make_lab, tmp_path):
         cells = re.split(r"\s{2,}", line.strip())
         if len(cells) == 5:
             results[cells[0]] = cells[1:]
-    assert results["Write NCCL environment"][1:3] == ["7", "1"], text  # 7 succeed, the lost host errors
+    assert results["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"][1:3] == ["7", "1"], text  # 7 succeed, the lost host errors
     for i in (1, 2, 3, 4, 6, 7, 8):
         root = lab.root(f"node{i}")
         assert all((root / path).exists() for path in MANAGED), i

@@ -58,10 +58,8 @@ def test_pcie_bandwidth_uses_line_encoding():
 
 
 def test_gid_ipv4_mapped_from_show_gids_sample():
-    gid = sysfs.Gid(3, sysfs.parse_gid("0000:0000:0000:0000:0000:ffff:0a6c:a424"), "RoCE v2", "eth01")
-    assert gid.ipv4 == "10.108.164.36"
-    link_local = sysfs.Gid(0, "fe80:0000:0000:0000:0e42:a1ff:fe40:29a0", "IB/RoCE v1", "eth01")
-    assert link_local.ipv4 is None
+    assert sysfs.gid_ipv4(sysfs.parse_gid("0000:0000:0000:0000:0000:ffff:0a6c:a424")) == "10.108.164.36"
+    assert sysfs.gid_ipv4(sysfs.parse_gid("fe80:0000:0000:0000:0e42:a1ff:fe40:29a0")) is None
 
 
 def test_gid_type_is_one_of_the_kernel_strings():

@@ -31,8 +31,12 @@ from pathlib import Path
 from ccrhost.lab.profile import (
     Fault,
     ProfileError,
+    effective_driver,
     fabric_ipv4,
+    kernel_cmdline,
     load_profile,
+    module_table,
+    nvidia_proc_version,
     render_sysfs,
     ssh_over,
     upper_name,
@@ -403,6 +407,11 @@ class Lab:
             if kind in kinds:
                 (ndir / "boot" / kind).write_text("")
         (ndir / "boot" / "python").write_text(shim_python())
+        # /proc files the node shows instead of the machine's
+        (ndir / "boot" / "cmdline").write_text(kernel_cmdline(profile))
+        driver = effective_driver(profile, faults)
+        if driver is not None:
+            (ndir / "boot" / "nvidia_version").write_text(nvidia_proc_version(driver))
         shims = self.dir / "shims"
         if "perftest_missing" in kinds:
             shims = ndir / "shims"
@@ -423,9 +432,10 @@ class Lab:
         def ko(name: str) -> str:
             return f"kernel/drivers/infiniband/{name}.ko"
 
+        dep_table, _, versions = module_table(profile, faults)
         (moddir / "modules.dep").write_text("".join(
             f"{ko(name)}: {' '.join(ko(d) for d in deps)}".rstrip() + "\n"
-            for name, deps in profile.modules.available.items()))
+            for name, deps in dep_table.items()))
         (moddir / "modules.builtin").write_text("".join(
             f"kernel/fs/{name}/{name}.ko\n" for name in profile.modules.builtin))
         (ndir / "node.json").write_text(json.dumps({
@@ -434,7 +444,11 @@ class Lab:
             "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
             "nics": built["nics"],
             "gpus": profile.gpus.model_dump(),
+            "gpu_bdfs": [g["bdf"] for g in built["gpus"]],
             "faults": [str(f) for f in faults],
+            "ofed": profile.ofed,
+            "module_versions": versions,
+            "link_flap": built["flap"],
         }))
 
     @staticmethod

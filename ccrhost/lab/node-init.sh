@@ -6,6 +6,13 @@ set -eu
 N=$1
 mount -t tmpfs -o mode=0755 lab-sysfs /sys
 cp -a "$N/image/sys/." /sys/
+# The node's kernel command line and NVIDIA driver, not the machine's.
+mount --bind "$N/boot/cmdline" /proc/cmdline
+if [ -e "$N/boot/nvidia_version" ]; then
+    mount -t tmpfs -o mode=0755 lab-procdriver /proc/driver
+    mkdir /proc/driver/nvidia
+    cp "$N/boot/nvidia_version" /proc/driver/nvidia/version
+fi
 if [ -e "$N/boot/configfs_mounted" ]; then
     mount -t tmpfs -o mode=0755 configfs /sys/kernel/config
 fi

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ccrhost.lab import pcie
 
 
 class ProfileError(ValueError):
@@ -30,12 +33,35 @@ class _Model(BaseModel):
 class Pcie(_Model):
     speed_gts: float = Field(32.0, gt=0)
     width: int = Field(16, ge=1, le=32)
+    # Device Control at boot (firmware/BIOS default; the tuning may raise it)
+    max_read_req: Literal[128, 256, 512, 1024, 2048, 4096] = 512
+    relaxed_ordering: bool = True
 
 
 class NicDefaults(_Model):
     link_layer: Literal["Ethernet", "InfiniBand"] = "Ethernet"
     rate_gbps: int = 400
     pcie: Pcie = Pcie()
+    fw_ver: str = Field("28.39.3560", pattern=r"^\d+\.\d+\.\d+$")
+    board_id: str = Field("MT_0000000838", pattern=r"^[A-Za-z0-9_]{1,32}$")
+
+
+class NvidiaDriver(_Model):
+    """The NVIDIA kernel driver: /proc/driver/nvidia/version, module
+    versions, and which peer-memory module ships with the stack."""
+    version: str = Field("535.183.01", pattern=r"^\d+\.\d+(\.\d+)?$")
+    open: bool = False  # the open GPU kernel module (dma-buf capable from 515)
+    peermem: Literal["nvidia_peermem", "nv_peer_mem"] = "nvidia_peermem"
+    # a loader (DGX OS nvidia-peermem-loader) inserts it at boot; only with
+    # MLNX_OFED, whose peer-memory symbols the module needs
+    peermem_at_boot: bool = True
+
+
+class PcieTopology(_Model):
+    # ACS Control of root ports and switch downstream ports at boot (0: off,
+    # as DGX systems leave it).
+    acs_ctl: int = Field(0, ge=0, le=0x7f)
+    iommu: Literal["off", "passthrough", "translated"] = "passthrough"
 
 
 class Nic(_Model):
@@ -66,6 +92,10 @@ class Gpus(_Model):
     count: int = Field(ge=0, le=16)
     max_sm_clock_mhz: int = Field(gt=0)
     pcie: dict[str, int] = {"gen": 5, "width": 16}
+    pci_device: int = Field(0x2330, ge=0, le=0xffff)  # H100 SXM5, as NCCL's topology dump shows it
+
+
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 
 class Profile(_Model):
@@ -78,6 +108,15 @@ class Profile(_Model):
     nic_defaults: NicDefaults = NicDefaults()
     nics: list[Nic]
     gpus: Gpus
+    nvidia_driver: NvidiaDriver | None = NvidiaDriver()
+    ofed_version: str = Field("23.10-1.1.9", pattern=r"^[0-9][0-9A-Za-z.-]{0,31}$")  # /sys/module/mlx5_core/version
+    pcie_topology: PcieTopology = PcieTopology()
+
+    @model_validator(mode="after")
+    def _peermem_needs_driver(self):
+        if self.nvidia_driver is None and set(self.modules.boot) & set(PEERMEM_MODULES):
+            raise ValueError("modules.boot loads a peer-memory module but the profile has no nvidia_driver")
+        return self
 
 
 # Speeds the kernel names for a RoCE or IB port at each rate (4 lanes except
@@ -110,6 +149,11 @@ FAULT_KINDS = {
     "perftest_missing": "ib_write_bw is not installed",
     "perftest_hang": "ib_write_bw hangs instead of measuring",
     "fabric_blocked": "ib_write_bw's out-of-band port is blocked: its server never listens, its client cannot connect",
+    "acs_redirect": "[BDF]: ACS redirect on a bridge of a GPU-NIC path (default: the switch port above the first NIC)",
+    "no_peermem": "no peer-memory module at boot and no dma-buf (the proprietary GPU module)",
+    "nic_numa_far": "[DEV]: that NIC (default: the last of socket 0) sits on a root port of the other socket",
+    "link_flap": "[DEV][:SECONDS]: the port's link_downed rises by one every SECONDS (default: the first NIC, 2 s)",
+    "fw_mismatch": "[DEV[:FW]]: that NIC (default: the last) runs other firmware (default 28.38.1002)",
     "garble": "PATH:TEXT: the node's file PATH (under /sys or /etc; no ':' in PATH) holds TEXT at boot",
     "garble_tool": "TOOL:FIND=>REPLACE: TOOL's output (mlnx_qos, dcb-app, dcb-pfc, dcb-buffer, nvidia-smi) has FIND "
                    "replaced (an empty FIND replaces the whole output)",
@@ -118,6 +162,17 @@ FAULT_KINDS = {
                 "(default: the first NIC's netdev)",
     "route_multipath": "[DEV]: the default route has a second nexthop through DEV (default: the second NIC's netdev)",
 }
+# The six error counters the data-path check reads, plus one more the
+# reference's sample shows (Documentation/ABI/stable/sysfs-class-infiniband).
+ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                  "local_link_integrity_errors", "port_xmit_discards", "excessive_buffer_overrun_errors")
+# Peer-memory clients each module registers (nvidia-peermem.c: "nv_mem" and
+# "nv_mem_nc"; nv_peer_mem: "nv_mem").
+PEER_CLIENTS = {"nvidia_peermem": ("nv_mem", "nv_mem_nc"), "nv_peer_mem": ("nv_mem",)}
+OTHER_FW = "28.38.1002"
+# link_downed is 8 bits wide and stops at 255: one flap per 2 s leaves a
+# lab about 8 minutes before the counter saturates.
+FLAP_SECONDS = 2
 
 SSH_OVER = ("vlan", "bridge", "bond", "macvlan")
 
@@ -231,6 +286,209 @@ def _guid(node_index: int, nic_index: int) -> str:
     return ":".join(raw[i:i + 4] for i in range(0, 16, 4))
 
 
+def _nic_bus(nic: Nic) -> tuple[str, int]:
+    domain, bus, _ = nic.pci.split(":")
+    return domain, int(bus, 16)
+
+
+def _socket(index: int, count: int) -> int:
+    return 0 if index < count // 2 else 1
+
+
+def pci_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
+    """Every PCI function of the node, bridges before what hangs below them
+    (layout in :mod:`ccrhost.lab.pcie`). Faults that move or reconfigure
+    functions are resolved here, so a bad value fails before any file."""
+    names = [n.name for n in profile.nics]
+    far = set()
+    for value in _fault_values(faults, "nic_numa_far"):
+        dev = value or names[max(len(names) // 2 - 1, 0)]
+        if dev not in names:
+            raise ProfileError(f"fault nic_numa_far={value}: no NIC named {value!r} in {profile.name}")
+        far.add(dev)
+    topo = profile.pcie_topology
+    d = profile.nic_defaults
+    nic_class = 0x020000 if d.link_layer == "Ethernet" else 0x020700
+    out: list[pcie.Function] = []
+    used: dict[tuple[str, int], str] = {}
+
+    def take(domain: str, bus: int, what: str) -> None:
+        if not 0 <= bus <= 0xff or (domain, bus) in used:
+            raise ProfileError(f"profile {profile.name}: {what} needs PCI bus {bus:#04x} in domain {domain}, "
+                               f"which {'is out of range' if not 0 <= bus <= 0xff else 'holds ' + used[(domain, bus)]}"
+                               "; space the NICs' buses at least 8 apart, from 0x06 up")
+        used[(domain, bus)] = what
+
+    def bridge(domain, bus, dev, kind, host, parent, numa, secondary, subordinate):
+        rp = kind == "root_port"
+        return pcie.Function(pcie.bdf(domain, bus, dev), kind, host, parent, numa,
+                             0x8086 if rp else 0x1000, 0x352a if rp else 0xc030, 0x060400, 0x04 if rp else 0xb0,
+                             "pcieport", acs_ctl=None if kind == "upstream" else topo.acs_ctl,
+                             buses=(bus, secondary, subordinate))
+
+    gpu_count = profile.gpus.count
+    for i in range(max(len(profile.nics), gpu_count)):
+        nic = profile.nics[i] if i < len(profile.nics) else None
+        if nic is not None:
+            domain, b = _nic_bus(nic)
+        else:
+            domain, b = "0000", 0xa6 + 8 * (i - len(profile.nics))
+        numa = _socket(i, len(profile.nics) if nic is not None else gpu_count)
+        host = f"pci{domain}:{b - 6:02x}"
+        for bus, what in ((b - 6, "a root port"), (b - 5, "a switch"), (b - 4, "switch ports"), (b - 2, "a GPU")):
+            take(domain, bus, f"{what} of pair {i}")
+        rp = bridge(domain, b - 6, 1, "root_port", host, None, numa, b - 5, b)
+        up = bridge(domain, b - 5, 0, "upstream", host, rp.bdf, numa, b - 4, b)
+        dn_gpu = bridge(domain, b - 4, 0, "downstream", host, up.bdf, numa, b - 2, b - 2)
+        dn_nic = bridge(domain, b - 4, 1, "downstream", host, up.bdf, numa, b, b)
+        out += [rp, up, dn_gpu, dn_nic]
+        if i < gpu_count:
+            out.append(pcie.Function(pcie.bdf(domain, b - 2), "gpu", host, dn_gpu.bdf, _socket(i, gpu_count),
+                                     0x10de, profile.gpus.pci_device, 0x030200, 0xa1,
+                                     "nvidia" if profile.nvidia_driver else "",
+                                     devctl=pcie.devctl(d.pcie.max_read_req, d.pcie.relaxed_ordering), name=str(i)))
+        if nic is None:
+            continue
+        take(domain, b, f"NIC {nic.name}")
+        parent, nic_host, nic_numa = dn_nic.bdf, host, numa
+        if nic.name in far:
+            nic_numa = 1 - numa
+            nic_host = f"pci{domain}:{b - 1:02x}"
+            take(domain, b - 1, f"the far root port of {nic.name}")
+            far_rp = bridge(domain, b - 1, 1, "root_port", nic_host, None, nic_numa, b, b)
+            out.append(far_rp)
+            parent = far_rp.bdf
+        out.append(pcie.Function(nic.pci, "nic", nic_host, parent, nic_numa, 0x15b3, 0x1021, nic_class, 0,
+                                 "mlx5_core", devctl=pcie.devctl(d.pcie.max_read_req, d.pcie.relaxed_ordering),
+                                 name=nic.name))
+
+    by_bdf = {f.bdf: f for f in out}
+    on_paths = [b for b in gpu_nic_bridges(out) if by_bdf[b].acs_ctl is not None]
+    for value in _fault_values(faults, "acs_redirect"):
+        if value is None and not on_paths:
+            raise ProfileError(f"fault acs_redirect: {profile.name} has no GPU-NIC path through an ACS bridge")
+        target = on_paths[0] if value is None else value
+        if target not in on_paths:
+            raise ProfileError(f"fault acs_redirect={value}: need a bridge with ACS on a GPU-NIC path of "
+                               f"{profile.name}: {', '.join(on_paths)}")
+        by_bdf[target].acs_ctl = pcie.ACS_REDIRECT_ON
+    return out
+
+
+def gpu_nic_bridges(tree: list[pcie.Function]) -> list[str]:
+    """Bridges GPU-NIC peer traffic crosses, the NIC side of each pair first."""
+    from ccrhost.model.topology import Endpoint, pair, path_bridges
+
+    def endpoint(fn):
+        return Endpoint(fn.name or fn.bdf, fn.bdf, "/sys/devices/" + path_of(tree, fn.bdf), fn.numa)
+
+    gpus = [endpoint(f) for f in tree if f.kind == "gpu"]
+    nics = [endpoint(f) for f in tree if f.kind == "nic"]
+    out: list[str] = []
+    for p in pair(gpus, nics):
+        for b in reversed(path_bridges(p.gpu, p.nic)):
+            if b not in out:
+                out.append(b)
+    return out
+
+
+def path_of(tree: list[pcie.Function], bdf: str) -> str:
+    """``pci0000:14/0000:14:01.0/.../<bdf>``, relative to /sys/devices."""
+    by_bdf = {f.bdf: f for f in tree}
+    parts, fn = [], by_bdf[bdf]
+    while fn is not None:
+        parts.append(fn.bdf)
+        fn = by_bdf.get(fn.parent) if fn.parent else None
+    return "/".join([by_bdf[bdf].host] + parts[::-1])
+
+
+def module_table(profile: Profile, faults: list[Fault]) -> tuple[dict[str, list[str]], list[str], dict[str, str]]:
+    """(modules.dep as {name: deps}, modules loaded at boot, MODULE_VERSION
+    strings). The NVIDIA driver brings ``nvidia`` and its peer-memory
+    module; without it neither exists, whatever ``available`` lists."""
+    deps = {n: list(d) for n, d in profile.modules.available.items()}
+    boot = list(profile.modules.boot)
+    versions = {"mlx5_core": profile.ofed_version} if profile.ofed else {}
+    drv = profile.nvidia_driver
+    for name in PEERMEM_MODULES:
+        deps.pop(name, None)
+    if drv is not None:
+        deps["nvidia"] = []
+        deps[drv.peermem] = ["ib_core", "nvidia"]
+        versions[drv.peermem] = drv.version  # nvidia-peermem.c: MODULE_VERSION(NV_VERSION_STRING)
+        boot.append("nvidia")
+        if drv.peermem_at_boot and not _fault_values(faults, "no_peermem") and profile.ofed:
+            boot.append(drv.peermem)
+    return deps, boot, versions
+
+
+def nvidia_proc_version(drv: NvidiaDriver) -> str:
+    """/proc/driver/nvidia/version in the two verbatim formats of
+    gdr.md section 8 (the fixtures' samples), with this driver's version."""
+    if drv.open:
+        return (f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {drv.version}  Release Build  "
+                "(dvs-builder@U16-A24-9-2)  Thu Oct 10 12:15:00 UTC 2024\n"
+                "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n")
+    return (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {drv.version}  Mon Sep 12 19:21:56 UTC 2022\n"
+            "GCC version:  gcc version 7.5.0 (Ubuntu 7.5.0-3ubuntu1~18.04)\n")
+
+
+def kernel_cmdline(profile: Profile) -> str:
+    extra = {"off": "", "passthrough": " intel_iommu=on iommu=pt", "translated": " intel_iommu=on"}
+    return "BOOT_IMAGE=/boot/vmlinuz ro quiet" + extra[profile.pcie_topology.iommu] + "\n"
+
+
+def effective_driver(profile: Profile, faults: list[Fault]) -> NvidiaDriver | None:
+    drv = profile.nvidia_driver
+    if drv is not None and _fault_values(faults, "no_peermem"):
+        drv = drv.model_copy(update={"open": False, "peermem_at_boot": False})
+    return drv
+
+
+def _render_pci(tree: list[pcie.Function], root: Path, profile: Profile) -> None:
+    d = profile.nic_defaults
+    for fn in tree:
+        rel = path_of(tree, fn.bdf)
+        path = root / "devices" / rel
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config").write_bytes(pcie.config(fn))
+        _write(path / "vendor", f"0x{fn.vendor:04x}\n")
+        _write(path / "device", f"0x{fn.device:04x}\n")
+        _write(path / "class", f"0x{fn.class_code:06x}\n")
+        _write(path / "revision", f"0x{fn.revision:02x}\n")
+        _write(path / "numa_node", f"{fn.numa}\n")
+        if fn.kind in ("gpu", "nic"):
+            speed = f"{d.pcie.speed_gts:.1f} GT/s PCIe"
+            _write(path / "current_link_speed", speed + "\n")
+            _write(path / "max_link_speed", speed + "\n")
+            _write(path / "current_link_width", f"{d.pcie.width}\n")
+            _write(path / "max_link_width", f"{d.pcie.width}\n")
+        _link(root / "bus" / "pci" / "devices" / fn.bdf, f"../../../devices/{rel}")
+        if fn.driver:
+            (root / "bus" / "pci" / "drivers" / fn.driver).mkdir(parents=True, exist_ok=True)
+            _link(path / "driver", os.path.relpath(root / "bus" / "pci" / "drivers" / fn.driver, path))
+
+
+def _render_iommu(tree: list[pcie.Function], root: Path, mode: str) -> None:
+    (root / "kernel" / "iommu_groups").mkdir(parents=True, exist_ok=True)
+    (root / "class" / "iommu").mkdir(parents=True, exist_ok=True)
+    if mode == "off":
+        return
+    hosts = sorted({f.host for f in tree})
+    for unit, host in enumerate(hosts):
+        (root / "devices" / "virtual" / "iommu" / f"dmar{unit}").mkdir(parents=True, exist_ok=True)
+        _link(root / "class" / "iommu" / f"dmar{unit}", f"../../devices/virtual/iommu/dmar{unit}")
+        # without ACS isolation below the root port, one group per host bridge
+        group = root / "kernel" / "iommu_groups" / str(unit)
+        _write(group / "type", ("identity" if mode == "passthrough" else "DMA-FQ") + "\n")
+        for fn in tree:
+            if fn.host == host:
+                rel = path_of(tree, fn.bdf)
+                _link(group / "devices" / fn.bdf, f"../../../../devices/{rel}")
+                _link(root / "devices" / rel / "iommu_group",
+                      os.path.relpath(group, root / "devices" / rel))
+
+
 def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: int) -> dict:
     """Write the node's boot-time /sys under ``root``; return what was built.
 
@@ -264,23 +522,36 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
             raise ProfileError(f"fault gid_index={value}: need a NIC of {profile.name} and an index 4..15")
         gid_moves[dev] = int(index)
 
+    fw = {}
+    for value in _fault_values(faults, "fw_mismatch"):
+        dev, _, version = (value or "").partition(":")
+        dev = dev or profile.nics[-1].name
+        if dev not in names or (version and not re.fullmatch(r"\d+\.\d+\.\d+", version)):
+            raise ProfileError(f"fault fw_mismatch={value}: need a NIC of {profile.name} and a version like 28.38.1002")
+        fw[dev] = version or OTHER_FW
+    flapping = []
+    for value in _fault_values(faults, "link_flap"):
+        dev, _, seconds = (value or "").partition(":")
+        dev = dev or profile.nics[0].name
+        if dev not in names or (seconds and not (seconds.isdigit() and 1 <= int(seconds) <= 3600)):
+            raise ProfileError(f"fault link_flap={value}: need a NIC of {profile.name} and seconds 1..3600")
+        flapping.append([dev, int(seconds or FLAP_SECONDS)])
+
+    tree = pci_tree(profile, faults)
+    _render_pci(tree, root, profile)
+    _render_iommu(tree, root, profile.pcie_topology.iommu)
     defaults = profile.nic_defaults
-    built = {"nics": [], "netdevs": {}}
+    built = {"nics": [], "netdevs": {}, "flap": flapping,
+             "gpus": [{"index": int(f.name), "bdf": f.bdf} for f in tree if f.kind == "gpu"]}
     for i, nic in enumerate(profile.nics):
-        pci = root / "devices" / "pci0000:00" / nic.pci
-        speed = f"{defaults.pcie.speed_gts:.1f} GT/s PCIe"
-        _write(pci / "vendor", "0x15b3\n")
-        _write(pci / "device", "0x1021\n")
-        _write(pci / "numa_node", f"{0 if i < len(profile.nics) // 2 else 1}\n")
-        _write(pci / "current_link_speed", speed + "\n")
-        _write(pci / "max_link_speed", speed + "\n")
+        rel = path_of(tree, nic.pci)
+        pci = root / "devices" / rel
         _write(pci / "current_link_width", f"{widths.get(nic.name, defaults.pcie.width)}\n")
-        _write(pci / "max_link_width", f"{defaults.pcie.width}\n")
 
         netdir = pci / "net" / nic.netdev
         _write(netdir / "mtu", "4200\n" if defaults.link_layer == "Ethernet" else "4092\n")
         _write(netdir / "operstate", ("down" if nic.name in down else "up") + "\n")
-        _link(root / "class" / "net" / nic.netdev, f"../../devices/pci0000:00/{nic.pci}/net/{nic.netdev}")
+        _link(root / "class" / "net" / nic.netdev, f"../../devices/{rel}/net/{nic.netdev}")
         _link(netdir / "device", "../../../" + nic.pci)
         if profile.ofed and defaults.link_layer == "Ethernet":
             for point in ("roce_rp", "roce_np"):
@@ -301,9 +572,10 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         if nic.name in missing:
             continue
         ib = pci / "infiniband" / nic.name
-        _link(root / "class" / "infiniband" / nic.name, f"../../devices/pci0000:00/{nic.pci}/infiniband/{nic.name}")
+        _link(root / "class" / "infiniband" / nic.name, f"../../devices/{rel}/infiniband/{nic.name}")
         _link(ib / "device", "../../../" + nic.pci)
-        _write(ib / "fw_ver", "28.39.3560\n")
+        _write(ib / "fw_ver", fw.get(nic.name, defaults.fw_ver) + "\n")
+        _write(ib / "board_id", defaults.board_id + "\n")
         _write(ib / "node_type", "1: CA\n")
         _write(ib / "hca_type", "MT4129\n")
         _write(ib / "node_guid", _guid(node_index, i) + "\n")
@@ -317,6 +589,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         _write(port / "sm_lid", "0x0\n" if defaults.link_layer == "Ethernet" else "0x1\n")
         for counter in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
                         "port_xmit_data_64", "port_rcv_data_64"):
+            _write(port / "counters" / counter, "0\n")
+        for counter in ERROR_COUNTERS:
             _write(port / "counters" / counter, "0\n")
         if profile.ofed:
             for counter in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets"):
@@ -366,8 +640,15 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
     _link(root / "class" / "net" / "eth0", "../../devices/virtual/net/eth0")
     _write(root / "devices" / "virtual" / "net" / "eth0" / "mtu", "1500\n")
     _write(root / "devices" / "virtual" / "net" / "eth0" / "operstate", "up\n")
-    for name in profile.modules.boot:
+    _, boot, versions = module_table(profile, faults)
+    for name in boot:
         _write(root / "module" / name / "initstate", "live\n")
+        if name in versions:
+            _write(root / "module" / name / "version", versions[name] + "\n")
+        if name in PEERMEM_MODULES:
+            # ib_core (MLNX_OFED) lists each registered peer-memory client
+            for client in PEER_CLIENTS[name]:
+                _write(root / "kernel" / "mm" / "memory_peers" / client / "version", versions[name] + "\n")
     (root / "kernel" / "config").mkdir(parents=True, exist_ok=True)
     (root / "kernel" / "debug").mkdir(parents=True, exist_ok=True)
     return built

@@ -54,6 +54,24 @@ def batched(commands: list) -> list:
     return out
 
 
+def planned(stage):
+    """The commands of one stage's generator, planned whole before any is
+    yielded (pyinfra's change detection stops at the first; a stage that
+    cannot read the node fails the host without writing anything), listed
+    under ``--dry`` and batched into one round trip."""
+    try:
+        commands = list(stage)
+    except fact_cache.NodeReadError as exc:
+        commands = list(fail(str(exc)))
+    if commands:
+        fact_cache.changed(host)
+    if DRY:
+        for command in commands:
+            for line in describe(command).split("\n"):
+                host.log(f"would run: {line}")
+    yield from batched(commands)
+
+
 def operation(func):
     """pyinfra's @operation, plus:
 
@@ -67,18 +85,7 @@ def operation(func):
 
     @functools.wraps(func)
     def listed(*args, **kwargs):
-        # Plan every command first: pyinfra's change detection stops at the first.
-        try:
-            commands = list(func(*args, **kwargs))
-        except fact_cache.NodeReadError as exc:
-            commands = list(fail(str(exc)))
-        if commands:
-            fact_cache.changed(host)
-        if DRY:
-            for command in commands:
-                for line in describe(command).split("\n"):
-                    host.log(f"would run: {line}")
-        yield from batched(commands)
+        yield from planned(func(*args, **kwargs))
 
     op = pyinfra_operation()(listed)
     op._inner = func  # composing with `yield from other._inner(...)` must not list twice

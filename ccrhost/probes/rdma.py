@@ -203,7 +203,8 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
                 p.credit_threshold = text.strip()
             elif leaf == "gids" and len(parts) == 5 and _index(parts[4]) is not None:
                 entry = gids.setdefault((dev, num), {}).setdefault(_index(parts[4]), {})
-                entry["gid"] = _located(where, sysfs.parse_gid, text)
+                entry["gid"] = text.strip()
+                entry["addr"] = _located(where, sysfs.parse_gid, text)
             elif leaf == "gid_attrs" and len(parts) == 6 and _index(parts[5]) is not None:
                 entry = gids.setdefault((dev, num), {}).setdefault(_index(parts[5]), {})
                 if parts[4] == "types":
@@ -244,9 +245,9 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
             entry = table[index]
             if "gid" not in entry:
                 continue
-            gid = sysfs.Gid(index, entry["gid"], entry.get("type"), entry.get("ndev"))
-            if not gid.is_zero:
-                p.gids.append(GidEntry(index, gid.gid, gid.type, gid.ndev, gid.ipv4))
+            if int(entry["addr"]):  # a real port has up to 256 entries; unused ones read as zero
+                p.gids.append(GidEntry(index, entry["gid"], entry.get("type"), entry.get("ndev"),
+                                       sysfs.gid_ipv4(entry["addr"])))
 
     for data in devices.values():
         for p in data.ports.values():

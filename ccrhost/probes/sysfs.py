@@ -75,33 +75,19 @@ def parse_int(text: str) -> int:
     return (-1 if sign else 1) * (int(hexa, 16) if hexa else int(dec))
 
 
-@dataclass(frozen=True)
-class Gid:
-    index: int
-    gid: str
-    type: str | None  # "IB/RoCE v1" | "RoCE v2" | None (IB link layer has no type file on old kernels)
-    ndev: str | None
-
-    @property
-    def ipv4(self) -> str | None:
-        """The IPv4 address of an IPv4-mapped GID (``::ffff:a.b.c.d``)."""
-        addr = ipaddress.IPv6Address(self.gid)
-        mapped = addr.ipv4_mapped
-        return str(mapped) if mapped else None
-
-    @property
-    def is_zero(self) -> bool:
-        return ipaddress.IPv6Address(self.gid) == ipaddress.IPv6Address("::")
-
-
-def parse_gid(text: str) -> str:
-    """``gids/<i>`` prints the full ``%pI6`` form; validate and return it."""
-    value = text.strip()
+def parse_gid(text: str) -> ipaddress.IPv6Address:
+    """``gids/<i>`` prints the full ``%pI6`` form."""
     try:
-        ipaddress.IPv6Address(value)
+        return ipaddress.IPv6Address(text.strip())
     except ValueError:
         raise SysfsFormatError(f"expected an IPv6-form GID, got {text!r}") from None
-    return value
+
+
+def gid_ipv4(gid: ipaddress.IPv6Address) -> str | None:
+    """The IPv4 address of an IPv4-mapped GID (``::ffff:a.b.c.d``): RoCE v2
+    GIDs of an IPv4-addressed netdev."""
+    mapped = gid.ipv4_mapped
+    return str(mapped) if mapped else None
 
 
 GID_TYPES = ("IB/RoCE v1", "RoCE v2")

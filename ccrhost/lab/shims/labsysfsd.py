@@ -5,13 +5,22 @@ Started by node-init in each node. It watches the attribute files with
 inotify and rewrites each written value into what the kernel's show()
 would print. Today that is MLNX_OFED's tc/<port>/traffic_class: writing
 ``106`` reads back ``Global tclass=106`` (main_ext.c).
+
+It is also the link of the ``link_flap`` fault: every few seconds (the
+fault's period) the port's link training fails and the link goes down and
+back up, so the kernel's link_downed counter rises by one (8 bits wide: it
+stops at 255).
+The port state stays ACTIVE between flaps, as a snapshot sees it.
 """
 
 import ctypes
 import glob
+import json
 import os
 import re
+import select
 import struct
+import time
 
 IN_CLOSE_WRITE = 0x00000008
 libc = ctypes.CDLL(None, use_errno=True)
@@ -27,9 +36,26 @@ def traffic_class(text):
 
 
 RULES = {"/sys/class/infiniband/*/tc/*/traffic_class": traffic_class}
+LINK_DOWNED_MAX = 0xff
+
+
+def flap(dev):
+    path = f"/sys/class/infiniband/{dev}/ports/1/counters/link_downed"
+    try:
+        with open(path) as f:
+            value = int(f.read().strip() or 0)
+        with open(path, "w") as f:
+            f.write(f"{min(value + 1, LINK_DOWNED_MAX)}\n")
+    except (OSError, ValueError):
+        pass
 
 
 def main():
+    try:
+        with open("/run/ccrhost-lab/node.json") as f:
+            flapping = json.load(f).get("link_flap", [])
+    except (OSError, ValueError):
+        flapping = []
     fd = libc.inotify_init()
     watches = {}
     for pattern, rule in RULES.items():
@@ -37,9 +63,21 @@ def main():
             wd = libc.inotify_add_watch(fd, os.fsencode(path), IN_CLOSE_WRITE)
             if wd >= 0:
                 watches[wd] = (path, rule)
-    if not watches:
+    if not watches and not flapping:
         return
+    start = time.monotonic()
+    due = {dev: start + seconds for dev, seconds in flapping}
+    period = dict(flapping)
     while True:
+        timeout = max(min(due.values()) - time.monotonic(), 0) if due else None
+        ready, _, _ = select.select([fd], [], [], timeout)
+        now = time.monotonic()
+        for dev in due:
+            if now >= due[dev]:
+                flap(dev)
+                due[dev] += period[dev]
+        if not ready:
+            continue
         data = os.read(fd, 65536)
         offset = 0
         while offset < len(data):

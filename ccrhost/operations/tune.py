@@ -1,0 +1,70 @@
+"""Every tuning stage of ``deploys/rdma.py`` as one pyinfra operation.
+
+pyinfra spends its own bookkeeping on each operation of each host (the
+operation order is taken from ``inspect.stack()``), several milliseconds
+apiece; at fleet scale that, not the nodes, bounds the controller. One
+operation that runs the stages in turn costs it once. The stages stay
+separate functions (each module's own operation, usable alone), planned
+one after the other: pyinfra runs what a stage yields before the next one
+is planned, so a stage sees what the ones before it did.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import operation as pyinfra_operation
+
+from ccrhost.operations import boot, nccl, qos, roce
+from ccrhost.operations import modules as rdma_modules
+from ccrhost.operations.base import DRY, planned
+
+
+def _stages(settings):
+    """(label, generator) per stage, in order; generators are lazy, so each
+    is planned only when its turn comes."""
+    yield "modules", lambda: rdma_modules.modules._inner(modules=list(settings.rdma_modules))
+    yield "RoCE", lambda: roce.mode._inner(
+        roce_mode=settings.roce_mode, tos=settings.roce_tos,
+        force_traffic_class=settings.roce_force_traffic_class, require_devices=settings.rdma_require_devices)
+    # The boot unit goes in before QoS: when an interface's QoS fails, the
+    # ones finished before it are already persisted (the unit re-applies the
+    # interfaces the QoS stage lists).
+    yield "boot unit", lambda: boot.persist._inner(settings)
+    if settings.qos_enable:
+        yield "QoS", lambda: qos.lossless._inner(settings)
+        if settings.qos_min_headroom is not None:
+            yield "PFC headroom", lambda: qos.headroom._inner(settings)
+    yield "NCCL", lambda: nccl.environment._inner(settings)
+
+
+@pyinfra_operation()
+def rdma(settings):
+    """
+    Tune a node for RDMA: kernel modules, rdma_cm RoCE defaults, the boot
+    unit, lossless QoS (and the PFC headroom check when ``qos_min_headroom``
+    is set) and the NCCL environment, in that order. A stage that fails
+    fails the host and stops it there; each stage that changes something
+    says so in one line.
+
+    + settings: the host's validated ``HostSettings``
+
+    **Example:**
+
+    .. code:: python
+
+        tune.rdma(name="Tune RDMA", settings=settings)
+    """
+    def plan(label, stage):
+        commands = list(planned(stage()))
+        if commands and not DRY:
+            host.log(f"{label}: {len(commands)} command{'s' if len(commands) != 1 else ''}")
+        return commands
+
+    if DRY:
+        # nothing runs, and pyinfra's change detection stops at the first
+        # command: list every stage now
+        for commands in [plan(label, stage) for label, stage in _stages(settings)]:
+            yield from commands
+        return
+    for label, stage in _stages(settings):
+        yield from plan(label, stage)

@@ -1,0 +1,56 @@
+"""The whole-node snapshot: one command, each probe parsed on its own."""
+
+import subprocess
+
+from ccrhost.model.managed import FILES, UNIT_WANTS
+from ccrhost.probes import node
+
+
+def test_the_packed_command_runs_and_parses_on_this_machine(tmp_path):
+    managed = tmp_path / "nccl.conf"
+    managed.write_text("NCCL_DEBUG=WARN\n")
+    out = subprocess.run(["sh", "-c", node.command([str(managed), str(tmp_path / "absent")], UNIT_WANTS)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == 2 and out[0].startswith(node.PACKED_MARK)  # one line of payload, whatever the node prints
+    snap = node.parse_snapshot(out)
+    assert snap.errors == {}
+    assert snap.files[str(managed)].content == "NCCL_DEBUG=WARN\n"
+    assert snap.files[str(tmp_path / "absent")] is None
+    assert snap.gpus.error  # no GPU here: a reading that says why, not a probe failure
+
+
+def test_one_probe_spoiled_leaves_the_others():
+    lines = ["@@@ rdma", "@@ib", "mlx5_0/ports/1/rate:fast",
+             "@@@ modules", "@@loaded", "mlx5_core",
+             "@@@ files", "/etc/nccl.conf\t-",
+             "@@@ qos", "@@systemd",
+             "@@@ gpus", "@@error", "nvidia-smi not found"]
+    snap = node.parse_snapshot(lines)
+    assert list(snap.errors) == ["rdma"]
+    assert "/sys/class/infiniband/mlx5_0/ports/1/rate" in snap.errors["rdma"] and "'fast'" in snap.errors["rdma"]
+    assert snap.modules.present("mlx5_core") and snap.files == {"/etc/nccl.conf": None}
+
+
+def test_a_probe_that_printed_nothing_is_named():
+    snap = node.parse_snapshot(["@@@ rdma", "@@ib"])
+    assert snap.errors == {name: f"no output from the {name} probe" for name in ("modules", "qos", "files", "gpus")}
+
+
+def test_a_packed_payload_that_does_not_decode_spoils_every_probe():
+    snap = node.parse_snapshot([f"{node.PACKED_MARK} gz", "not base64!"])
+    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus"}
+    assert all(e.startswith("the packed node output does not decode") for e in snap.errors.values())
+
+
+def test_the_cache_serves_every_managed_file_from_the_one_read():
+    from ccrhost.operations import cache
+
+    class Host:
+        def get_fact(self, fact, **kwargs):
+            self.reads = getattr(self, "reads", 0) + 1
+            assert kwargs == {"paths": list(FILES), "wants": UNIT_WANTS}
+            return node.parse_snapshot(["@@@ files", *[f"{p}\t-" for p in FILES]])
+
+    host = Host()
+    assert cache.files(host, list(FILES)) == {p: None for p in FILES}
+    assert cache.files(host, [FILES[1]]) == {FILES[1]: None} and host.reads == 1

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from ccrhost.model import nccl as nccl_model
 from ccrhost.operations.roce import global_tclass
-from ccrhost.probes import counters, files, gpu, kernel, node, perftest, qos, rdma, sections, sysfs
+from ccrhost.probes import counters, files, gpu, kernel, node, pci, perftest, qos, rdma, sections, sysfs
 
 pytestmark = pytest.mark.fuzz
 
@@ -72,7 +72,8 @@ def output(samples: list[str], max_size: int = 60, *extra):
                               st.text(max_size=30), *extra), max_size=max_size)
 
 
-NUMBERS = ["0", "1", "3", "7", "8", "255", "-1", "+1", "²", "١", "99999999999999999999999", "0x1", " 1", ""]
+# hostile first: hypothesis draws the front of a sampled list more often
+NUMBERS = ["\u00b2", "\u0661", "1", "-1", "8", "0", "3", "7", "255", "+1", "99999999999999999999999", "0x1", " 1", ""]
 
 
 @st.composite
@@ -84,7 +85,7 @@ def grep_line(draw, leaves: list[str], values: list[str]):
     num = draw(st.sampled_from(NUMBERS))
     leaf = draw(st.sampled_from(leaves)).replace("N", draw(st.sampled_from(NUMBERS)))
     value = draw(st.one_of(st.sampled_from(values), st.sampled_from(HOSTILE)))
-    return f"{dev}/{kind}/{num}/{leaf}:{value}" if draw(st.booleans()) else f"{dev}/{kind}/{leaf}:{value}"
+    return f"{dev}/{kind}/{leaf}:{value}" if draw(st.booleans()) else f"{dev}/{kind}/{num}/{leaf}:{value}"
 
 
 def text_of(samples: list[str]):
@@ -393,6 +394,21 @@ def test_counter_samples(lines):
 def test_traffic_class(lines):
     value = global_tclass(lines)
     assert value is None or 0 <= value <= 255
+
+
+PCI = [line for name in sorted((FIX / "gdr").iterdir()) if name.name != "nvidia_smi_topo_sglang30401.txt"
+       for line in name.read_text().splitlines()]
+PCI_LINE = grep_line(["counters/link_downed", "fw_ver", "board_id", "hca_type", "counters/N"], ["12", "28.39.2048"])
+
+
+@given(st.one_of(output(PCI, 120, PCI_LINE), st.lists(PCI_LINE).map(lambda ls: ["@@ib", *ls])))
+def test_pci_dump(lines):
+    try:
+        snap = pci.parse_pci_dump(lines)
+    except Exception as exc:
+        assert owns(exc, pci.PciFormatError), repr(exc)
+        return
+    assert all(f.numa_node is None or f.numa_node >= 0 for f in snap.functions.values())
 
 
 # --- the node snapshot ------------------------------------------------------------

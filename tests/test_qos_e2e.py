@@ -154,7 +154,7 @@ def test_a_failed_setting_restores_its_interface_and_the_finished_ones_survive_a
     assert [x for x in listed if not x.startswith("#")] == OFED_IFS[:3]
     report = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
     assert report[node_address(1)]["reasons"][0]["message"] == (
-        f"failed before verification: Configure lossless RoCE (trust, PFC, buffers, ECN): {line}")
+        f"failed before verification: Tune RDMA (modules, RoCE, boot unit, QoS, NCCL): {line}")
     assert report[node_address(2)]["status"] == "OK"  # the healthy node finished every stage
 
     lab.reboot("node1")  # QoS is volatile: the boot unit re-applies what the deploy finished

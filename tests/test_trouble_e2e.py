@@ -19,9 +19,8 @@ pytestmark = pytest.mark.lab
 
 IB = "/sys/class/infiniband"
 RDMA_READ = f"cannot read {IB} and rdma_cm configfs: "
-QOS_STAGE = "Configure lossless RoCE (trust, PFC, buffers, ECN)"
-NCCL_STAGE = "Write NCCL environment"
-ROCE_STAGE = "Set rdma_cm RoCE mode and ToS"
+# the tuning stages run as one pyinfra operation (ccrhost.operations.tune)
+QOS_STAGE = NCCL_STAGE = ROCE_STAGE = "Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"
 OFED_IFS = [f"ens{i}np0" for i in range(1, 9)]
 
 

@@ -22,11 +22,11 @@ from ccrhost.operations import tune, verify
 
 
 def rdma_stages() -> None:
-    """Modules, RoCE defaults, lossless QoS, the NCCL environment, the boot
-    unit, then the CCR verification (hosts below threshold fail)."""
+    """Modules, RoCE defaults, the boot unit, lossless QoS, the NCCL
+    environment, then the CCR verification (hosts below threshold fail)."""
     settings = host_settings(host, inventory)
     tune.rdma(
-        name="Tune RDMA (modules, RoCE, QoS, NCCL, boot unit)",
+        name="Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)",
         settings=settings,
     )
     verify_stage(measure=False)
@@ -42,7 +42,7 @@ def verify_stage(measure: bool = True) -> None:
     verify.ccr(
         name="Verify CCR",
         settings=settings,
-        report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance),
+        report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance, state, inventory),
         measured=measured.get(host.name),
     )
 

@@ -10,6 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property-based fuzzing (tests/test_fuzz.py, marked `fuzz`). "ci" keeps the
+# suite's share bounded: 200 examples per target, derandomized so a run is
+# repeatable. "deep" is the long run, ten times as many per target (over the
+# 47 targets, well past 10,000 in total), with a fresh seed each time:
+#     scripts/test -m fuzz --hypothesis-profile=deep
+# Its last result is in bench/fuzz-results.md.
+_FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+             print_blob=True)
+settings.register_profile("ci", max_examples=200, derandomize=True, **_FUZZ)
+settings.register_profile("deep", max_examples=2000, **_FUZZ)
+settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_DIR = Path("/var/tmp/ccrhost-test-lab")

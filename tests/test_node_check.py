@@ -120,3 +120,48 @@ def test_calc_cli_worked_example():
 def test_settings_for_check_reuse_inventory_validation():
     s = validate_host("node", {"verify_profile": "hgx-h100-8x400", "rdma_exclude_devices": ["mlx5_bond_*"]})
     assert s.expectation().ports == 8 and s.rdma_exclude_devices == ("mlx5_bond_*",)
+
+
+def fake_tools(tmp_path, **scripts):
+    """A PATH folder of stand-in tools, first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        tool = bin_dir / name
+        tool.write_text("#!/bin/sh\n" + body)
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_a_hung_probe_is_unknown_with_one_line_and_is_killed(tmp_path):
+    pids = tmp_path / "pids"
+    env = fake_tools(tmp_path, ip=f"echo $$ >> {pids}\nexec sleep 600\n")
+    out = subprocess.run([sys.executable, "-m", "ccrhost", "check", "--format", "nhc", "--probe-timeout", "1"],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert out.returncode == 3
+    line = ("cannot read the RDMA ports: the RDMA probe (reading /sys/class/infiniband) did not answer within 1 s "
+            "(killed)")
+    assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: {line}\n"
+    assert out.stderr == f"ccrhost check: UNKNOWN: {line}\n"
+    for pid in pids.read_text().split():
+        assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split(") ")[1][:1]
+
+
+def test_a_failing_scontrol_under_drain_is_unknown_not_fail(tmp_path):
+    env = fake_tools(tmp_path, scontrol="echo 'slurm_load_node error: Unable to contact slurm controller' >&2\nexit 1\n")
+    out = subprocess.run([sys.executable, "-m", "ccrhost", "check", "--format", "nhc", "--drain"],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert out.returncode == 3
+    why = "--drain: scontrol show node failed: slurm_load_node error: Unable to contact slurm controller"
+    assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: ") and out.stdout.endswith(why + "\n")
+    assert out.stderr.splitlines()[-1] == f"ccrhost check: UNKNOWN: {why}"
+
+
+def test_an_internal_error_is_unknown_with_one_line(tmp_path):
+    # --output under a plain file: the write fails after the check ran
+    (tmp_path / "file").write_text("")
+    out = subprocess.run([sys.executable, "-m", "ccrhost", "check", "--output", str(tmp_path / "file" / "x.prom")],
+                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 3
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("ccrhost check: UNKNOWN: internal error: ")
+    assert "Traceback" not in out.stderr

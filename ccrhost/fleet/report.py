@@ -1,5 +1,6 @@
 """The fleet report: JSON (everything), JUnit XML (a testcase per host), a
-text table sorted by CCR, and an HTML chart of CCR per host."""
+text table sorted by CCR, and an HTML chart of CCR per host. Every host of
+the inventory is in each, the ones the verification never judged too."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from ccrhost import failures
 from ccrhost.fleet.charts import Bar, bar_chart
 from ccrhost.model.verdict import (
     FAIL,
     OK,
     UNKNOWN,
     WARN,
+    Readings,
+    Reason,
     Verdict,
     fleet_outliers,
     worst,
@@ -74,7 +78,7 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
 
 def html_chart(verdicts: dict[str, Verdict]) -> str:
     bars = [Bar(host, v.ccr.ccr if v.ccr else None, v.status,
-                f"{v.status} {v.ccr.ccr:.3e}" if v.ccr else v.status, v.fail_below)
+                f"{v.status} {v.ccr.ccr:.3e}" if v.ccr else f"{v.status}: {v.summary()}", v.fail_below)
             for host, v in sorted(verdicts.items())]
     return bar_chart("CCR per host", "Dashed line: the CCR below which the host fails "
                      "(verify_min_ccr, or verify_min_ccr_fraction of the expected CCR).", bars)
@@ -92,24 +96,75 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
     return paths
 
 
-class FleetReport:
-    """Collects each host's verdict during a run; written once at the end."""
+def _op_failure(state, host) -> str | None:
+    """The stage that failed ``host`` and its last line of stderr."""
+    for op_hash in state.get_op_order():
+        data = state.ops.get(host, {}).get(op_hash)
+        meta = getattr(data, "operation_meta", None)
+        if meta is None or not meta.is_complete() or not meta.did_error():
+            continue
+        stage = ", ".join(state.get_op_meta(op_hash).names) or "an operation"
+        stderr = [line.strip() for line in meta.stderr_lines if line.strip()]
+        return f"{stage}: {stderr[-1]}" if stderr else stage
+    return None
 
-    def __init__(self, directory: str, tolerance: float | None = None):
+
+def not_verified(status: str, code: str, message: str) -> Verdict:
+    """The verdict of a host the verification never judged."""
+    return Verdict(status, [Reason(status, code, message)], None, None, Readings([], []))
+
+
+def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, inventory) -> dict[str, Verdict]:
+    """Every inventory host of the run: its verdict when the verification
+    judged it, else UNKNOWN "unreachable: ..." for a host pyinfra could not
+    reach, else FAIL "failed before verification: <reason>"."""
+    out = {}
+    for host in inventory:
+        if not state.is_host_in_limit(host):
+            continue
+        recorded = failures.reason(host.name)
+        if host.name in judged or (host not in state.failed_hosts and host.name in verdicts):
+            out[host.name] = verdicts[host.name]
+        elif host not in state.activated_hosts:
+            out[host.name] = not_verified(UNKNOWN, "unreachable", "unreachable: no SSH connection at the start of the run")
+        elif recorded and recorded[0] == failures.UNREACHABLE:
+            out[host.name] = not_verified(UNKNOWN, "unreachable", f"unreachable: {recorded[1]}")
+        else:
+            stage = _op_failure(state, host)
+            why = recorded[1] if recorded else None
+            if stage and why and not stage.endswith(why):
+                why = f"{stage.split(':')[0]}: {why}"
+            out[host.name] = not_verified(FAIL, "failed_before_verification",
+                                          f"failed before verification: {why or stage or 'see the run log'}")
+    return out
+
+
+class FleetReport:
+    """Collects each host's verdict during a run; written once at the end,
+    with every inventory host in it."""
+
+    def __init__(self, directory: str, tolerance: float | None = None, state=None, inventory=None):
         self.directory = directory
         self.tolerance = tolerance
+        self.state, self.inventory = state, inventory
         self.verdicts: dict[str, Verdict] = {}
+        self.judged: set[str] = set()  # hosts whose verification ran (not only planned)
 
-    def record(self, host: str, verdict: Verdict) -> None:
+    def record(self, host: str, verdict: Verdict, executed: bool = False) -> None:
         self.verdicts[host] = verdict  # the execute-time verdict replaces the plan-time one
+        if executed:
+            self.judged.add(host)
 
     def finish(self, stream=None) -> dict[str, Path] | None:
-        if not self.verdicts:
+        verdicts = self.verdicts
+        if self.state is not None and self.inventory is not None:
+            verdicts = fleet_verdicts(self.verdicts, self.judged, self.state, self.inventory)
+        if not verdicts:
             return None
-        apply_fleet_tolerance(self.verdicts, self.tolerance)
-        paths = write_reports(self.verdicts, self.directory)
+        apply_fleet_tolerance(verdicts, self.tolerance)
+        paths = write_reports(verdicts, self.directory)
         if stream is not None:
-            stream.write("\n" + text_table(self.verdicts))
+            stream.write("\n" + text_table(verdicts))
             stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")
         return paths
 
@@ -117,13 +172,17 @@ class FleetReport:
 _FLEET: FleetReport | None = None
 
 
-def fleet_report(directory: str, tolerance: float | None = None) -> FleetReport:
+def fleet_report(directory: str, tolerance: float | None = None, state=None, inventory=None) -> FleetReport:
     """The run's report, written and printed when the pyinfra process exits."""
     global _FLEET
     if _FLEET is None:
         import atexit
         import sys
 
-        _FLEET = FleetReport(directory, tolerance)
+        def real(obj):  # pyinfra's context proxies may be unset when the process exits
+            getter = getattr(type(obj), "_get_module", None)
+            return getter(obj) if getter else obj
+
+        _FLEET = FleetReport(directory, tolerance, real(state), real(inventory))
         atexit.register(_FLEET.finish, sys.stdout)
     return _FLEET

@@ -14,6 +14,7 @@ Layout of a lab folder (default /var/lib/ccrhost/lab):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -31,11 +32,14 @@ from ccrhost.lab.profile import (
     Fault,
     ProfileError,
     effective_driver,
+    fabric_ipv4,
     kernel_cmdline,
     load_profile,
     module_table,
     nvidia_proc_version,
     render_sysfs,
+    ssh_over,
+    upper_name,
 )
 
 DEFAULT_DIR = "/var/lib/ccrhost/lab"
@@ -316,13 +320,33 @@ class Lab:
 
         host_if = f"ccr{state.name}{node.index}h"
         mgmt = profile.nics[0].netdev if any(f.kind == "ssh_on_fabric" for f in faults) else "eth0"
+        stacked = ssh_over(faults, profile)
+        if stacked and stacked[0] in ("vlan", "bond"):
+            # this kernel may lack 8021q and bonding: the link carries the
+            # stacked device's name, and the node's /sys its lower_/upper_ links
+            mgmt = upper_name(*stacked)
+        elif stacked:
+            mgmt = stacked[1]  # a real bridge or macvlan on a link named like the RoCE netdev
         _run("ip", "netns", "add", node.netns)
         _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", mgmt, "netns", node.netns)
         _run("ip", "link", "set", host_if, "master", state.bridge, "up")
-        _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", mgmt)
         _run("ip", "-n", node.netns, "link", "set", "lo", "up")
         _run("ip", "-n", node.netns, "link", "set", mgmt, "up")
+        carrier = mgmt
+        if stacked and stacked[0] == "bridge":
+            carrier = upper_name(*stacked)
+            _run("ip", "-n", node.netns, "link", "add", carrier, "type", "bridge")
+            _run("ip", "-n", node.netns, "link", "set", mgmt, "master", carrier)
+            _run("ip", "-n", node.netns, "link", "set", carrier, "up")
+        elif stacked and stacked[0] == "macvlan":
+            carrier = upper_name(*stacked)
+            _run("ip", "-n", node.netns, "link", "add", "link", mgmt, "name", carrier, "type", "macvlan",
+                 "mode", "bridge")
+            _run("ip", "-n", node.netns, "link", "set", carrier, "up")
+        _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", carrier)
         _run("ip", "-n", node.netns, "route", "add", "default", "via", state.gateway)
+        for value in [f.value for f in faults if f.kind == "route_multipath"]:
+            self._multipath(state, node, profile, value, carrier)
         # Both directions shaped, so bandwidth tests move real traffic at a known rate.
         rate = self.link_mbit(state, faults)
         for prefix in ((), ("ip", "netns", "exec", node.netns)):
@@ -330,6 +354,24 @@ class Lab:
             _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate}mbit",
                  "burst", "256kb", "latency", "100ms")
         self.boot(node)
+
+    @staticmethod
+    def _multipath(state: LabState, node: Node, profile, dev: str | None, carrier: str) -> None:
+        """The route_multipath fault: a real link named like a RoCE netdev, on
+        the fabric subnet, and a default route with a nexthop through it."""
+        netdevs = [n.netdev for n in profile.nics]
+        dev = dev or netdevs[1]
+        if dev not in netdevs:
+            raise ProfileError(f"fault route_multipath={dev}: no netdev {dev!r} in {profile.name}")
+        nic = netdevs.index(dev)
+        ns = ("ip", "-n", node.netns)
+        _run(*ns, "link", "add", dev, "type", "veth", "peer", "name", f"ccrmp{nic}")
+        for link in (dev, f"ccrmp{nic}"):
+            _run(*ns, "link", "set", link, "up")
+        _run(*ns, "addr", "add", f"{fabric_ipv4(node.index, nic)}/24", "dev", dev)
+        gateway = str(ipaddress.IPv4Address(fabric_ipv4(0, nic)) + 254)
+        _run(*ns, "route", "replace", "default", "nexthop", "via", state.gateway, "dev", carrier,
+             "nexthop", "via", gateway, "dev", dev)
 
     @staticmethod
     def link_mbit(state: LabState, faults: list[Fault]) -> int:
@@ -355,8 +397,11 @@ class Lab:
         if profile.configfs_mounted and "configfs_unmounted" not in kinds:
             (ndir / "boot" / "configfs_mounted").write_text("")
         readonly = []
-        if "ecn_readonly" in kinds:
-            readonly = [f"/sys/class/net/{nd}/ecn" for nd in built["netdevs"] if profile.ofed]
+        for value in [f.value for f in faults if f.kind == "ecn_readonly"]:
+            readonly += [f"/sys/class/net/{nd}/ecn" for nd, nic in built["netdevs"].items()
+                         if profile.ofed and value in (None, nic)]
+        for value in [f.value for f in faults if f.kind == "garble"]:
+            self._garble_file(ndir, value or "")
         (ndir / "boot" / "readonly").write_text("\n".join(readonly))
         for kind in ("etc_readonly", "etc_full"):
             if kind in kinds:
@@ -405,6 +450,27 @@ class Lab:
             "module_versions": versions,
             "link_flap": built["flap"],
         }))
+
+    @staticmethod
+    def _garble_file(ndir: Path, value: str) -> None:
+        """The garble fault at boot: PATH holds TEXT (in the rendered /sys, or
+        in the node's /etc layer, which survives reboots as a disk does)."""
+        path, sep, text = value.partition(":")
+        parts = Path(path).parts
+        if not sep or len(parts) < 3 or parts[:2] not in (("/", "sys"), ("/", "etc")) or ".." in parts:
+            raise ProfileError(f"fault garble={value}: expected /sys/...:TEXT or /etc/...:TEXT")
+        base = ndir / "image" / "sys" if parts[1] == "sys" else ndir / "etc" / "upper"
+        target = base.joinpath(*parts[2:])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text + "\n")
+
+    def garble(self, name: str, tool: str, find: str, replace: str) -> None:
+        """Corrupt a running node's tool output from now until its next boot:
+        ``find`` in TOOL's output (mlnx_qos, dcb-app, dcb-pfc, dcb-buffer,
+        nvidia-smi) becomes ``replace``; an empty ``find`` replaces it all."""
+        path = self.root(name) / "run/ccrhost-lab/garble.json"
+        rules = json.loads(path.read_text()) if path.exists() else []
+        path.write_text(json.dumps(rules + [{"tool": tool, "find": find, "replace": replace}]))
 
     def boot(self, node: Node) -> None:
         """Power the node on: fresh /sys from its profile, then sshd."""

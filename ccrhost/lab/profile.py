@@ -137,7 +137,7 @@ FAULT_KINDS = {
     "rdma_missing": "[DEV]: the RDMA device (default: all of them) is absent",
     "gpu_missing": "[INDEX]: one GPU (default: the last) is missing",
     "gpu_throttled": "[INDEX]: one GPU (default: 0) runs at reduced SM clock, HW slowdown",
-    "ecn_readonly": "the OFED ecn/ files are read-only",
+    "ecn_readonly": "[NIC]: the OFED ecn/ files (of that NIC's netdev; default: every one) are read-only",
     "configfs_unmounted": "nothing is mounted on /sys/kernel/config at boot",
     "modprobe_fails": "MODULE: inserting this module fails",
     "gid_index": "DEV:INDEX: the RoCE v2 IPv4 GID of that port sits at INDEX (as in containers)",
@@ -154,6 +154,13 @@ FAULT_KINDS = {
     "nic_numa_far": "[DEV]: that NIC (default: the last of socket 0) sits on a root port of the other socket",
     "link_flap": "[DEV][:SECONDS]: the port's link_downed rises by one every SECONDS (default: the first NIC, 2 s)",
     "fw_mismatch": "[DEV[:FW]]: that NIC (default: the last) runs other firmware (default 28.38.1002)",
+    "garble": "PATH:TEXT: the node's file PATH (under /sys or /etc; no ':' in PATH) holds TEXT at boot",
+    "garble_tool": "TOOL:FIND=>REPLACE: TOOL's output (mlnx_qos, dcb-app, dcb-pfc, dcb-buffer, nvidia-smi) has FIND "
+                   "replaced (an empty FIND replaces the whole output)",
+    "gpu_hang": "nvidia-smi hangs instead of answering (a driver that stopped responding)",
+    "ssh_over": "KIND[:DEV]: SSH and the default route arrive on a KIND (vlan, bridge, bond or macvlan) over DEV "
+                "(default: the first NIC's netdev)",
+    "route_multipath": "[DEV]: the default route has a second nexthop through DEV (default: the second NIC's netdev)",
 }
 # The six error counters the data-path check reads, plus one more the
 # reference's sample shows (Documentation/ABI/stable/sysfs-class-infiniband).
@@ -166,6 +173,25 @@ OTHER_FW = "28.38.1002"
 # link_downed is 8 bits wide and stops at 255: one flap per 2 s leaves a
 # lab about 8 minutes before the counter saturates.
 FLAP_SECONDS = 2
+
+SSH_OVER = ("vlan", "bridge", "bond", "macvlan")
+
+
+def ssh_over(faults: list[Fault], profile: Profile) -> tuple[str, str] | None:
+    """The ssh_over fault as (kind, lower netdev), if the node has one."""
+    for value in _fault_values(faults, "ssh_over"):
+        kind, _, dev = (value or "").partition(":")
+        dev = dev or profile.nics[0].netdev
+        if kind not in SSH_OVER or dev not in {n.netdev for n in profile.nics}:
+            raise ProfileError(f"fault ssh_over={value}: need one of {', '.join(SSH_OVER)} and a netdev of "
+                               f"{profile.name}")
+        return kind, dev
+    return None
+
+
+def upper_name(kind: str, dev: str) -> str:
+    """The name the stacked device gets: ens1np0.100, br0, bond0, mv0."""
+    return {"vlan": f"{dev}.100", "bridge": "br0", "bond": "bond0", "macvlan": "mv0"}[kind]
 
 
 class Fault(_Model):
@@ -598,6 +624,19 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
             _write(port / "credit_threshold", "1024\n")
         built["nics"].append({"name": nic.name, "netdev": nic.netdev, "ipv4": ip, "ports": 1})
 
+    stacked = ssh_over(faults, profile)
+    if stacked:
+        # the kernel's view of a stacked netdev: upper_<if> in the lower one,
+        # lower_<dev> in the upper one (netdev_upper_dev_link())
+        kind, dev = stacked
+        upper = upper_name(kind, dev)
+        virtual = root / "devices" / "virtual" / "net" / upper
+        _write(virtual / "mtu", "4200\n")
+        _link(root / "class" / "net" / upper, f"../../devices/virtual/net/{upper}")
+        nic = next(n for n in profile.nics if n.netdev == dev)
+        lower_dir = root / "devices" / "pci0000:00" / nic.pci / "net" / dev
+        _link(virtual / f"lower_{dev}", os.path.relpath(lower_dir, virtual))
+        _link(lower_dir / f"upper_{upper}", os.path.relpath(virtual, lower_dir))
     _link(root / "class" / "net" / "eth0", "../../devices/virtual/net/eth0")
     _write(root / "devices" / "virtual" / "net" / "eth0" / "mtu", "1500\n")
     _write(root / "devices" / "virtual" / "net" / "eth0" / "operstate", "up\n")

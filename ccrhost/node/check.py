@@ -11,11 +11,14 @@ import re
 import shutil
 import socket
 import subprocess
+from dataclasses import replace
 
 from ccrhost.model.verdict import (
     FAIL,
     OK,
     UNKNOWN,
+    Reason,
+    Readings,
     Verdict,
     evaluate,
     readings_from_facts,
@@ -25,16 +28,36 @@ from ccrhost.settings import HostSettings
 DRAIN_PREFIX = "ccrhost:"
 
 
-def run_check(settings: HostSettings, gather=None) -> Verdict:
-    """Gather this node's readings and evaluate them. ``gather`` is for tests."""
-    if gather is None:
-        from ccrhost.probes import gpu, rdma
+def run_check(settings: HostSettings, gather=None, timeout: float = 20) -> Verdict:
+    """Gather this node's readings and evaluate them. ``gather`` is for tests.
 
-        rdma_state, gpu_state = rdma.read_local(), gpu.read_local()
+    What could not be read is UNKNOWN, never a guess: an RDMA probe that
+    hangs past ``timeout`` or prints what sysfs never prints gives the
+    UNKNOWN verdict of :func:`unknown`; GPUs that cannot be read are an
+    UNKNOWN reason of the verdict.
+    """
+    if gather is None:
+        from ccrhost.probes import gpu, local, rdma
+
+        try:
+            rdma_state = rdma.read_local(timeout)
+        except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
+            return unknown(f"cannot read the RDMA ports: {exc}")
+        gpu_state = gpu.read_local(timeout=timeout)
     else:
         rdma_state, gpu_state = gather()
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices)
     return evaluate(readings, settings.expectation(), settings.policy())
+
+
+def unknown(message: str, verdict: Verdict | None = None) -> Verdict:
+    """UNKNOWN (exit 3) with ``message`` as its one reason; with ``verdict``,
+    that verdict's reasons kept and the status forced to UNKNOWN (a failing
+    helper, such as scontrol under --drain)."""
+    reason = Reason(UNKNOWN, "check_error", message)
+    if verdict is not None:
+        return replace(verdict, status=UNKNOWN, reasons=[*verdict.reasons, reason])
+    return Verdict(UNKNOWN, [reason], None, None, Readings([], []))
 
 
 def format_text(verdict: Verdict) -> str:
@@ -99,11 +122,24 @@ def format_prometheus(verdict: Verdict) -> str:
 _REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?\s*$")
 
 
-def current_reason(node: str, scontrol: str) -> str | None:
-    out = subprocess.run([scontrol, "show", "node", node, "-o"], capture_output=True, text=True, timeout=20)
+class DrainError(RuntimeError):
+    """scontrol failed or hung: the node's drain state is not known."""
+
+
+def _scontrol(args: list[str]) -> str:
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DrainError(f"scontrol {' '.join(args[1:3])}: {exc}") from None
     if out.returncode != 0:
-        raise RuntimeError(f"scontrol show node {node}: {out.stderr.strip() or out.stdout.strip()}")
-    match = _REASON.search(out.stdout.strip())
+        why = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[-1]
+        raise DrainError(f"scontrol {' '.join(args[1:3])} failed: {why}")
+    return out.stdout
+
+
+def current_reason(node: str, scontrol: str) -> str | None:
+    out = _scontrol([scontrol, "show", "node", node, "-o"])
+    match = _REASON.search(out.strip())
     reason = match.group(1).strip() if match else None
     return None if reason in (None, "", "(null)", "none") else reason
 
@@ -121,11 +157,9 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
         return f"{node} already has reason {reason!r} set by someone else; left alone"
     if verdict.status == FAIL:
         text = f"{DRAIN_PREFIX} {verdict.summary()}"[:255]
-        subprocess.run([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"],
-                       check=True, capture_output=True, text=True, timeout=20)
+        _scontrol([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"])
         return f"drained {node}: {text}"
     if ours and verdict.status == OK:
-        subprocess.run([scontrol, "update", f"NodeName={node}", "State=RESUME"],
-                       check=True, capture_output=True, text=True, timeout=20)
+        _scontrol([scontrol, "update", f"NodeName={node}", "State=RESUME"])
         return f"resumed {node} (its ccrhost drain reason no longer holds)"
     return "no drain change"

@@ -26,20 +26,23 @@ def _stages(settings):
     yield "RoCE", lambda: roce.mode._inner(
         roce_mode=settings.roce_mode, tos=settings.roce_tos,
         force_traffic_class=settings.roce_force_traffic_class, require_devices=settings.rdma_require_devices)
+    # The boot unit goes in before QoS: when an interface's QoS fails, the
+    # ones finished before it are already persisted (the unit re-applies the
+    # interfaces the QoS stage lists).
+    yield "boot unit", lambda: boot.persist._inner(settings)
     if settings.qos_enable:
         yield "QoS", lambda: qos.lossless._inner(settings)
         if settings.qos_min_headroom is not None:
             yield "PFC headroom", lambda: qos.headroom._inner(settings)
     yield "NCCL", lambda: nccl.environment._inner(settings)
-    yield "boot unit", lambda: boot.persist._inner(settings)
 
 
 @pyinfra_operation()
 def rdma(settings):
     """
-    Tune a node for RDMA: kernel modules, rdma_cm RoCE defaults, lossless
-    QoS (and the PFC headroom check when ``qos_min_headroom`` is set), the
-    NCCL environment and the boot unit, in that order. A stage that fails
+    Tune a node for RDMA: kernel modules, rdma_cm RoCE defaults, the boot
+    unit, lossless QoS (and the PFC headroom check when ``qos_min_headroom``
+    is set) and the NCCL environment, in that order. A stage that fails
     fails the host and stops it there; each stage that changes something
     says so in one line.
 

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from ccrhost.model import ccr as ccrmod
+from ccrhost.model import datapath as dp
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import PRECISIONS
@@ -98,6 +99,11 @@ class Workload(BaseModel):
         return wl.WorkloadSpec(**self.model_dump())
 
 
+ReadReq = Literal[dp.READ_REQ_SIZES]  # type: ignore[valid-type]
+RoceMtu = Literal[dp.NETDEV_MTUS]  # type: ignore[valid-type]
+LinkCounter = Literal[dp.COUNTERS]  # type: ignore[valid-type]
+VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9][0-9A-Za-z._-]{0,63}$")]
+
 Priority = Annotated[int, Field(ge=0, le=7)]
 EightSizes = Annotated[tuple[Annotated[int, Field(ge=0, le=1 << 30)], ...], Field(min_length=8, max_length=8)]
 EightBuffers = Annotated[tuple[Priority, ...], Field(min_length=8, max_length=8)]
@@ -153,6 +159,30 @@ class HostSettings(BaseModel):
     ecn_np: bool = Field(True, description="Enable the notification point (roce_np) on ecn_priorities.")
     dcqcn_params: dict[DcqcnName, Annotated[int, Field(ge=0, le=1 << 31)]] | None = Field(
         None, description="DCQCN parameters by their MLNX_OFED names (rpg_ai_rate, min_time_between_cnps, ...)."
+    )
+
+    rdma_gpudirect: bool = Field(
+        True, description="Load and persist a peer-memory module (nvidia_peermem, or nv_peer_mem where that is "
+        "what the driver ships) unless one is loaded or dma-buf serves; never both.",
+    )
+    rdma_acs_clear: bool = Field(
+        True, description="Clear ACS redirect and source validation on the PCIe bridges between each GPU and its "
+        "NIC, now and at every boot. Set false where ACS must stay (virtual machine hosts).",
+    )
+    rdma_nic_pcie_optimize: bool = Field(
+        False, description="Opt-in: MaxReadReq 4096 on ConnectX NICs (NVIDIA's pciPerformanceOptimized), "
+        "now and at every boot.",
+    )
+    rdma_nic_max_read_req: ReadReq | None = Field(
+        None, description="Opt-in: MaxReadReq in bytes on every compute NIC (overrides the ConnectX 4096).",
+    )
+    rdma_nic_relaxed_ordering: bool | None = Field(
+        None, description="Opt-in: PCIe relaxed ordering on (true) or off (false) on every compute NIC; "
+        "null leaves it.",
+    )
+    roce_mtu: RoceMtu | None = Field(
+        4200, description="MTU of the RoCE netdevs: 4200 gives RDMA active_mtu 4096 (9000 too, with more "
+        "memory); never changed on the SSH or default-route netdev; null leaves it.",
     )
 
     rdma_exclude_devices: tuple[DevicePattern, ...] = Field(
@@ -218,6 +248,31 @@ class HostSettings(BaseModel):
     monitor_net_target: float = Field(80, ge=0, le=100, description="Network utilization target, % of effective rate.")
     monitor_outlier_tolerance: float = Field(
         0.2, gt=0, lt=1, description="Flag hosts this share below the fleet median (0.2 = 20%)."
+    )
+    verify_rail_local: bool | None = Field(
+        None, description="Declared hardware has one NIC per GPU on its switch: a GPU whose NIC is across the "
+        "CPU interconnect (SYS) FAILS. Default: from verify_profile.",
+    )
+    verify_link_window: float = Field(
+        5, ge=0, le=600, description="Seconds the deploy's verification watches the port error counters "
+        "(0: not watched).",
+    )
+    verify_link_state: str = Field(
+        "/run/ccrhost/counters.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where `ccrhost check` keeps the counters between runs (its window is the time between "
+        "checks); under /run it starts afresh at boot, as the counters do.",
+    )
+    verify_link_thresholds: dict[LinkCounter, Annotated[int, Field(ge=0, le=65535)]] | None = Field(
+        None, description="Rise of an error counter within the window above which a port WARNS "
+        "(link_downed: FAILS). Defaults: symbol_error 10, link_error_recovery 10, the others 0.",
+    )
+    verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
+    verify_required_mlx5: VersionText | None = Field(
+        None, description="Oldest mlx5 driver allowed (MLNX_OFED's /sys/module/mlx5_core/version).")
+    verify_required_nvidia: VersionText | None = Field(None, description="Oldest NVIDIA driver allowed.")
+    verify_measure_gpudirect: bool = Field(
+        False, description="deploys/verify.py measures each GPU-NIC pair through GPU memory (ib_write_bw "
+        "--use_cuda, NUMA-pinned); UNKNOWN where ib_write_bw has no CUDA.",
     )
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
@@ -307,6 +362,7 @@ class HostSettings(BaseModel):
             gpu_count=self.verify_gpu_count if self.verify_gpu_count is not None else base.gpu_count,
             ports=self.verify_ports if self.verify_ports is not None else base.ports,
             port_gbps=self.verify_port_gbps or base.port_gbps,
+            rail_local=self.verify_rail_local if self.verify_rail_local is not None else base.rail_local,
         )
 
     def workload_problems(self) -> list[wl.Problem]:
@@ -328,6 +384,9 @@ class HostSettings(BaseModel):
             min_ccr_fraction=self.verify_min_ccr_fraction,
             gpu_tflops=dict(self.verify_gpu_tflops) if self.verify_gpu_tflops else None,
             measure_min_fraction=self.verify_measure_min_fraction,
+            link_thresholds=dp.LinkThresholds(**(self.verify_link_thresholds or {})),
+            required_versions=dp.RequiredVersions(self.verify_required_nic_fw, self.verify_required_mlx5,
+                                                  self.verify_required_nvidia),
         )
 
     def qos_wanted(self) -> Wanted:
@@ -342,6 +401,14 @@ class HostSettings(BaseModel):
             cable_len=self.qos_cable_len,
             buffer_size=self.qos_buffer_size, prio2buffer=self.qos_prio2buffer,
         )
+
+    def nic_devctl(self, vendor: int | None) -> tuple[int | None, bool | None]:
+        """(MaxReadReq, relaxed ordering) wanted on a NIC of this PCI
+        vendor; None: leave that field as it is."""
+        read_req = self.rdma_nic_max_read_req
+        if read_req is None and self.rdma_nic_pcie_optimize and vendor == dp.CONNECTX_VENDOR:
+            read_req = dp.CONNECTX_MAX_READ_REQ
+        return read_req, self.rdma_nic_relaxed_ordering
 
     @property
     def roce_tos(self) -> int:
@@ -388,6 +455,8 @@ def _describe(key: str, error: dict) -> str:
     if kind == "literal_error":
         return f"allowed: {ctx.get('expected')}"
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        if key == "verify_link_thresholds":
+            return "allowed: integers 0 to 65535"
         return _bounds(key) or error["msg"]
     if kind == "extra_forbidden" and key == "verify_workload":
         return f"unknown key; allowed: {', '.join(Workload.model_fields)}"

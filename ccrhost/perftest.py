@@ -64,3 +64,55 @@ def server_command(device: str, port: int, seconds: int, gid_index: int | None =
     if gid_index is not None:
         args += ["-x", str(gid_index)]
     return " ".join(shlex.quote(a) for a in args)
+
+
+# The scripts that run ib_write_bw on a host, shared by the pyinfra facts
+# (over SSH) and the Slurm fleet job (as job steps), and their readers.
+MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
+MISSING_ERROR = "ib_write_bw not found (install perftest)"
+
+
+def server_runs(devices: list[str], port: int, seconds: int, timeout: int) -> list[str]:
+    """One bounded server command per device, on consecutive ports."""
+    return [f"timeout {int(timeout)} {server_command(dev, port + i, seconds)}" for i, dev in enumerate(devices)]
+
+
+def clients_script(devices: list[str], peer: str, port: int, seconds: int, timeout: int) -> str:
+    """Runs a client against ``peer`` for each device in turn, each result between markers."""
+    runs = " ".join(
+        f"echo {shlex.quote('@@dev ' + dev)}; timeout {int(timeout)} "
+        f"{client_command(dev, peer, port + i, seconds)} 2>&1; echo \"@@rc $?\";"
+        for i, dev in enumerate(devices)
+    )
+    return f"{MISSING}{runs} true"
+
+
+def parse_servers_output(lines: list[str]) -> dict:
+    return {"error": MISSING_ERROR if "@@missing" in lines else None}
+
+
+def parse_clients_output(lines: list[str]) -> dict:
+    """``{device: {"gbps": float | None, "error": str | None}}``, or
+    ``{"@all": {...}}`` when ib_write_bw is not installed."""
+    if "@@missing" in lines:
+        return {"@all": {"gbps": None, "error": MISSING_ERROR}}
+    results, dev, text = {}, None, []
+    for line in lines:
+        if line.startswith("@@dev "):
+            dev, text = line[6:], []
+        elif line.startswith("@@rc ") and dev is not None:
+            rc = int(line[5:])
+            body = "\n".join(text)
+            if rc == 124:
+                results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} timed out"}
+                dev = None
+                continue
+            try:
+                results[dev] = {"gbps": parse_ib_write_bw(body).average_gbps, "error": None}
+            except PerftestFormatError:
+                last = next((x.strip() for x in reversed(text) if x.strip()), f"exit {rc}")
+                results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} failed: {last}"}
+            dev = None
+        else:
+            text.append(line)
+    return results

@@ -3,13 +3,9 @@ drive many hosts at once and read back what each measured."""
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra.api import FactBase
 
-from ccrhost.perftest import PerftestFormatError, client_command, parse_ib_write_bw, server_command
-
-_MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
+from ccrhost.perftest import MISSING, clients_script, parse_clients_output, parse_servers_output, server_runs
 
 
 class IbWriteBwServers(FactBase):
@@ -19,16 +15,12 @@ class IbWriteBwServers(FactBase):
     default = dict
 
     def command(self, devices, port, seconds, timeout):
-        starts = " ".join(
-            f"(setsid timeout {int(timeout)} {server_command(dev, port + i, seconds)} </dev/null >/dev/null 2>&1 &);"
-            for i, dev in enumerate(devices)
-        )
-        return f"{_MISSING}{starts} echo '@@started'"
+        starts = " ".join(f"(setsid {run} </dev/null >/dev/null 2>&1 &);"
+                          for run in server_runs(devices, port, seconds, timeout))
+        return f"{MISSING}{starts} echo '@@started'"
 
     def process(self, output):
-        if "@@missing" in output:
-            return {"error": "ib_write_bw not found (install perftest)"}
-        return {"error": None}
+        return parse_servers_output(list(output))
 
 
 class IbWriteBwClients(FactBase):
@@ -38,32 +30,7 @@ class IbWriteBwClients(FactBase):
     default = dict
 
     def command(self, devices, peer, port, seconds, timeout):
-        runs = " ".join(
-            f"echo {shlex.quote('@@dev ' + dev)}; timeout {int(timeout)} "
-            f"{client_command(dev, peer, port + i, seconds)} 2>&1; echo \"@@rc $?\";"
-            for i, dev in enumerate(devices)
-        )
-        return f"{_MISSING}{runs} true"
+        return clients_script(devices, peer, port, seconds, timeout)
 
     def process(self, output):
-        if "@@missing" in output:
-            return {"@all": {"gbps": None, "error": "ib_write_bw not found (install perftest)"}}
-        results, dev, text = {}, None, []
-        for line in output:
-            if line.startswith("@@dev "):
-                dev, text = line[6:], []
-            elif line.startswith("@@rc ") and dev is not None:
-                rc = int(line[5:])
-                body = "\n".join(text)
-                if rc == 124:
-                    results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} timed out"}
-                    continue
-                try:
-                    results[dev] = {"gbps": parse_ib_write_bw(body).average_gbps, "error": None}
-                except PerftestFormatError:
-                    last = next((x.strip() for x in reversed(text) if x.strip()), f"exit {rc}")
-                    results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} failed: {last}"}
-                dev = None
-            else:
-                text.append(line)
-        return results
+        return parse_clients_output(list(output))

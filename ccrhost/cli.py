@@ -227,4 +227,12 @@ def entry(argv=None) -> None:
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)
         sys.exit(3 if is_check else 1)
+    except Exception:
+        if not is_check:
+            raise
+        # Python's own exit code for a crash is 1, which a prolog reads as WARN and lets the job through.
+        import traceback
+
+        traceback.print_exc()
+        sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)

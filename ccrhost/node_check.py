@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 
-from ccrhost.checks import FAIL, OK, Verdict, evaluate, readings_from_facts
+from ccrhost.checks import FAIL, OK, WARN, Verdict, evaluate, readings_from_facts
 from ccrhost.config import HostSettings
 
 DRAIN_PREFIX = "ccrhost:"
@@ -117,22 +117,27 @@ def current_reason(node: str, scontrol: str) -> str | None:
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None) -> str:
-    """Drain this node on FAIL, undrain it when healthy, and never touch a
-    reason someone else set (one that does not start with ``ccrhost:``)."""
+    """Drain this node on FAIL, undrain it when OK or WARN, and never touch
+    a reason someone else set (one that does not start with ``ccrhost:``).
+    UNKNOWN changes nothing: the node's state is not known."""
     scontrol = scontrol or shutil.which("scontrol")
     if not scontrol:
         return "scontrol not found; not draining"
-    node = node or socket.gethostname().split(".")[0]
+    # slurmd names the node in the prolog's and health check's environment;
+    # its NodeName need not be the host name
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     reason = current_reason(node, scontrol)
     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
     if reason is not None and not ours:
         return f"{node} already has reason {reason!r} set by someone else; left alone"
     if verdict.status == FAIL:
         text = f"{DRAIN_PREFIX} {verdict.summary()}"[:255]
+        if reason == text:
+            return f"{node} stays drained: {text}"  # no update: it would only restamp the reason
         subprocess.run([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"],
                        check=True, capture_output=True, text=True, timeout=20)
         return f"drained {node}: {text}"
-    if ours and verdict.status == OK:
+    if ours and verdict.status in (OK, WARN):
         subprocess.run([scontrol, "update", f"NodeName={node}", "State=RESUME"],
                        check=True, capture_output=True, text=True, timeout=20)
         return f"resumed {node} (its ccrhost drain reason no longer holds)"

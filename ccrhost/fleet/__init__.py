@@ -1,0 +1,1 @@
+"""Work across hosts: bandwidth measurement, the monitor window, fleet reports and charts."""

@@ -69,7 +69,7 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def html_chart(verdicts: dict[str, Verdict]) -> str:
+def html_chart(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = None) -> str:
     bars = [Bar(host, v.ccr.ccr if v.ccr else None, v.status,
                 f"{v.status} {v.ccr.ccr:.3e}" if v.ccr else v.status, v.fail_below)
             for host, v in sorted(verdicts.items())]
@@ -77,7 +77,9 @@ def html_chart(verdicts: dict[str, Verdict]) -> str:
                      "(verify_min_ccr, or verify_min_ccr_fraction of the expected CCR).", bars)
 
 
-def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None) -> dict[str, Path]:
+def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None,
+                  addresses: dict[str, str] | None = None) -> dict[str, Path]:
+    """``addresses``: host name -> address, shown beside the name where they differ."""
     out = Path(directory)
     paths = {kind: out / f"ccr-report.{kind}" for kind in ("json", "xml", "txt", "html")}
     document = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
@@ -85,7 +87,7 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
     _atomic_write(paths["json"], json.dumps(document, indent=2, default=str) + "\n")
     _atomic_write(paths["xml"], junit_xml(verdicts))
     _atomic_write(paths["txt"], text_table(verdicts))
-    _atomic_write(paths["html"], html_chart(verdicts))
+    _atomic_write(paths["html"], html_chart(verdicts, addresses))
     return paths
 
 

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from ccrhost.charts import Bar, bar_chart
 from ccrhost.checks import FAIL, OK, UNKNOWN, WARN, Verdict, fleet_outliers, worst
 
 
@@ -70,11 +69,10 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
 
 
 def html_chart(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = None) -> str:
-    bars = [Bar(host, v.ccr.ccr if v.ccr else None, v.status,
-                f"{v.status} {v.ccr.ccr:.3e}" if v.ccr else v.status, v.fail_below)
-            for host, v in sorted(verdicts.items())]
-    return bar_chart("CCR per host", "Dashed line: the CCR below which the host fails "
-                     "(verify_min_ccr, or verify_min_ccr_fraction of the expected CCR).", bars)
+    """The page an operator opens first (see ``ccrhost.fleet.page``)."""
+    from ccrhost.fleet.page import fleet_page
+
+    return fleet_page(verdicts, addresses)
 
 
 def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None,
@@ -98,15 +96,18 @@ class FleetReport:
         self.directory = directory
         self.tolerance = tolerance
         self.verdicts: dict[str, Verdict] = {}
+        self.addresses: dict[str, str] = {}
 
-    def record(self, host: str, verdict: Verdict) -> None:
+    def record(self, host: str, verdict: Verdict, address: str | None = None) -> None:
         self.verdicts[host] = verdict  # the execute-time verdict replaces the plan-time one
+        if address:
+            self.addresses[host] = address
 
     def finish(self, stream=None) -> dict[str, Path] | None:
         if not self.verdicts:
             return None
         apply_fleet_tolerance(self.verdicts, self.tolerance)
-        paths = write_reports(self.verdicts, self.directory)
+        paths = write_reports(self.verdicts, self.directory, addresses=self.addresses)
         if stream is not None:
             stream.write("\n" + text_table(self.verdicts))
             stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")

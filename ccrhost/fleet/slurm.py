@@ -483,7 +483,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                     v, reason = verdicts[name], nodes[name].reason
                     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
                     if v.status == FAIL or (ours and v.status in (OK, WARN)):
-                        say(node_check.drain(v, node=name, scontrol="scontrol"))
+                        say(node_check.drain(v, node=name, scontrol="scontrol", measured=opts.measure))
     finally:
         if job and not inside:
             run_slurm("scancel", job, check=False)

@@ -360,7 +360,7 @@ def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
         if out != last:
             say(f"job {job}: {out.replace('|', ', reason ') or 'gone'}")
             last = out
-        if out.startswith("RUNNING"):
+        if out == "RUNNING|None":  # and every node's prolog has passed (PrologFlags=Alloc)
             return job
         if not out or out.split("|")[0] in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "COMPLETED"):
             raise VerifyError(f"job {job} ended before it started: {out or 'no longer in the queue'}")

@@ -161,9 +161,11 @@ def start(lab: Lab, state: LabState, interval: int = HEALTHCHECK_INTERVAL, timeo
     lab.save(state)
 
     m = s / "munge"
-    subprocess.run(["munged", f"--key-file={key}", f"--socket={m}/munge.sock", f"--pid-file={m}/munged.pid",
-                    f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"],
-                   check=True, capture_output=True, text=True)  # daemonises once its socket is ready
+    munged = subprocess.run(["munged", f"--key-file={key}", f"--socket={m}/munge.sock", f"--pid-file={m}/munged.pid",
+                             f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"],
+                            capture_output=True, text=True)  # daemonises once its socket is ready
+    if munged.returncode != 0:  # e.g. a folder above the lab that others cannot enter
+        raise LabError(f"munged: {munged.stderr.strip() or munged.stdout.strip()}")
     state.slurm["munged_pid"] = int((m / "munged.pid").read_text().split()[0])
     lab.save(state)
     log = open(s / "ctld" / "stdout", "w")

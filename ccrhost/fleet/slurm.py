@@ -19,6 +19,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, fields, replace
 
@@ -374,8 +375,6 @@ def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[st
     proc = subprocess.Popen([*srun_args(job, nodes, "ccrhost-check"), "/bin/sh", "-c",
                              check_script(opts.ccrhost, opts.config)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    import threading
-
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
     reader.start()

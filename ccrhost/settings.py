@@ -33,7 +33,8 @@ from ccrhost.model.verdict import Expectation, Policy
 
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
-OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_")
+OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_",
+                  "slurm_")
 
 # NCCL variables with a key of their own (or derived from ones): nccl_extra
 # may not set them, or it would bypass their rules.
@@ -63,6 +64,11 @@ NcclName = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,64}$")]
 # Values pass through to a file NCCL reads literally and to a shell profile:
 # no newlines, '=', quotes, backslashes or shell metacharacters.
 NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:/@%+^-]{0,255}$")]
+# Paths written into shell scripts and slurm.conf: absolute, no white space or shell metacharacters.
+AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]{0,254}$")]
+SearchPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]*(:/[A-Za-z0-9_.+@/-]*){0,31}$")]
+# slurm.conf's HealthCheckNodeState: a comma list of these (slurm.conf(5)).
+HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
 
 class Workload(BaseModel):
@@ -274,6 +280,28 @@ class HostSettings(BaseModel):
         False, description="deploys/verify.py measures each GPU-NIC pair through GPU memory (ib_write_bw "
         "--use_cuda, NUMA-pinned); UNKNOWN where ib_write_bw has no CUDA.",
     )
+    slurm_ccrhost: AbsPath = Field(
+        "/usr/local/bin/ccrhost", description="The ccrhost command on the node, as the Slurm prolog and health check run it."
+    )
+    slurm_path: SearchPath = Field(
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        description="PATH for the prolog and health check (slurmd runs them with none): nvidia-smi, scontrol.",
+    )
+    slurm_conf: AbsPath | None = Field(
+        None, description="SLURM_CONF the scripts export for scontrol; default: Slurm's own (/etc/slurm/slurm.conf)."
+    )
+    slurm_fragment: AbsPath = Field(
+        "/etc/slurm/ccrhost.conf", description="The slurm.conf fragment ccrhost writes; slurm.conf must `Include` it."
+    )
+    slurm_prolog: bool = Field(
+        True, description="Set Prolog= in the fragment; off when the site's own prolog calls /etc/ccrhost/slurm-prolog.sh."
+    )
+    slurm_healthcheck_interval: int = Field(
+        300, ge=0, le=86400, description="HealthCheckInterval, seconds (0: no periodic health check)."
+    )
+    slurm_healthcheck_node_state: str = Field(
+        "ANY", description=f"HealthCheckNodeState: a comma list of {', '.join(HEALTHCHECK_STATES)}."
+    )
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
         description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",
@@ -314,6 +342,14 @@ class HostSettings(BaseModel):
                 rule = _bounds(key) if key in cls.model_fields else None
                 raise ValueError(f"{name} has its own key: set {key} instead"
                                  + (f" ({rule})" if rule else ""))
+        return value
+
+    @field_validator("slurm_healthcheck_node_state")
+    @classmethod
+    def _node_states(cls, value):
+        words = value.split(",")
+        if not value or any(w not in HEALTHCHECK_STATES for w in words) or len(set(words)) != len(words):
+            raise ValueError(f"a comma list of {', '.join(HEALTHCHECK_STATES)}")
         return value
 
     @field_validator("verify_gpu_tflops")

@@ -4,6 +4,8 @@
 # $1: the node's folder, prepared by the lab controller; $2: the shim folder.
 set -eu
 N=$1
+# its own UTS namespace: the node answers to its lab name (hostname, Slurm)
+hostname "$(basename "$N")"
 mount -t tmpfs -o mode=0755 lab-sysfs /sys
 cp -a "$N/image/sys/." /sys/
 # The node's kernel command line and NVIDIA driver, not the machine's.

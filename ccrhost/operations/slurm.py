@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ccrhost.facts.files import FileStates
 from ccrhost.fleet.slurm import integration_files
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import operation
@@ -33,6 +32,6 @@ def integration(settings):
         slurm.integration(name="Install the Slurm prolog and health check", settings=settings)
     """
     files = integration_files(settings)
-    states = fact_cache.get(host, FileStates, paths=[path for path, _, _ in files])
+    states = fact_cache.files(host, [path for path, _, _ in files])
     for path, content, mode in files:
         yield from converge(path, content, states.get(path), mode)

@@ -10,17 +10,8 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
-from ccrhost.model.verdict import (
-    FAIL,
-    OK,
-    UNKNOWN,
-    WARN,
-    Readings,
-    Reason,
-    Verdict,
-    fleet_outliers,
-    worst,
-)
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
+from ccrhost.model.verdict import Readings, Verdict, fleet_outliers
 from ccrhost.output import write_atomic
 
 

@@ -14,17 +14,8 @@ import socket
 import subprocess
 from dataclasses import replace
 
-from ccrhost.model.verdict import (
-    FAIL,
-    OK,
-    UNKNOWN,
-    WARN,
-    Readings,
-    Reason,
-    Verdict,
-    evaluate,
-    readings_from_facts,
-)
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
+from ccrhost.model.verdict import Readings, Verdict, evaluate, readings_from_facts
 from ccrhost.settings import HostSettings
 
 DRAIN_PREFIX = "ccrhost:"

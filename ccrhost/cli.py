@@ -7,9 +7,11 @@ import sys
 
 import click
 
+from ccrhost.model.status import UNKNOWN
+
 # Subcommands that live outside the core package are imported only when
 # used, so production commands never load the lab.
-_LAZY = {"lab": "ccrhost.lab.cli:lab"}
+_LAZY = {"lab": "ccrhost.lab.cli:lab", "slurm": "ccrhost.fleet.slurm:slurm"}
 
 
 class _Group(click.Group):
@@ -80,8 +82,14 @@ def _load_check_data(config_path, overrides) -> dict:
               show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write here atomically instead of stdout.")
 @click.option("--drain", is_flag=True, help="HealthCheckProgram use: drain this node in Slurm on FAIL.")
-def check(config_path, fmt, output, drain, **overrides):
-    """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN."""
+@click.option("--probe-timeout", type=click.FloatRange(1, 600), default=20, show_default=True,
+              help="Seconds a probe (the RDMA snippet, nvidia-smi) may take before it counts as hung: UNKNOWN.")
+def check(config_path, fmt, output, drain, probe_timeout, **overrides):
+    """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN.
+
+    Whatever cannot be told (a hung or garbled probe, a failing scontrol,
+    an internal error) is UNKNOWN with one line naming it, never WARN.
+    """
     import json
 
     from ccrhost.node import check as node_check
@@ -90,7 +98,20 @@ def check(config_path, fmt, output, drain, **overrides):
     if overrides.get("rdma_exclude_devices"):
         overrides["rdma_exclude_devices"] = tuple(overrides["rdma_exclude_devices"])
     settings = _settings(config_path, overrides)
-    verdict = node_check.run_check(settings)
+    problem, drained = None, None
+    try:
+        verdict = node_check.run_check(settings, timeout=probe_timeout)
+    except Exception as exc:  # a bug must not read as WARN to the scheduler
+        problem = f"internal error: {type(exc).__name__}: {exc}"
+        verdict = node_check.unknown(problem)
+    if drain:
+        try:
+            drained = node_check.drain(verdict)
+        except node_check.DrainError as exc:
+            problem = f"--drain: {exc}"
+            verdict = node_check.unknown(problem, verdict)
+    if verdict.status == UNKNOWN and problem is None:
+        problem = next((r.message for r in verdict.reasons if r.code == "check_error"), None)
     render = {
         "text": node_check.format_text,
         "json": lambda v: json.dumps(v.to_dict(), indent=2, default=str) + "\n",
@@ -102,8 +123,10 @@ def check(config_path, fmt, output, drain, **overrides):
         write_atomic(output, text)
     else:
         click.echo(text, nl=False)
-    if drain:
-        click.echo(node_check.drain(verdict), err=True)
+    if drained:
+        click.echo(drained, err=True)
+    if problem:
+        click.echo(f"ccrhost check: UNKNOWN: {problem}", err=True)
     return verdict.exit_code
 
 
@@ -271,18 +294,24 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
 
 
 def entry(argv=None) -> None:
-    """Console entry point. ``check`` maps its usage and config errors to
-    exit 3 (UNKNOWN): click's own 2 would read as FAIL to a scheduler."""
+    """Console entry point. ``check`` and ``monitor`` map their usage and
+    config errors, and any error they did not expect, to exit 3 (UNKNOWN):
+    click's own 2 would read as FAIL, and Python's 1 as WARN, to a scheduler."""
     argv = sys.argv[1:] if argv is None else argv
-    is_check = bool(argv) and argv[0] == "check"
+    verdict = bool(argv) and argv[0] in ("check", "monitor")
     try:
         rv = main.main(args=argv, prog_name="ccrhost", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(3 if is_check else exc.exit_code)
+        sys.exit(3 if verdict else exc.exit_code)
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)
-        sys.exit(3 if is_check else 1)
+        sys.exit(3 if verdict else 1)
+    except Exception as exc:
+        if not verdict:
+            raise
+        click.echo(f"ccrhost {argv[0]}: UNKNOWN: internal error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)

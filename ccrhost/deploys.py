@@ -22,12 +22,12 @@ from ccrhost.operations import tune, verify
 
 
 def rdma_stages() -> None:
-    """Modules, RoCE defaults, MTU, lossless QoS, the GPU-to-NIC data path,
-    the NCCL environment, the boot unit, then the verification (hosts below
-    threshold fail)."""
+    """Modules, RoCE defaults, the boot unit, lossless QoS with the RoCE
+    MTU first, the GPU-to-NIC data path, the NCCL environment, then the
+    verification (hosts below threshold fail)."""
     settings = host_settings(host, inventory)
     tune.rdma(
-        name="Tune RDMA (modules, RoCE, QoS, NCCL, boot unit)",
+        name="Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)",
         settings=settings,
     )
     verify_stage(measure=False)
@@ -50,7 +50,7 @@ def verify_stage(measure: bool = True) -> None:
     verify.ccr(
         name="Verify CCR",
         settings=settings,
-        report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance),
+        report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance, state, inventory),
         measured=measured.get(host.name),
         gpudirect=gpudirect,
     )

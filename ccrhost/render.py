@@ -4,6 +4,7 @@ installed wheel renders them as a checkout does."""
 from __future__ import annotations
 
 import functools
+import shlex
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -17,6 +18,8 @@ def _template(name: str):
     # a measurable share of the controller's time
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False)
+    # `| sh`: one shell word, whatever the value (a name read from a node included)
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
     return env.get_template(name)
 
 

@@ -9,6 +9,7 @@ force on a whole cluster.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -32,7 +33,20 @@ from ccrhost.model.verdict import Expectation, Policy
 
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
-OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_")
+OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_",
+                  "slurm_")
+
+# NCCL variables with a key of their own (or derived from ones): nccl_extra
+# may not set them, or it would bypass their rules.
+NCCL_TWINS = {
+    "NCCL_IB_HCA": "nccl_ib_hca", "NCCL_SOCKET_IFNAME": "nccl_socket_ifname",
+    "NCCL_IB_ADDR_FAMILY": "nccl_ib_addr_family", "NCCL_IB_ADDR_RANGE": "nccl_ib_addr_range",
+    "NCCL_IB_GID_INDEX": "nccl_ib_gid_index", "NCCL_NET_GDR_LEVEL": "nccl_net_gdr_level",
+    "NCCL_IB_QPS_PER_CONNECTION": "nccl_ib_qps_per_connection", "NCCL_IB_TIMEOUT": "nccl_ib_timeout",
+    "NCCL_IB_RETRY_CNT": "nccl_ib_retry_cnt", "NCCL_CROSS_NIC": "nccl_cross_nic",
+    "NCCL_IB_TC": "roce_dscp and roce_ecn_bits", "NCCL_IB_FIFO_TC": "nccl_fifo_dscp",
+    "NCCL_IB_ROCE_VERSION_NUM": "roce_version",
+}
 
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 
@@ -44,11 +58,17 @@ Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 # Kernel interface names (at most 15 characters, no '/', no white space),
 # in NCCL's list syntax: an optional '=' (exact) or '^' (exclude) prefix.
 IfnameList = Annotated[str, StringConstraints(pattern=r"^[=^]?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*$")]
-HcaList = Annotated[str, StringConstraints(pattern=r"^[=^]{0,2}[A-Za-z0-9_.-]{1,64}(:\d{1,3})?(,[A-Za-z0-9_.-]{1,64}(:\d{1,3})?)*$")]
+HcaList = Annotated[str, StringConstraints(
+    pattern=r"^[=^]{0,2}[A-Za-z0-9_.-]{1,64}(:[0-9]{1,3})?(,[A-Za-z0-9_.-]{1,64}(:[0-9]{1,3})?)*$")]
 NcclName = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,64}$")]
 # Values pass through to a file NCCL reads literally and to a shell profile:
 # no newlines, '=', quotes, backslashes or shell metacharacters.
 NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:/@%+^-]{0,255}$")]
+# Paths written into shell scripts and slurm.conf: absolute, no white space or shell metacharacters.
+AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]{0,254}$")]
+SearchPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]*(:/[A-Za-z0-9_.+@/-]*){0,31}$")]
+# slurm.conf's HealthCheckNodeState: a comma list of these (slurm.conf(5)).
+HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
 
 class Workload(BaseModel):
@@ -57,7 +77,7 @@ class Workload(BaseModel):
     The first three keys keep their meaning from before the model; the rest
     default to plain data parallelism with no compression or overlap."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     grad_bytes_per_param: float | None = Field(None, gt=0, le=16, description="Default: from precision (bf16: 2).")
     tokens_per_gpu_step: float = Field(gt=0)
@@ -99,7 +119,8 @@ DcqcnName = Literal[tuple(sorted({**DCQCN_RP, **DCQCN_NP}))]  # type: ignore[val
 class HostSettings(BaseModel):
     """The validated settings for one host. Field docs are the README's key table."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # strict: "26" is not 26; no inf or nan in any float (a TFLOPS of inf makes every CCR 0)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     rdma_modules: tuple[ModuleName, ...] = Field(
         DEFAULT_MODULES, description="Kernel modules to load now and at every boot."
@@ -183,7 +204,7 @@ class HostSettings(BaseModel):
     )
     nccl_ib_addr_family: Literal["AF_INET", "AF_INET6"] = Field("AF_INET", description="GID address family.")
     nccl_ib_addr_range: str | None = Field(
-        None, pattern=r"^[0-9a-fA-F:.]{2,39}/\d{1,3}$", description="Fabric subnet (CIDR) for GID auto-selection."
+        None, pattern=r"^[0-9a-fA-F:.]{2,39}/[0-9]{1,3}$", description="Fabric subnet (CIDR) for GID auto-selection."
     )
     nccl_ib_gid_index: int | None = Field(
         None, ge=0, le=255,
@@ -200,7 +221,7 @@ class HostSettings(BaseModel):
         None, description=f"Declared hardware: {', '.join(PROFILES)}. Sets the four verify_* expectations below."
     )
     verify_gpu_model: str | None = Field(None, max_length=128, description="Expected GPU name as NVML reports it.")
-    verify_gpu_count: int | None = Field(None, ge=0, le=64, description="Expected number of GPUs.")
+    verify_gpu_count: int | None = Field(None, ge=1, le=64, description="Expected number of GPUs.")
     verify_ports: int | None = Field(None, ge=0, le=64, description="Expected active compute ports.")
     verify_port_gbps: float | None = Field(None, gt=0, le=3200, description="Expected rate of each compute port.")
     verify_precision: Precision = Field("bf16", description="Precision of F, the GPU compute.")
@@ -259,6 +280,28 @@ class HostSettings(BaseModel):
         False, description="deploys/verify.py measures each GPU-NIC pair through GPU memory (ib_write_bw "
         "--use_cuda, NUMA-pinned); UNKNOWN where ib_write_bw has no CUDA.",
     )
+    slurm_ccrhost: AbsPath = Field(
+        "/usr/local/bin/ccrhost", description="The ccrhost command on the node, as the Slurm prolog and health check run it."
+    )
+    slurm_path: SearchPath = Field(
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        description="PATH for the prolog and health check (slurmd runs them with none): nvidia-smi, scontrol.",
+    )
+    slurm_conf: AbsPath | None = Field(
+        None, description="SLURM_CONF the scripts export for scontrol; default: Slurm's own (/etc/slurm/slurm.conf)."
+    )
+    slurm_fragment: AbsPath = Field(
+        "/etc/slurm/ccrhost.conf", description="The slurm.conf fragment ccrhost writes; slurm.conf must `Include` it."
+    )
+    slurm_prolog: bool = Field(
+        True, description="Set Prolog= in the fragment; off when the site's own prolog calls /etc/ccrhost/slurm-prolog.sh."
+    )
+    slurm_healthcheck_interval: int = Field(
+        300, ge=0, le=86400, description="HealthCheckInterval, seconds (0: no periodic health check)."
+    )
+    slurm_healthcheck_node_state: str = Field(
+        "ANY", description=f"HealthCheckNodeState: a comma list of {', '.join(HEALTHCHECK_STATES)}."
+    )
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
         description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",
@@ -269,6 +312,44 @@ class HostSettings(BaseModel):
     def _known_profile(cls, value):
         if value is not None and value not in PROFILES:
             raise ValueError(f"allowed: {', '.join(PROFILES)}")
+        return value
+
+    @field_validator("roce_version", "nccl_cross_nic", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value, info):
+        # Literal[1, 2] alone takes true for 1 (True == 1 in Python)
+        if isinstance(value, bool):
+            allowed = {"roce_version": "1 or 2", "nccl_cross_nic": "0, 1 or 2"}[info.field_name]
+            raise ValueError(f"allowed: {allowed} (a number, not true/false)")
+        return value
+
+    @field_validator("nccl_ib_addr_range")
+    @classmethod
+    def _cidr(cls, value):
+        if value is not None:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"allowed: an IPv4 or IPv6 network in CIDR form ({exc})") from None
+        return value
+
+    @field_validator("nccl_extra")
+    @classmethod
+    def _no_typed_twin(cls, value):
+        for name in value or {}:
+            if name in NCCL_TWINS:
+                key = NCCL_TWINS[name]
+                rule = _bounds(key) if key in cls.model_fields else None
+                raise ValueError(f"{name} has its own key: set {key} instead"
+                                 + (f" ({rule})" if rule else ""))
+        return value
+
+    @field_validator("slurm_healthcheck_node_state")
+    @classmethod
+    def _node_states(cls, value):
+        words = value.split(",")
+        if not value or any(w not in HEALTHCHECK_STATES for w in words) or len(set(words)) != len(words):
+            raise ValueError(f"a comma list of {', '.join(HEALTHCHECK_STATES)}")
         return value
 
     @field_validator("verify_gpu_tflops")
@@ -297,6 +378,11 @@ class HostSettings(BaseModel):
             )
         if self.verify_beta is not None and self.verify_workload is not None:
             raise ValueError("[verify_beta/verify_workload] set verify_beta or verify_workload, not both")
+        if self.nccl_ib_addr_range is not None:
+            family = ipaddress.ip_network(self.nccl_ib_addr_range, strict=False).version
+            if family != (6 if self.nccl_ib_addr_family == "AF_INET6" else 4):
+                raise ValueError(f"[nccl_ib_addr_range] {self.nccl_ib_addr_range} is an IPv{family} network but "
+                                 f"nccl_ib_addr_family is {self.nccl_ib_addr_family}")
         if self.nccl_ib_gid_index is not None and self.nccl_ib_addr_family == "AF_INET6":
             raise ValueError("[nccl_ib_gid_index] pins an IPv4 GID; it cannot go with nccl_ib_addr_family AF_INET6")
         if self.verify_measure_timeout < self.verify_measure_seconds + 5:
@@ -439,7 +525,11 @@ def validate_host(name: str, data: dict) -> HostSettings:
             if not err["loc"]:  # a rule across keys (model_post_init)
                 # cross-key rules raise "[key] message"
                 keys, _, msg = err["msg"].removeprefix("Value error, [").partition("] ")
-                value = {k: mine.get(k) for k in keys.split("/")} if "/" in keys else mine.get(keys)
+
+                def given(k):  # the value in force: the host's, else the default
+                    field = HostSettings.model_fields.get(k)
+                    return mine[k] if k in mine else field.default if field else None
+                value = {k: given(k) for k in keys.split("/")} if "/" in keys else given(keys)
                 errors.append(DataError(name, keys, value, msg))
                 continue
             key = str(err["loc"][0])

@@ -10,6 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property-based fuzzing (tests/test_fuzz.py, marked `fuzz`). "ci" keeps the
+# suite's share bounded: 200 examples per target, derandomized so a run is
+# repeatable. "deep" is the long run, ten times as many per target (over the
+# 47 targets, well past 10,000 in total), with a fresh seed each time:
+#     scripts/test -m fuzz --hypothesis-profile=deep
+# Its last result is in bench/fuzz-results.md.
+_FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+             print_blob=True)
+settings.register_profile("ci", max_examples=200, derandomize=True, **_FUZZ)
+settings.register_profile("deep", max_examples=2000, **_FUZZ)
+settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_DIR = Path("/var/tmp/ccrhost-test-lab")
@@ -65,6 +78,21 @@ def make_lab():
 
     try:
         yield start
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def slurm_lab():
+    """A 3-node lab with a real Slurm cluster (munged, slurmctld, a slurmd in
+    every node), shared by one module's tests; always removed afterwards."""
+    from ccrhost.lab.fleet import Lab
+
+    lab = Lab(LAB_DIR)
+    lab.down()  # leftovers of an interrupted earlier run
+    try:
+        lab.up(3, "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET, slurm=True)
+        yield lab
     finally:
         lab.down()
 

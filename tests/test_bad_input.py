@@ -67,6 +67,25 @@ CASES = [
     ("verify_measure_timeout", 3, "allowed: integers 5 to 7200"),
     ("verify_report_dir", "../x;y", "must match"),
     ("verify_fleet_tolerance", 2, "less than 1"),
+    # issue 14: typed rules nccl_extra could bypass, non-ASCII digits, impossible CIDRs, infinities
+    ("nccl_extra", {"NCCL_IB_GID_INDEX": "7"}, "NCCL_IB_GID_INDEX has its own key: set nccl_ib_gid_index instead "
+                                               "(allowed: integers 0 to 255)"),
+    ("nccl_extra", {"NCCL_IB_TIMEOUT": "40"}, "set nccl_ib_timeout instead (allowed: integers 1 to 31)"),
+    ("nccl_extra", {"NCCL_IB_HCA": "mlx5_0"}, "NCCL_IB_HCA has its own key: set nccl_ib_hca instead"),
+    ("nccl_extra", {"NCCL_IB_TC": "106"}, "set roce_dscp and roce_ecn_bits instead"),
+    ("nccl_ib_hca", "mlx5_0:\u0661", "must match"),
+    ("nccl_ib_addr_range", "10.0.0.0/33", "an IPv4 or IPv6 network in CIDR form"),
+    ("nccl_ib_addr_range", "::/999", "an IPv4 or IPv6 network in CIDR form"),
+    ("nccl_ib_addr_range", "10.\u0661.0.0/8", "must match"),
+    ("nccl_ib_addr_range", "fd00::/64", "is an IPv6 network but nccl_ib_addr_family is AF_INET"),
+    ("verify_gpu_count", 0, "allowed: integers 1 to 64"),
+    ("verify_gpu_tflops", {"bf16": float("inf")}, "finite number"),
+    ("verify_gpu_tflops", {"bf16": float("nan")}, "finite number"),
+    ("verify_workload", {**WORKLOAD, "grad_bytes_per_param": float("inf")}, "finite number"),
+    ("verify_min_ccr", float("inf"), "finite number"),
+    ("verify_port_gbps", float("nan"), "finite number"),
+    ("roce_version", True, "allowed: 1 or 2 (a number, not true/false)"),  # found by the validator fuzz
+    ("nccl_cross_nic", False, "allowed: 0, 1 or 2"),
 ]
 
 
@@ -104,6 +123,7 @@ def test_bad_input_through_the_pyinfra_cli_changes_no_node(make_lab, tmp_path):
         inventory = tmp_path / "inventory.py"
         inventory.write_text(
             "from ccrhost.lab.inventory import lab_hosts\n"
+            "inf, nan = float('inf'), float('nan')  # repr() of the infinite cases\n"
             f"nodes = [(n, {{**d, **({{{key!r}: {value!r}}} if d['lab_node'] == 'node2' else {{}})}}) "
             "for n, d in lab_hosts()]\n")
         run = run_pyinfra("deploys/rdma.py", inventory=str(inventory), timeout=60)

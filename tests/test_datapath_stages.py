@@ -67,7 +67,8 @@ def rdma_reading(ssh_dev="eth0", mtu_route="eth0") -> RdmaReading:
                         link_layer="Ethernet", netdev=f"ens{i + 1}np0")
         devices[f"mlx5_{i}"] = RdmaDevice(pci=PciLink(32.0, 16, 32.0, 16), netdevs=[f"ens{i + 1}np0"],
                                           ports={1: port})
-    return RdmaReading(devices, NodeNet(default_route_dev=mtu_route, ssh_dev=ssh_dev))
+    return RdmaReading(devices, NodeNet(default_route_dev=mtu_route, default_route_devs=[mtu_route],
+                                        ssh_server_ip="198.18.0.11", ssh_source="$SSH_CONNECTION", ssh_dev=ssh_dev))
 
 
 # --- planning each stage ---------------------------------------------------------------
@@ -109,7 +110,16 @@ def test_mtu_plan_and_the_mtu_qos_sizes_for():
     current = {f"ens{i + 1}np0": 1500 for i in range(8)}
     plan = stages.mtu_plan(settings(), rdma, current)
     assert plan.commands == [["ip", "link", "set", "dev", f"ens{i + 1}np0", "mtu", "4200"] for i in range(1, 8)]
-    assert plan.skipped == ["ens1np0 carries this SSH connection: MTU left at 1500"]
+    assert plan.skipped == ["ens1np0 carries this SSH connection (198.18.0.11, from $SSH_CONNECTION): MTU left at "
+                            "1500"]
+    # through a VLAN on it: the guard's notion, lower links included
+    vlan = rdma_reading(ssh_dev="ens3np0.100", mtu_route="ens3np0.100")
+    vlan.node.lowers = {"ens3np0.100": ["ens3np0"]}
+    assert [c[4] for c in stages.mtu_plan(settings(), vlan, current).commands] == \
+        [f"ens{i}np0" for i in (1, 2, 4, 5, 6, 7, 8)]
+    # the SSH connection's interface unknown: nothing at all
+    lost = rdma_reading(ssh_dev=None)
+    assert stages.mtu_plan(settings(), lost, current).commands == []
     assert stages.planned_mtu(settings(), rdma.node, "ens2np0", 1500) == 4200
     assert stages.planned_mtu(settings(), rdma.node, "ens1np0", 1500) == 1500
     assert stages.planned_mtu(settings(roce_mtu=None), rdma.node, "ens2np0", 1500) == 1500

@@ -60,3 +60,26 @@ def test_fleet_monitor_flags_the_outlier(make_lab, tmp_path):
     assert report[node_address(1)]["flags"] == [] and report[node_address(1)]["gpu_util_mean"] == 95
     assert "GPU utilization 30 is 68% below the fleet median" in run.out  # the fleet table
     assert "<svg" in (tmp_path / "r/monitor-report.html").read_text()
+
+
+def test_a_host_that_cannot_be_reached_is_in_every_report(make_lab, tmp_path):
+    lab = make_lab(nodes=3)
+    lab.kill_sshd("node3")
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(
+        "from ccrhost.lab.inventory import lab_hosts\n"
+        f"nodes = [(n, {{**d, 'monitor_seconds': 1, 'verify_report_dir': {str(tmp_path / 'r')!r}}}) "
+        "for n, d in lab_hosts()]\n")
+    lost = node_address(3)
+    run = run_pyinfra("deploys/monitor.py", inventory=str(inventory))
+    assert "Traceback" not in run.out
+    hosts = json.loads((tmp_path / "r/monitor-report.json").read_text())["hosts"]
+    assert sorted(hosts) == [node_address(1), node_address(2), lost]
+    assert hosts[lost] == {"verdict": "UNKNOWN", "reason": "unreachable: no SSH connection at the start of the run",
+                           "flags": []}
+    assert f"{lost:24} UNKNOWN" in (tmp_path / "r/monitor-report.txt").read_text()
+    verify = run_pyinfra("deploys/verify.py", inventory=str(inventory))
+    assert "Traceback" not in verify.out
+    report = json.loads((tmp_path / "r/ccr-report.json").read_text())["hosts"]
+    assert report[lost]["status"] == "UNKNOWN" and report[lost]["reasons"][0]["code"] == "unreachable"
+    assert report[node_address(1)]["status"] == "OK"

@@ -98,8 +98,13 @@ def test_no_compute_port():
 
 
 def test_extra_may_not_shadow_a_derived_key():
+    # refused at validation, before any host is touched, pointing at the key that sets it
+    with pytest.raises(InventoryDataError, match="NCCL_IB_HCA has its own key: set nccl_ib_hca instead"):
+        validate_host("n1", {"nccl_extra": {"NCCL_IB_HCA": "mlx5_0"}})
+    # and derive() still refuses a settings object that skipped validation
+    settings = validate_host("n1", {}).model_copy(update={"nccl_extra": {"NCCL_IB_HCA": "mlx5_0"}})
     with pytest.raises(nccl.NcclError, match="nccl_extra sets NCCL_IB_HCA"):
-        nccl.derive(ROCE_8, validate_host("n1", {"nccl_extra": {"NCCL_IB_HCA": "mlx5_0"}}))
+        nccl.derive(ROCE_8, settings)
 
 
 @pytest.mark.parametrize("value", ["INFO\nNCCL_X=1", "a=b", '"quoted"', "'q'", "$(reboot)", "`id`", "a;b", "a b", "a\\b", "x|y"])
@@ -132,3 +137,55 @@ def test_conf_block_is_what_ncclparses():
     env = nccl.derive(ROCE_8, validate_host("n1", {}))
     for line in nccl.render_block(env).splitlines():
         assert line.startswith("#") or ("=" in line and not line.startswith("export") and '"' not in line)
+
+
+def test_a_crlf_file_keeps_one_block_and_every_site_line():
+    block = nccl.render_block({"NCCL_IB_TC": "106"})
+    site = "# site\r\nNCCL_DEBUG=WARN\r\n"
+    first = nccl.merge_block(site, block)
+    assert first == site + block
+    crlf_block = block.replace("\n", "\r\n")  # someone's editor rewrote the whole file with CRLF
+    again = nccl.merge_block(site + crlf_block + "NCCL_X=1\r\n", block)
+    assert again == site + block + "NCCL_X=1\r\n" and again.count(nccl.BEGIN) == 1
+    assert nccl.merge_block(again, block) == again
+
+
+def test_a_begin_without_end_is_refused_not_truncated():
+    text = f"NCCL_DEBUG=WARN\n{nccl.BEGIN}\nNCCL_IB_TC=106\nNCCL_SITE_ONLY=1\n"
+    with pytest.raises(nccl.BlockError) as info:
+        nccl.merge_block(text, nccl.render_block({"NCCL_IB_TC": "106"}))
+    assert str(info.value).startswith(f"line 2 opens ccrhost's block ({nccl.BEGIN!r}) but no {nccl.END!r} line")
+
+
+def test_site_text_is_everything_but_the_block():
+    block = nccl.render_block({"NCCL_IB_TC": "106"})
+    assert nccl.site_text("A=1\n" + block + "B=2") == "A=1\nB=2"
+    assert nccl.site_text(block) == ""
+
+
+def test_a_shared_file_with_site_lines_is_backed_up_before_its_content_is_replaced():
+    from ccrhost.operations.base import WriteFileCommand, describe
+    from ccrhost.operations.files import converge
+    from ccrhost.probes.files import FileState
+
+    block = nccl.render_block({"NCCL_IB_TC": "106"})
+    site = "NCCL_DEBUG=WARN\n"
+    state = FileState("644", 0, 0, site)
+    cmds = list(converge("/etc/nccl.conf", nccl.merge_block(site, block), state, owned=False, site=site))
+    assert describe(cmds[0]).startswith("cp -p /etc/nccl.conf /etc/nccl.conf.ccrhost-bak.")
+    assert isinstance(cmds[1], WriteFileCommand)
+    ours = FileState("644", 0, 0, block)  # only ccrhost's own block: nothing of the site's to keep
+    cmds = list(converge("/etc/nccl.conf", nccl.render_block({"NCCL_IB_TC": "98"}), ours, owned=False, site=""))
+    assert len(cmds) == 1 and isinstance(cmds[0], WriteFileCommand)
+    assert list(converge("/etc/nccl.conf", block, FileState("644", 0, 0, block), owned=False)) == []
+
+
+@pytest.mark.parametrize("why", ["/etc/nccl.conf is a symbolic link", "/etc/nccl.conf cannot be read: Input/output error",
+                                 "/etc/nccl.conf is not UTF-8: byte 0xe9 in line 1: caf\\xe9"])
+def test_a_file_that_cannot_be_read_back_fails_the_host_and_is_not_written(why):
+    from ccrhost.operations.base import _report_failure, describe
+    from ccrhost.operations.files import converge
+    from ccrhost.probes.files import FileState
+
+    (only,) = converge("/etc/nccl.conf", "NCCL_X=1\n", FileState("", 0, 0, None, why), owned=False, site="")
+    assert only.function is _report_failure and describe(only) == f"fail: /etc/nccl.conf left untouched: {why}"

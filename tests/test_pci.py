@@ -186,3 +186,9 @@ def test_whole_dump_from_a_lab_node():
     assert set(snap.versions().nic_fw.values()) == {"28.39.3560"}
     assert snap.counters()["mlx5_0/1"] == dict.fromkeys(dp.COUNTERS, 0)
     assert all(v == 0x2930 for v in snap.devctl().values())
+
+
+def test_unicode_digits_are_no_port_number():
+    # str.isdigit() takes "²", int() does not: found by tests/test_fuzz.py
+    with pytest.raises(PciFormatError, match="is not a number"):
+        pci.parse_ib(["mlx5_0/ports/\u00b2/counters/link_downed:12"])

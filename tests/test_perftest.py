@@ -50,3 +50,13 @@ def test_client_runs_per_device():
     assert out["mlx5_1"] == {"gbps": None, "error": "ib_write_bw on mlx5_1 failed: Couldn't connect to 198.18.0.12:18516"}
     assert out["mlx5_2"] == {"gbps": None, "error": "ib_write_bw on mlx5_2 timed out"}
     assert parse_client_runs(["@@missing"])["@all"]["error"] == "ib_write_bw not found (install perftest)"
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-5", "-inf", "NaN"])
+def test_a_row_that_is_no_measurement_is_refused_and_never_counted(bad):
+    row = f" 65536      5000             {bad}              {bad}              0.176230"
+    text = SAMPLE.replace(" 65536      5000             92.42              92.40              0.176230", row)
+    with pytest.raises(PerftestFormatError, match="not a finite number"):
+        parse_ib_write_bw(text)
+    runs = parse_client_runs(["@@dev mlx5_0", *text.splitlines(), "@@rc 0"])
+    assert runs["mlx5_0"]["gbps"] is None and repr(row.strip()) in runs["mlx5_0"]["error"]

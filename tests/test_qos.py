@@ -89,3 +89,82 @@ def test_headroom_read_back():
     assert qos.headroom_problems(buffers, {1}, 10000) == []
     assert qos.headroom_problems(buffers, {1}, 20000) == [
         "buffer 1: headroom 11570 bytes (size 131072, xoff 119502) is below qos_min_headroom 20000"]
+
+
+def run_unit(tmp_path, steps, iface="ens3np0", finished=("ens1np0", "ens2np0")):
+    import subprocess
+
+    marker = tmp_path / "finished"
+    script = qos.unit_script(iface, steps, list(finished), on_failure=f"echo recorded > {marker}")
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    return proc, marker
+
+
+def test_a_failed_setting_restores_the_interface_and_names_the_setting(tmp_path):
+    files = {name: tmp_path / name for name in ("trust", "pfc", "enable3")}
+    for f in files.values():
+        f.write_text("old\n")
+    (tmp_path / "ro").mkdir()
+    steps = [
+        # a tool command that changes two things and may half-apply
+        qos.Step(["sh", "-c", f"printf new > {files['trust']}; printf new > {files['pfc']}"],
+                 (["sh", "-c", f"printf old > {files['trust']}; printf old > {files['pfc']}"],), "set trust and PFC"),
+        qos._step(qos.Write(str(files["enable3"]), "1"), [qos.Write(str(files["enable3"]), "old")]),
+        # fails: a write under a directory that is not there
+        qos._step(qos.Write(str(tmp_path / "ro/missing/enable4"), "1"), [qos.Write(str(tmp_path / "x"), "0")]),
+        qos._step(qos.Write(str(tmp_path / "never"), "1"), []),
+    ]
+    proc, marker = run_unit(tmp_path, steps)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == (
+        f"ccrhost: ens3np0: setting failed: write 1 to {tmp_path}/ro/missing/enable4; its previous QoS restored; "
+        "ens1np0, ens2np0 done and re-applied at boot")
+    assert {n: f.read_text().strip() for n, f in files.items()} == {"trust": "old", "pfc": "old", "enable3": "old"}
+    assert not (tmp_path / "x").exists()  # the failed single write changed nothing: nothing to restore
+    assert not (tmp_path / "never").exists()  # settings after the failure never run
+    assert marker.read_text() == "recorded\n"
+
+
+def test_a_half_applied_tool_command_is_restored_and_an_unread_value_is_named(tmp_path):
+    target = tmp_path / "buffers"
+    target.write_text("old")
+    steps = [qos.Step(["sh", "-c", f"printf half > {target}; exit 1"], (["sh", "-c", f"printf old > {target}"],),
+                      "mlnx_qos -i x --buffer_size 1,2", True),
+             qos._step(qos.Write(str(tmp_path / "a"), "1"), [], unknown="ecn/roce_np/cnp_dscp")]
+    proc, _ = run_unit(tmp_path, steps, finished=())
+    assert proc.returncode == 1 and target.read_text() == "old"
+    assert proc.stderr.strip().endswith("setting failed: mlnx_qos -i x --buffer_size 1,2; its previous QoS restored; "
+                                        "no interface finished before it")
+
+
+def test_a_unit_that_succeeds_is_silent_and_names_are_never_expanded(tmp_path):
+    steps = [qos._step(qos.Write(str(tmp_path / "ok"), "1"), [])]
+    proc, marker = run_unit(tmp_path, steps)
+    assert proc.returncode == 0 and proc.stderr == "" and not marker.exists()
+    hostile = "x$(touch pwned)`touch pwned2`"
+    bad = [qos._step(qos.Write(str(tmp_path / "no/such"), "1"), [])]
+    proc, _ = run_unit(tmp_path, bad, iface=hostile, finished=(hostile,))
+    assert proc.returncode == 1 and hostile in proc.stderr
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+
+
+def test_each_setting_restores_the_value_read_before():
+    cur = replace(fresh_ofed(), dscp2prio={48: 1}, trust="dscp")
+    steps, _ = qos.plan_steps("ens1np0", "ofed", wanted(qos_cable_len=30), cur)
+    restore = {s.what: [qos.shell_line(r) for r in s.restore] for s in steps}
+    assert restore["mlnx_qos -i ens1np0 --dscp2prio set,26,3"] == ["mlnx_qos -i ens1np0 --dscp2prio del,26,3"]
+    assert restore["mlnx_qos -i ens1np0 --dscp2prio set,48,6"] == ["mlnx_qos -i ens1np0 --dscp2prio set,48,1"]
+    assert restore["mlnx_qos -i ens1np0 --cable_len 30"] == ["mlnx_qos -i ens1np0 --cable_len 7"]
+    assert restore["mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0"] == ["mlnx_qos -i ens1np0 --pfc 0,0,0,0,0,0,0,0"]
+    assert restore["write 1 to /sys/class/net/ens1np0/ecn/roce_rp/enable/3"] == [
+        "printf '%s\\n' 0 > /sys/class/net/ens1np0/ecn/roce_rp/enable/3"]
+    up = QosInterface(backend="upstream", dscp2prio={26: 0}, pfc=[0] * 8, cable_len=7, buffer_size=[262016] + [0] * 7,
+                      prio2buffer=[0] * 8)
+    steps, _ = qos.plan_steps("enp26s0np0", "upstream", wanted(qos_cable_len=30), up)
+    assert [[qos.shell_line(r) for r in s.restore] for s in steps] == [
+        ["dcb app del dev enp26s0np0 dscp-prio 48:6", "dcb app replace dev enp26s0np0 dscp-prio 26:0"],
+        ["dcb pfc set dev enp26s0np0 prio-pfc 0:off 1:off 2:off 3:off 4:off 5:off 6:off 7:off delay 7"],
+    ]
+    unread = replace(fresh_ofed(), pfc=None)
+    pfc = next(s for s in qos.plan_steps("ens1np0", "ofed", wanted(), unread)[0] if "--pfc" in s.what)
+    assert pfc.restore == () and pfc.unknown == "PFC"

@@ -1,6 +1,7 @@
 """End to end: lossless RoCE on OFED and upstream lab nodes, persistence
 across a reboot, the SSH-path guard and the per-host failures."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,11 +109,11 @@ def test_ssh_path_guard_refuses_then_allows(make_lab, tmp_path):
     before = qos_view(lab, "node1", OFED_IFS, "ofed")[:2]
     run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path))
     assert run.rc == 1
-    assert (f"[{node_address(1)}] refusing to change QoS: ens1np0 carries this SSH connection; ens1np0 carries "
-            "the default route. Changing PFC toggles the port link and would cut this node off. "
-            "Set qos_allow_ssh_interface: true for this host to allow it.") in run.out
+    assert (f"[{node_address(1)}] refusing to change QoS: ens1np0 carries this SSH connection ({node_address(1)}, "
+            "from $SSH_CONNECTION); ens1np0 carries a default route. Changing PFC toggles the port link and would "
+            "cut this node off. Set qos_allow_ssh_interface: true for this host to allow it.") in run.out
     assert qos_view(lab, "node1", OFED_IFS, "ofed")[:2] == before
-    assert run.results()["Tune RDMA (modules, RoCE, QoS, NCCL, boot unit)"]["success"] == "1"  # node2 went on
+    assert run.results()["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"]["success"] == "1"  # node2 went on
 
     allowed = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(
         tmp_path, per_node={"node1": {"qos_allow_ssh_interface": True}}))
@@ -126,11 +127,42 @@ def test_read_only_ecn_fails_that_host_and_credit_threshold_is_never_created(mak
     run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path, qos_credit_threshold=2048))
     assert run.rc == 1
     assert "/sys/class/net/ens1np0/ecn/roce_rp/enable/3: Read-only file system" in run.out
-    assert run.results()["Tune RDMA (modules, RoCE, QoS, NCCL, boot unit)"]["error"] == "1"
+    assert run.results()["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"]["error"] == "1"
     assert (f"[{node_address(1)}] mlx5_0 port 1: credit_threshold is unsupported on this driver "
             "(no /sys/class/infiniband/mlx5_0/ports/1/credit_threshold); not created") in run.out
     assert not (lab.root("node1") / "sys/class/infiniband/mlx5_0/ports/1/credit_threshold").exists()
     assert (lab.root("node3") / "sys/class/infiniband/mlx5_0/ports/1/credit_threshold").read_text() == "2048\n"
+
+
+def test_a_failed_setting_restores_its_interface_and_the_finished_ones_survive_a_reboot(make_lab, tmp_path):
+    lab = make_lab(nodes=2, faults=["node1:ecn_readonly=mlx5_3"])  # ens4np0's ecn/ is read-only
+    before = qos_view(lab, "node1", OFED_IFS, "ofed")
+    run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path))
+    assert run.rc == 1 and "Traceback" not in run.out
+    line = ("ccrhost: ens4np0: setting failed: write 1 to /sys/class/net/ens4np0/ecn/roce_rp/enable/3; its previous "
+            "QoS restored; ens1np0, ens2np0, ens3np0 done and re-applied at boot")
+    assert f"[{node_address(1)}] {line}" in run.out, run.out
+    tuned, _, _ = qos_view(lab, "node1", OFED_IFS, "ofed")
+    for iface in OFED_IFS[:3]:
+        assert tuned[iface]["trust"] == "dscp" and tuned[iface]["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0], iface
+    for iface in OFED_IFS[3:]:  # the failed one as it was, the ones after it never touched
+        assert tuned[iface] == before[0][iface], iface
+    net = lab.root("node1") / "sys/class/net"
+    for iface in OFED_IFS[3:]:
+        assert (net / iface / "ecn/roce_rp/enable/3").read_text() == "0\n", iface
+    listed = (lab.root("node1") / "etc/ccrhost/qos-interfaces").read_text().splitlines()
+    assert [x for x in listed if not x.startswith("#")] == OFED_IFS[:3]
+    report = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    assert report[node_address(1)]["reasons"][0]["message"] == (
+        f"failed before verification: Tune RDMA (modules, RoCE, boot unit, QoS, NCCL): {line}")
+    assert report[node_address(2)]["status"] == "OK"  # the healthy node finished every stage
+
+    lab.reboot("node1")  # QoS is volatile: the boot unit re-applies what the deploy finished
+    boot = lab_ssh(lab, "node1", "/etc/ccrhost/boot-apply.sh")
+    assert boot.returncode == 0, boot.stderr
+    again, _, _ = qos_view(lab, "node1", OFED_IFS, "ofed")
+    assert [again[i] == tuned[i] for i in OFED_IFS[:3]] == [True] * 3
+    assert [again[i] == before[0][i] for i in OFED_IFS[3:]] == [True] * 5
 
 
 def test_dry_run_lists_writes_and_makes_none(make_lab, tmp_path):

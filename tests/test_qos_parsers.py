@@ -63,3 +63,39 @@ def test_ofed_buffer_files():
     assert out["port_buffer_size"] == 262016 and out["buffers"][1] == {"buffer": 1, "size": 131072, "xoff": 100000, "xon": 95000}
     assert p.parse_ofed_prio2buffer("Priority\tBuffer\n" + "".join(f"{i}\t\t{int(i == 3)}\n" for i in range(8))) == \
         [0, 0, 0, 1, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("parse, text, quoted", [
+    (p.parse_dcb_pfc, "pfc-cap 8 macsec-bypass off delay 7\nprio-pfc -1:on 0:off\n", "prio-pfc -1:on 0:off"),
+    (p.parse_dcb_pfc, "prio-pfc 0:off 8:on\n", "prio-pfc 0:off 8:on"),
+    (p.parse_dcb_pfc, "prio-pfc 0:off 3:maybe\n", "prio-pfc 0:off 3:maybe"),
+    (p.parse_dcb_pfc, "prio-pfc 0:off 3on\n", "prio-pfc 0:off 3on"),
+    (p.parse_dcb_app_dscp, "dscp-prio CS3:3\n", "dscp-prio CS3:3"),
+    (p.parse_dcb_app_dscp, "dscp-prio 64:3\n", "dscp-prio 64:3"),
+    (p.parse_dcb_app_dscp, "dscp-prio \u0661:3\n", "dscp-prio \u0661:3"),
+    (p.parse_dcb_buffer, "prio-buffer 0:0 8:1\n", "prio-buffer 0:0 8:1"),
+    (p.parse_dcb_buffer, "buffer-size 0:10Kb 1:-1Kb\n", "buffer-size 0:10Kb 1:-1Kb"),
+    (p.parse_ofed_prio2buffer, "Priority\tBuffer\n8\t\t0\n", "8\t\t0"),
+    (p.parse_ofed_buffer_size, "Port buffer size 4151520\n", "Port buffer size 4151520"),
+    (p.parse_mlnx_qos, "Priority trust state: dscp\n\tprio:8 dscp:07,06,\n", "prio:8 dscp:07,06,"),
+    (p.parse_mlnx_qos, "Priority trust state: dscp\nPFC configuration:\n\tenabled 0 0 0 1 0 0 0\n", "enabled 0 0 0 1 0 0 0"),
+])
+def test_bad_qos_output_is_refused_quoting_the_line(parse, text, quoted):
+    with pytest.raises(p.QosFormatError) as info:
+        parse(text)
+    assert repr(quoted) in str(info.value), str(info.value)
+
+
+def test_qos_dump_names_the_command_and_keeps_the_error_with_its_interface():
+    reading = p.parse_qos_dump(["@@if ens1np0", "@@dcb_app 0", "dscp-prio CS3:3", "@@dcb_pfc 0", "prio-pfc 3:on",
+                                "@@if ens2np0", "@@dcb_app 0", "dscp-prio 26:3", "@@dcb_pfc 0", "prio-pfc 3:on"])
+    bad, good = reading.interfaces["ens1np0"], reading.interfaces["ens2np0"]
+    assert bad.errors == ["cannot read dcb -N app show dev ens1np0 dscp-prio: line 'dscp-prio CS3:3': "
+                          "DSCP 'CS3' by name: run dcb with -N"]
+    assert good.errors == [] and good.dscp2prio == {26: 3} and good.pfc == [0, 0, 0, 1, 0, 0, 0, 0]
+
+
+def test_ecn_value_that_is_no_integer_names_the_file():
+    reading = p.parse_qos_dump(["@@if ens1np0", "@@ecn", "roce_rp/enable/3:yes"])
+    assert reading.interfaces["ens1np0"].errors == [
+        "cannot read /sys/class/net/ens1np0/ecn: /sys/class/net/ens1np0/ecn/roce_rp/enable/3 holds 'yes', not an integer"]

@@ -66,3 +66,15 @@ def test_gid_type_is_one_of_the_kernel_strings():
     assert sysfs.parse_gid_type("RoCE v2\n") == "RoCE v2"
     with pytest.raises(sysfs.SysfsFormatError):
         sysfs.parse_gid_type("RoCEv2")
+
+
+@pytest.mark.parametrize("parse, text", [
+    (sysfs.parse_numbered_state, "Unknown"), (sysfs.parse_numbered_state, "\u0664: ACTIVE"),
+    (sysfs.parse_rate, "fast"), (sysfs.parse_rate, "\u0664\u0660\u0660 Gb/sec (4X NDR)"),
+    (sysfs.parse_rate, "9" * 400 + " Gb/sec (4X NDR)"), (sysfs.parse_int, "\u0661\u0666"), (sysfs.parse_int, "1_6"),
+    (sysfs.parse_pcie_speed, "\u0663\u0662 GT/s PCIe"), (sysfs.parse_pcie_speed, "1e400 GT/s PCIe"),
+])
+def test_values_the_kernel_never_prints_are_refused_with_the_text(parse, text):
+    with pytest.raises(sysfs.SysfsFormatError) as info:
+        parse(text)
+    assert repr(text) in str(info.value)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pyinfra.api import FactBase
+from pyinfra.api.exceptions import FactProcessError
 
-from ccrhost.probes.counters import parse_samples, sampler_command
+from ccrhost import failures
+from ccrhost.probes.counters import CountersFormatError, parse_samples, sampler_command
 
 
 class RuntimeSamples(FactBase):
@@ -17,4 +19,8 @@ class RuntimeSamples(FactBase):
         return sampler_command(count, interval)
 
     def process(self, output):
-        return parse_samples(output)
+        try:
+            return parse_samples(output)
+        except CountersFormatError as exc:
+            failures.record_current(f"cannot read the samples: {exc}")
+            raise FactProcessError(f"cannot read the samples: {exc}") from exc

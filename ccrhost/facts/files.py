@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
+from ccrhost import failures
 from ccrhost.probes import files
 
 
@@ -26,4 +27,5 @@ class FileStates(FactBase):
         try:
             return files.parse_states(output)
         except files.FileFormatError as exc:
+            failures.record_current(str(exc))
             raise FactProcessError(str(exc)) from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from ccrhost.probes.node import NodeSnapshot, command, parse_snapshot
+from ccrhost.probes.node import PROBES, NodeSnapshot, command, parse_snapshot
 
 
 class NodeState(FactBase):
@@ -20,7 +20,10 @@ class NodeState(FactBase):
         snap.rdma.devices["mlx5_0"].ports[1].state   # "ACTIVE"
     """
 
-    default = NodeSnapshot
+    def default(self):
+        # what the stages see when the command itself failed (a lost
+        # connection): every probe unread, so none of them acts on it
+        return NodeSnapshot(errors={name: "the node's state could not be read" for name in PROBES})
 
     def command(self, paths, wants) -> str:
         return command(paths, wants)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
+from ccrhost import failures
 from ccrhost.probes import qos
 
 
@@ -23,5 +24,6 @@ class QosState(FactBase):
     def process(self, output):
         try:
             return qos.parse_qos_dump(output)
-        except (qos.QosFormatError, ValueError) as exc:
+        except qos.QosFormatError as exc:
+            failures.record_current(f"unexpected QoS tool output: {exc}")
             raise FactProcessError(f"unexpected QoS tool output: {exc}") from exc

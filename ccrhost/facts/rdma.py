@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
+from ccrhost import failures
 from ccrhost.probes import sysfs
 from ccrhost.probes.rdma import (
     COMMAND,
@@ -38,4 +39,5 @@ class RdmaDevices(FactBase):
         try:
             return parse_rdma_dump(output)
         except sysfs.SysfsFormatError as exc:
+            failures.record_current(f"unexpected sysfs content: {exc}")
             raise FactProcessError(f"unexpected sysfs content: {exc}") from exc

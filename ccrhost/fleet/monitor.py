@@ -8,13 +8,14 @@ import json
 import sys
 from pathlib import Path
 
+from ccrhost import failures
 from ccrhost.facts.counters import RuntimeSamples
 from ccrhost.facts.gpu import NvidiaGpus
 from ccrhost.facts.rdma import RdmaDevices
 from ccrhost.fleet.charts import Bar, bar_chart
 from ccrhost.fleet.parallel import once_per_run, parallel_facts
 from ccrhost.model.ports import effective_rates
-from ccrhost.model.status import FAIL, below_median
+from ccrhost.model.status import FAIL, UNKNOWN, below_median
 from ccrhost.model.utilization import Summary, summarize
 from ccrhost.output import write_atomic
 from ccrhost.probes.rdma import RdmaReading
@@ -37,19 +38,39 @@ def _window(state, inventory, settings_by_host: dict) -> dict:
     summaries = {}
     for h, r, g, s in zip(hosts, rdma, gpus, samples):
         st = settings_by_host[h.name]
-        if isinstance(s, list) and len(s) > 1:
+        if h not in state.failed_hosts and isinstance(s, list) and len(s) > 1:
             summaries[h.name] = summarize(s, effective_rates(r or RdmaReading(), st.rdma_exclude_devices),
                                           len(g.gpus) if g else 0, st.monitor_gpu_target, st.monitor_net_target)
+    missing = unsampled(state, inventory, summaries)
     flags = fleet_outliers(summaries, first.monitor_outlier_tolerance)
-    report = {"hosts": {h: {**s.to_dict(), "flags": flags.get(h, [])} for h, s in summaries.items()}}
+    report = {"hosts": {**{h: {**s.to_dict(), "flags": flags.get(h, [])} for h, s in summaries.items()},
+                        **{h: {"verdict": UNKNOWN, "reason": why, "flags": []} for h, why in missing.items()}}}
+    report["hosts"] = dict(sorted(report["hosts"].items()))
     out = Path(first.verify_report_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "monitor-report.json", json.dumps(report, indent=2) + "\n")
-    table = fleet_table(summaries, flags)
+    table = fleet_table(summaries, flags, missing)
     write_atomic(out / "monitor-report.txt", table)
-    write_atomic(out / "monitor-report.html", html_chart(summaries, flags))
+    write_atomic(out / "monitor-report.html", html_chart(summaries, flags, missing))
     atexit.register(lambda: sys.stdout.write("\n" + table + f"Report: {out / 'monitor-report.json'}\n"))
     return report
+
+
+def unsampled(state, inventory, summaries: dict) -> dict[str, str]:
+    """Every inventory host of the run without a window, and why: each is
+    UNKNOWN in the reports, never left out."""
+    missing = {}
+    for host in inventory:
+        if host.name in summaries or not state.is_host_in_limit(host):
+            continue
+        recorded = failures.reason(host.name)
+        if host not in state.activated_hosts:
+            missing[host.name] = "unreachable: no SSH connection at the start of the run"
+        elif recorded:
+            missing[host.name] = f"{recorded[0]}: {recorded[1]}"
+        else:
+            missing[host.name] = "sampling failed (see the run log)"
+    return missing
 
 
 def fleet_outliers(summaries: dict[str, Summary], tolerance: float = 0.2) -> dict[str, list[str]]:
@@ -62,8 +83,10 @@ def fleet_outliers(summaries: dict[str, Summary], tolerance: float = 0.2) -> dic
     return flags
 
 
-def fleet_table(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> str:
+def fleet_table(summaries: dict[str, Summary], flags: dict[str, list[str]], missing: dict[str, str] | None = None) -> str:
     lines = [f"{'host':24} {'verdict':8} {'GPU mean':>9} {'GPU p5':>7} {'network':>8}  flags"]
+    for host, why in sorted((missing or {}).items()):
+        lines.append(f"{host:24} {UNKNOWN:8} {'n/a':>9} {'n/a':>7} {'n/a':>8}  {why}")
     for host, s in sorted(summaries.items()):
         gpu = "n/a" if s.gpu_util_mean is None else f"{s.gpu_util_mean:.1f}%"
         p5 = "n/a" if s.gpu_util_p5 is None else f"{s.gpu_util_p5:.0f}%"
@@ -72,9 +95,9 @@ def fleet_table(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> s
     return "\n".join(lines) + "\n"
 
 
-def html_chart(summaries: dict[str, Summary], flags: dict[str, list[str]]) -> str:
+def html_chart(summaries: dict[str, Summary], flags: dict[str, list[str]], missing: dict[str, str] | None = None) -> str:
     """Network utilization per host against the target, as the CCR report draws CCR."""
-    bars = []
+    bars = [Bar(host, None, UNKNOWN, f"{UNKNOWN}: {why}") for host, why in sorted((missing or {}).items())]
     for host, s in sorted(summaries.items()):
         status = FAIL if host in flags or s.verdict == FAIL else s.verdict
         value = s.network_fraction * 100 if s.network_fraction is not None else None

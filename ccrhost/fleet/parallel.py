@@ -7,6 +7,8 @@ import gevent
 import gevent.lock
 from pyinfra.context import ctx_host, ctx_state
 
+from ccrhost import failures
+
 
 def parallel_facts(state, calls: list) -> list:
     """Run (host, fact, kwargs) fact reads at once; results in call order."""
@@ -16,7 +18,12 @@ def parallel_facts(state, calls: list) -> list:
 
     greenlets = [gevent.spawn(one, h, fact, kwargs) for h, fact, kwargs in calls]
     gevent.joinall(greenlets)
-    # A host whose read failed has been failed by pyinfra already: None here.
+    # A host whose read failed has been failed by pyinfra already (None
+    # here); one whose read raised is failed here, with the reason.
+    for g, (h, fact, _) in zip(greenlets, calls):
+        if not g.successful():
+            failures.record(h.name, f"reading {fact.__name__} failed: {type(g.exception).__name__}: {g.exception}")
+            state.fail_hosts({h})
     return [g.value if g.successful() else None for g in greenlets]
 
 

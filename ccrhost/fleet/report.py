@@ -1,7 +1,8 @@
 """The fleet report: JSON (everything, with each host's GPU x NIC topology
 matrix), JUnit XML (a testcase per host), a text table sorted by CCR, and
-an HTML chart of CCR per host. Firmware and driver versions are compared
-across the fleet here, once every host's verdict is in."""
+an HTML chart of CCR per host. Every host of the inventory is in each, the
+ones the verification never judged too. Firmware and driver versions are
+compared across the fleet here, once every host's verdict is in."""
 
 from __future__ import annotations
 
@@ -10,17 +11,11 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from ccrhost import failures
 from ccrhost.fleet.charts import Bar, bar_chart
 from ccrhost.model.datapath import check_fleet_versions
-from ccrhost.model.verdict import (
-    FAIL,
-    OK,
-    UNKNOWN,
-    WARN,
-    Verdict,
-    fleet_outliers,
-    worst,
-)
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
+from ccrhost.model.verdict import Readings, Verdict, fleet_outliers
 from ccrhost.output import write_atomic
 
 
@@ -101,15 +96,16 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def html_chart(verdicts: dict[str, Verdict]) -> str:
-    bars = [Bar(host, v.ccr.ccr if v.ccr else None, v.status,
-                f"{v.status} {v.ccr.ccr:.3e}" if v.ccr else v.status, v.fail_below)
-            for host, v in sorted(verdicts.items())]
-    return bar_chart("CCR per host", "Dashed line: the CCR below which the host fails "
-                     "(verify_min_ccr, or verify_min_ccr_fraction of the expected CCR).", bars)
+def html_chart(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = None) -> str:
+    """The page an operator opens first (see ``ccrhost.fleet.page``)."""
+    from ccrhost.fleet.page import fleet_page
+
+    return fleet_page(verdicts, addresses)
 
 
-def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None) -> dict[str, Path]:
+def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None,
+                  addresses: dict[str, str] | None = None) -> dict[str, Path]:
+    """``addresses``: host name -> address, shown beside the name where they differ."""
     out = Path(directory)
     paths = {kind: out / f"ccr-report.{kind}" for kind in ("json", "xml", "txt", "html")}
     document = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
@@ -117,29 +113,84 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
     write_atomic(paths["json"], json.dumps(document, indent=2, default=str) + "\n")
     write_atomic(paths["xml"], junit_xml(verdicts))
     write_atomic(paths["txt"], text_table(verdicts))
-    write_atomic(paths["html"], html_chart(verdicts))
+    write_atomic(paths["html"], html_chart(verdicts, addresses))
     return paths
 
 
-class FleetReport:
-    """Collects each host's verdict during a run; written once at the end."""
+def _op_failure(state, host) -> str | None:
+    """The stage that failed ``host`` and its last line of stderr."""
+    for op_hash in state.get_op_order():
+        data = state.ops.get(host, {}).get(op_hash)
+        meta = getattr(data, "operation_meta", None)
+        if meta is None or not meta.is_complete() or not meta.did_error():
+            continue
+        stage = ", ".join(state.get_op_meta(op_hash).names) or "an operation"
+        stderr = [line.strip() for line in meta.stderr_lines if line.strip()]
+        return f"{stage}: {stderr[-1]}" if stderr else stage
+    return None
 
-    def __init__(self, directory: str, tolerance: float | None = None):
+
+def not_verified(status: str, code: str, message: str) -> Verdict:
+    """The verdict of a host the verification never judged."""
+    return Verdict(status, [Reason(status, code, message)], None, None, Readings([], []))
+
+
+def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, inventory) -> dict[str, Verdict]:
+    """Every inventory host of the run: its verdict when the verification
+    judged it, else UNKNOWN "unreachable: ..." for a host pyinfra could not
+    reach, else FAIL "failed before verification: <reason>"."""
+    out = {}
+    for host in inventory:
+        if not state.is_host_in_limit(host):
+            continue
+        recorded = failures.reason(host.name)
+        if host.name in judged or (host not in state.failed_hosts and host.name in verdicts):
+            out[host.name] = verdicts[host.name]
+        elif host not in state.activated_hosts:
+            out[host.name] = not_verified(UNKNOWN, "unreachable", "unreachable: no SSH connection at the start of the run")
+        elif recorded and recorded[0] == failures.UNREACHABLE:
+            out[host.name] = not_verified(UNKNOWN, "unreachable", f"unreachable: {recorded[1]}")
+        else:
+            stage = _op_failure(state, host)
+            why = recorded[1] if recorded else None
+            if stage and why and not stage.endswith(why):
+                why = f"{stage.split(':')[0]}: {why}"
+            out[host.name] = not_verified(FAIL, "failed_before_verification",
+                                          f"failed before verification: {why or stage or 'see the run log'}")
+    return out
+
+
+class FleetReport:
+    """Collects each host's verdict during a run; written once at the end,
+    with every inventory host in it."""
+
+    def __init__(self, directory: str, tolerance: float | None = None, state=None, inventory=None):
         self.directory = directory
         self.tolerance = tolerance
+        self.state, self.inventory = state, inventory
         self.verdicts: dict[str, Verdict] = {}
+        self.judged: set[str] = set()  # hosts whose verification ran (not only planned)
+        self.addresses: dict[str, str] = {}
 
-    def record(self, host: str, verdict: Verdict) -> None:
+    def record(self, host: str, verdict: Verdict, executed: bool = False, address: str | None = None) -> None:
         self.verdicts[host] = verdict  # the execute-time verdict replaces the plan-time one
+        if address:
+            self.addresses[host] = address
+        if executed:
+            self.judged.add(host)
 
     def finish(self, stream=None) -> dict[str, Path] | None:
-        if not self.verdicts:
+        verdicts = self.verdicts
+        if self.state is not None and self.inventory is not None:
+            verdicts = fleet_verdicts(self.verdicts, self.judged, self.state, self.inventory)
+        if not verdicts:
             return None
-        apply_fleet_tolerance(self.verdicts, self.tolerance)
-        apply_fleet_versions(self.verdicts)
-        paths = write_reports(self.verdicts, self.directory, {"fleet_versions": fleet_versions(self.verdicts)})
+        apply_fleet_tolerance(verdicts, self.tolerance)
+        apply_fleet_versions(verdicts)
+        paths = write_reports(verdicts, self.directory, {"fleet_versions": fleet_versions(verdicts)},
+                              addresses=self.addresses)
         if stream is not None:
-            stream.write("\n" + text_table(self.verdicts))
+            stream.write("\n" + text_table(verdicts))
             stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")
         return paths
 
@@ -147,13 +198,17 @@ class FleetReport:
 _FLEET: FleetReport | None = None
 
 
-def fleet_report(directory: str, tolerance: float | None = None) -> FleetReport:
+def fleet_report(directory: str, tolerance: float | None = None, state=None, inventory=None) -> FleetReport:
     """The run's report, written and printed when the pyinfra process exits."""
     global _FLEET
     if _FLEET is None:
         import atexit
         import sys
 
-        _FLEET = FleetReport(directory, tolerance)
+        def real(obj):  # pyinfra's context proxies may be unset when the process exits
+            getter = getattr(type(obj), "_get_module", None)
+            return getter(obj) if getter else obj
+
+        _FLEET = FleetReport(directory, tolerance, real(state), real(inventory))
         atexit.register(_FLEET.finish, sys.stdout)
     return _FLEET

@@ -137,7 +137,7 @@ FAULT_KINDS = {
     "rdma_missing": "[DEV]: the RDMA device (default: all of them) is absent",
     "gpu_missing": "[INDEX]: one GPU (default: the last) is missing",
     "gpu_throttled": "[INDEX]: one GPU (default: 0) runs at reduced SM clock, HW slowdown",
-    "ecn_readonly": "the OFED ecn/ files are read-only",
+    "ecn_readonly": "[NIC]: the OFED ecn/ files (of that NIC's netdev; default: every one) are read-only",
     "configfs_unmounted": "nothing is mounted on /sys/kernel/config at boot",
     "modprobe_fails": "MODULE: inserting this module fails",
     "gid_index": "DEV:INDEX: the RoCE v2 IPv4 GID of that port sits at INDEX (as in containers)",
@@ -154,6 +154,13 @@ FAULT_KINDS = {
     "nic_numa_far": "[DEV]: that NIC (default: the last of socket 0) sits on a root port of the other socket",
     "link_flap": "[DEV][:SECONDS]: the port's link_downed rises by one every SECONDS (default: the first NIC, 2 s)",
     "fw_mismatch": "[DEV[:FW]]: that NIC (default: the last) runs other firmware (default 28.38.1002)",
+    "garble": "PATH:TEXT: the node's file PATH (under /sys or /etc; no ':' in PATH) holds TEXT at boot",
+    "garble_tool": "TOOL:FIND=>REPLACE: TOOL's output (mlnx_qos, dcb-app, dcb-pfc, dcb-buffer, nvidia-smi) has FIND "
+                   "replaced (an empty FIND replaces the whole output)",
+    "gpu_hang": "nvidia-smi hangs instead of answering (a driver that stopped responding)",
+    "ssh_over": "KIND[:DEV]: SSH and the default route arrive on a KIND (vlan, bridge, bond or macvlan) over DEV "
+                "(default: the first NIC's netdev)",
+    "route_multipath": "[DEV]: the default route has a second nexthop through DEV (default: the second NIC's netdev)",
 }
 # The six error counters the data-path check reads, plus one more the
 # reference's sample shows (Documentation/ABI/stable/sysfs-class-infiniband).
@@ -166,6 +173,25 @@ OTHER_FW = "28.38.1002"
 # link_downed is 8 bits wide and stops at 255: one flap per 2 s leaves a
 # lab about 8 minutes before the counter saturates.
 FLAP_SECONDS = 2
+
+SSH_OVER = ("vlan", "bridge", "bond", "macvlan")
+
+
+def ssh_over(faults: list[Fault], profile: Profile) -> tuple[str, str] | None:
+    """The ssh_over fault as (kind, lower netdev), if the node has one."""
+    for value in _fault_values(faults, "ssh_over"):
+        kind, _, dev = (value or "").partition(":")
+        dev = dev or profile.nics[0].netdev
+        if kind not in SSH_OVER or dev not in {n.netdev for n in profile.nics}:
+            raise ProfileError(f"fault ssh_over={value}: need one of {', '.join(SSH_OVER)} and a netdev of "
+                               f"{profile.name}")
+        return kind, dev
+    return None
+
+
+def upper_name(kind: str, dev: str) -> str:
+    """The name the stacked device gets: ens1np0.100, br0, bond0, mv0."""
+    return {"vlan": f"{dev}.100", "bridge": "br0", "bond": "bond0", "macvlan": "mv0"}[kind]
 
 
 class Fault(_Model):
@@ -258,6 +284,11 @@ def _gid_from_ipv4(ip: str) -> str:
 def _guid(node_index: int, nic_index: int) -> str:
     raw = f"0c42a1{node_index:04x}{nic_index:02x}{0:04x}"[:16]
     return ":".join(raw[i:i + 4] for i in range(0, 16, 4))
+
+
+# Faults a running node can take and lose again (``ccrhost lab fault``):
+# they change what sysfs, nvidia-smi or the lab link report, nothing else.
+LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow")
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -463,12 +494,8 @@ def _render_iommu(tree: list[pcie.Function], root: Path, mode: str) -> None:
                       os.path.relpath(group, root / "devices" / rel))
 
 
-def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: int) -> dict:
-    """Write the node's boot-time /sys under ``root``; return what was built.
-
-    The return value describes the emulated hardware for the shims
-    (``nvidia-smi``) and for tests.
-    """
+def _link_faults(profile: Profile, faults: list[Fault]) -> tuple[set, set, dict, dict]:
+    """(down, missing, rates, widths) by NIC name; refuses values the profile lacks."""
     names = {nic.name for nic in profile.nics}
     for kind in ("port_down", "rdma_missing"):
         for value in _fault_values(faults, kind):
@@ -488,6 +515,47 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         if dev not in names or not width.isdigit():
             raise ProfileError(f"fault pcie_width={value}: need a NIC of {profile.name} and a width")
         widths[dev] = int(width)
+    for kind in ("gpu_missing", "gpu_throttled"):
+        for value in _fault_values(faults, kind):
+            if value is not None and (not value.isdigit() or int(value) >= profile.gpus.count):
+                raise ProfileError(f"fault {kind}={value}: {profile.name} has GPUs 0..{profile.gpus.count - 1}")
+    for value in _fault_values(faults, "link_slow"):
+        if not (value or "").isdigit() or not 10 <= int(value) <= 10000:
+            raise ProfileError(f"fault link_slow={value}: give a rate in Mbit/s, 10..10000")
+    return down, missing, rates, widths
+
+
+def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
+    """The sysfs files a link fault changes, path under /sys -> content:
+    port state, physical state, rate, the netdev's operstate and the NIC's
+    trained PCIe width. Boot writes them; a live fault rewrites them."""
+    down, missing, rates, widths = _link_faults(profile, faults)
+    defaults = profile.nic_defaults
+    tree = pci_tree(profile, faults)
+    files = {}
+    for nic in profile.nics:
+        pci = f"devices/{path_of(tree, nic.pci)}"
+        is_down = nic.name in down
+        files[f"{pci}/current_link_width"] = f"{widths.get(nic.name, defaults.pcie.width)}\n"
+        files[f"{pci}/net/{nic.netdev}/operstate"] = ("down" if is_down else "up") + "\n"
+        if nic.name in missing:
+            continue
+        port = f"{pci}/infiniband/{nic.name}/ports/1"
+        files[f"{port}/state"] = "1: DOWN\n" if is_down else "4: ACTIVE\n"
+        files[f"{port}/phys_state"] = "3: Disabled\n" if is_down else "5: LinkUp\n"
+        files[f"{port}/rate"] = RATE_STRINGS[rates.get(nic.name, defaults.rate_gbps)] + "\n"
+    return files
+
+
+def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: int) -> dict:
+    """Write the node's boot-time /sys under ``root``; return what was built.
+
+    The return value describes the emulated hardware for the shims
+    (``nvidia-smi``) and for tests.
+    """
+    names = {nic.name for nic in profile.nics}
+    missing = _link_faults(profile, faults)[1]
+    live = link_files(profile, faults)
 
     gid_moves = {}
     for value in _fault_values(faults, "gid_index"):
@@ -520,11 +588,11 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
     for i, nic in enumerate(profile.nics):
         rel = path_of(tree, nic.pci)
         pci = root / "devices" / rel
-        _write(pci / "current_link_width", f"{widths.get(nic.name, defaults.pcie.width)}\n")
+        _write(pci / "current_link_width", live[f"devices/{rel}/current_link_width"])
 
         netdir = pci / "net" / nic.netdev
         _write(netdir / "mtu", "4200\n" if defaults.link_layer == "Ethernet" else "4092\n")
-        _write(netdir / "operstate", ("down" if nic.name in down else "up") + "\n")
+        _write(netdir / "operstate", live[f"devices/{rel}/net/{nic.netdev}/operstate"])
         _link(root / "class" / "net" / nic.netdev, f"../../devices/{rel}/net/{nic.netdev}")
         _link(netdir / "device", "../../../" + nic.pci)
         if profile.ofed and defaults.link_layer == "Ethernet":
@@ -554,10 +622,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         _write(ib / "hca_type", "MT4129\n")
         _write(ib / "node_guid", _guid(node_index, i) + "\n")
         port = ib / "ports" / "1"
-        is_down = nic.name in down
-        _write(port / "state", "1: DOWN\n" if is_down else "4: ACTIVE\n")
-        _write(port / "phys_state", "3: Disabled\n" if is_down else "5: LinkUp\n")
-        _write(port / "rate", RATE_STRINGS[rates.get(nic.name, defaults.rate_gbps)] + "\n")
+        for name in ("state", "phys_state", "rate"):
+            _write(port / name, live[f"devices/{rel}/infiniband/{nic.name}/ports/1/{name}"])
         _write(port / "link_layer", defaults.link_layer + "\n")
         _write(port / "lid", "0x0\n" if defaults.link_layer == "Ethernet" else f"0x{node_index * 16 + i + 1:x}\n")
         _write(port / "sm_lid", "0x0\n" if defaults.link_layer == "Ethernet" else "0x1\n")
@@ -598,6 +664,19 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
             _write(port / "credit_threshold", "1024\n")
         built["nics"].append({"name": nic.name, "netdev": nic.netdev, "ipv4": ip, "ports": 1})
 
+    stacked = ssh_over(faults, profile)
+    if stacked:
+        # the kernel's view of a stacked netdev: upper_<if> in the lower one,
+        # lower_<dev> in the upper one (netdev_upper_dev_link())
+        kind, dev = stacked
+        upper = upper_name(kind, dev)
+        virtual = root / "devices" / "virtual" / "net" / upper
+        _write(virtual / "mtu", "4200\n")
+        _link(root / "class" / "net" / upper, f"../../devices/virtual/net/{upper}")
+        nic = next(n for n in profile.nics if n.netdev == dev)
+        lower_dir = root / "devices" / "pci0000:00" / nic.pci / "net" / dev
+        _link(virtual / f"lower_{dev}", os.path.relpath(lower_dir, virtual))
+        _link(lower_dir / f"upper_{upper}", os.path.relpath(virtual, lower_dir))
     _link(root / "class" / "net" / "eth0", "../../devices/virtual/net/eth0")
     _write(root / "devices" / "virtual" / "net" / "eth0" / "mtu", "1500\n")
     _write(root / "devices" / "virtual" / "net" / "eth0" / "operstate", "up\n")

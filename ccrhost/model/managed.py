@@ -6,8 +6,9 @@ PEERMEM_FILE = "/etc/modules-load.d/ccrhost-peermem.conf"  # the one peer-memory
 NCCL_CONF = "/etc/nccl.conf"  # NCCL's own file: only ccrhost's marked block is ours
 NCCL_PROFILE = "/etc/profile.d/ccrhost-nccl.sh"
 BOOT_SCRIPT = "/etc/ccrhost/boot-apply.sh"
+QOS_INTERFACES = "/etc/ccrhost/qos-interfaces"  # written by the QoS stage: interfaces it finished
 UNIT = "ccrhost-boot.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 UNIT_WANTS = f"/etc/systemd/system/multi-user.target.wants/{UNIT}"  # exists once the unit is enabled
 
-FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH, PEERMEM_FILE)
+FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH, QOS_INTERFACES, PEERMEM_FILE)

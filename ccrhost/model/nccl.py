@@ -94,21 +94,39 @@ def render_json(env: dict[str, str]) -> str:
     return json.dumps(env, indent=2) + "\n"
 
 
+class BlockError(ValueError):
+    """The file's ccrhost markers do not pair up: rewriting it could lose site lines."""
+
+
+def _lines(text: str | None) -> list[str]:
+    """The file's lines as NCCL splits them (on LF only), each with its end."""
+    parts = (text or "").split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _bare(line: str) -> str:
+    return line.rstrip("\n").removesuffix("\r")  # a CRLF file's markers are markers too
+
+
 def merge_block(existing: str | None, block: str) -> str:
-    """``existing`` with our block replaced (or appended); other lines kept."""
-    lines = (existing or "").splitlines(keepends=True)
-    out, inside, placed = [], False, False
-    for line in lines:
-        if line.rstrip("\n") == BEGIN:
-            inside = True
+    """``existing`` with our block replaced (or appended); every other line
+    kept byte for byte. A BEGIN marker with no END after it is refused:
+    the lines after it could be the site's."""
+    out, inside, placed, opened = [], False, False, 0
+    for number, line in enumerate(_lines(existing), 1):
+        if not inside and _bare(line) == BEGIN:
+            inside, opened = True, number
             if not placed:
                 out.append(block)
                 placed = True
             continue
         if inside:
-            inside = line.rstrip("\n") != END
+            inside = _bare(line) != END
             continue
         out.append(line)
+    if inside:
+        raise BlockError(f"line {opened} opens ccrhost's block ({BEGIN!r}) but no {END!r} line closes it; "
+                         "fix the file (the lines after it may be the site's) and rerun")
     if not placed:
         if out and not out[-1].endswith("\n"):
             out[-1] += "\n"
@@ -116,10 +134,24 @@ def merge_block(existing: str | None, block: str) -> str:
     return "".join(out)
 
 
+def site_text(existing: str | None) -> str:
+    """What the site wrote: the file without ccrhost's block."""
+    out, inside = [], False
+    for line in _lines(existing):
+        if not inside and _bare(line) == BEGIN:
+            inside = True
+        elif inside:
+            inside = _bare(line) != END
+        else:
+            out.append(line)
+    return "".join(out)
+
+
 def site_overrides(existing: str | None, env: dict[str, str]) -> list[str]:
     """Keys the site sets outside our block, before it: NCCL keeps the first."""
     seen = []
-    for line in (existing or "").splitlines():
+    for raw in _lines(existing):
+        line = _bare(raw)
         if line == BEGIN:
             break
         key = line.split("=", 1)[0]

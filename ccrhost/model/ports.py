@@ -10,12 +10,12 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from ccrhost.probes.rdma import RdmaPort, RdmaReading
+from ccrhost.probes.rdma import NodeNet, RdmaPort, RdmaReading
 
 
 def natural_key(name: str) -> list:
     """Sort device names as people do: mlx5_2 before mlx5_10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    return [int(part) if part.isdigit() else part for part in re.split(r"([0-9]+)", name)]
 
 
 # Payload bits per transfer after line encoding: 8b/10b up to 5 GT/s,
@@ -115,3 +115,41 @@ def roce_netdevs(rdma: RdmaReading, exclude: tuple[str, ...] = ()) -> dict[str, 
 def effective_rates(rdma: RdmaReading, exclude=()) -> dict[str, float]:
     """Active compute ports and the rate the verification counts them at."""
     return {p.name: p.link_gbps for p in compute_ports(rdma, exclude) if p.active}
+
+
+def lower_paths(lowers: dict[str, list[str]], top: str) -> dict[str, list[str]]:
+    """``top`` and every netdev it sits on, through any stack of VLAN, bridge,
+    bond or macvlan (the kernel's lower_/upper_ links), each with its path from ``top``."""
+    paths = {top: [top]}
+    todo = [top]
+    while todo:
+        dev = todo.pop(0)
+        for low in lowers.get(dev, []):
+            if low not in paths:
+                paths[low] = paths[dev] + [low]
+                todo.append(low)
+    return paths
+
+
+def management_hits(node: NodeNet, netdevs) -> tuple[list[str], str | None]:
+    """``(hits, unknown)``: each of ``netdevs`` that carries this SSH
+    connection or a default route (itself, or under the netdev that does),
+    and why the SSH connection's interface could not be told, if it could not."""
+    carriers, unknown = [], None
+    if node.ssh_server_ip and node.ssh_dev:
+        carriers.append((node.ssh_dev, f"this SSH connection ({node.ssh_server_ip}, from {node.ssh_source})"))
+    elif node.ssh_server_ip:
+        unknown = f"this SSH connection's address {node.ssh_server_ip} is on no interface `ip addr` shows"
+    elif node.ssh_session:
+        unknown = ("$SSH_CONNECTION is empty (sudo's env_reset drops it) and no established socket of this "
+                   "session's sshd is in /proc/net/tcp or /proc/net/tcp6")
+    carriers += [(dev, "a default route") for dev in node.default_route_devs]
+    hits = []
+    for top, what in carriers:
+        for dev, path in lower_paths(node.lowers, top).items():
+            if dev in netdevs:
+                through = f" through {' -> '.join(path)}" if len(path) > 1 else ""
+                hit = f"{dev} carries {what}{through}"
+                if hit not in hits:
+                    hits.append(hit)
+    return hits, unknown

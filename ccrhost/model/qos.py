@@ -103,17 +103,46 @@ def shell_line(command) -> str:
     return command.shell() if isinstance(command, Write) else " ".join(shlex.quote(a) for a in command)
 
 
+@dataclass(frozen=True)
+class Step:
+    """One setting of an interface: the command that sets it, the commands
+    that put back the value read before, and how a message names it."""
+
+    forward: object                 # argv list or Write
+    restore: tuple = ()             # argv lists / Writes; empty when nothing was read to restore
+    what: str = ""                  # "mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0", "write 1 to <path>"
+    partial: bool = True            # a tool command may have half-applied; a single write has not
+    unknown: str | None = None      # the setting whose previous value was not read
+
+
 def plan_interface(iface: str, backend: str, wanted: Wanted, current: QosInterface,
                    force: bool = False) -> tuple[list, list[str]]:
     """(commands, notes) that bring ``iface`` from ``current`` (its
     QosInterface reading) to ``wanted``. ``force`` plans every setting, changed or not: the
     boot script. Notes say what this driver cannot set on the interface."""
-    cmds: list = []
+    steps, notes = plan_steps(iface, backend, wanted, current, force)
+    return [step.forward for step in steps], notes
+
+
+def _step(forward, restore, unknown=None) -> Step:
+    partial = not isinstance(forward, Write)
+    what = f"write {forward.value} to {forward.path}" if not partial else shell_line(forward)
+    return Step(forward, tuple(r for r in restore if r is not None), what, partial, unknown)
+
+
+def plan_steps(iface: str, backend: str, wanted: Wanted, current: QosInterface,
+               force: bool = False) -> tuple[list[Step], list[str]]:
+    """:func:`plan_interface` as :class:`Step` s, each with the commands that
+    restore what ``current`` read, in the order they are applied."""
+    steps: list[Step] = []
     notes: list[str] = []
     have_map = current.dscp2prio or {}
 
     def differs(have, want) -> bool:
         return force or have != want
+
+    def known(value, name):
+        return None if value is not None else name
 
     pfc_differs = differs(tuple(current.pfc or ()), wanted.pfc)
     cable_differs = wanted.cable_len is not None and differs(current.cable_len, wanted.cable_len)
@@ -123,37 +152,64 @@ def plan_interface(iface: str, backend: str, wanted: Wanted, current: QosInterfa
 
     if backend == "ofed":
         base = ["mlnx_qos", "-i", iface]
+
+        def ofed(args, old, name):
+            return _step(base + args, [base + [args[0], old] if old is not None else None], known(old, name))
+
         if differs(current.trust, "dscp"):
-            cmds.append(base + ["--trust", "dscp"])
-        cmds += [base + ["--dscp2prio", f"set,{d},{p}"] for d, p in dscp_todo]
+            steps.append(ofed(["--trust", "dscp"], current.trust, "trust"))
+        for d, p in dscp_todo:
+            old = f"set,{d},{have_map[d]}" if d in have_map else f"del,{d},{p}"
+            steps.append(ofed(["--dscp2prio", f"set,{d},{p}"], old, "dscp2prio"))
         if cable_differs:
-            cmds.append(base + ["--cable_len", str(wanted.cable_len)])
+            steps.append(ofed(["--cable_len", str(wanted.cable_len)],
+                              None if current.cable_len is None else str(current.cable_len), "cable length"))
         if size_differs:
-            cmds.append(base + ["--buffer_size", _pfc_list(wanted.buffer_size)])
+            steps.append(ofed(["--buffer_size", _pfc_list(wanted.buffer_size)],
+                              current.buffer_size and _pfc_list(current.buffer_size), "buffer sizes"))
         if map_differs:
-            cmds.append(base + ["--prio2buffer", _pfc_list(wanted.prio2buffer)])
+            steps.append(ofed(["--prio2buffer", _pfc_list(wanted.prio2buffer)],
+                              current.prio2buffer and _pfc_list(current.prio2buffer), "prio2buffer"))
         if pfc_differs:
-            cmds.append(base + ["--pfc", _pfc_list(wanted.pfc)])
+            steps.append(ofed(["--pfc", _pfc_list(wanted.pfc)], current.pfc and _pfc_list(current.pfc), "PFC"))
     elif backend == "upstream":
         # On upstream mlx5, DSCP app entries are what switches trust to DSCP.
         if dscp_todo:
-            cmds.append(["dcb", "app", "replace", "dev", iface, "dscp-prio", *[f"{d}:{p}" for d, p in dscp_todo]])
-        buf_args = []
+            app = ["dcb", "app", "replace", "dev", iface, "dscp-prio"]
+            back = [f"{d}:{have_map[d]}" for d, _ in dscp_todo if d in have_map]
+            drop = [f"{d}:{p}" for d, p in dscp_todo if d not in have_map]
+            steps.append(_step(app + [f"{d}:{p}" for d, p in dscp_todo], [
+                ["dcb", "app", "del", "dev", iface, "dscp-prio", *drop] if drop else None,
+                app + back if back else None]))
+        buf_args, buf_old, unknown = [], [], None
         if size_differs:
             buf_args += ["buffer-size", *[f"{b}:{s}" for b, s in enumerate(wanted.buffer_size)]]
+            buf_old += ["buffer-size", *[f"{b}:{s}" for b, s in enumerate(current.buffer_size or ())]]
+            unknown = known(current.buffer_size, "buffer sizes")
         if map_differs:
             buf_args += ["prio-buffer", *[f"{p}:{b}" for p, b in enumerate(wanted.prio2buffer)]]
+            buf_old += ["prio-buffer", *[f"{p}:{b}" for p, b in enumerate(current.prio2buffer or ())]]
+            unknown = unknown or known(current.prio2buffer, "prio-buffer")
         if buf_args:
-            cmds.append(["dcb", "buffer", "set", "dev", iface, *buf_args])
-        pfc_args = []
+            steps.append(_step(["dcb", "buffer", "set", "dev", iface, *buf_args],
+                               [None if unknown else ["dcb", "buffer", "set", "dev", iface, *buf_old]], unknown))
+        pfc_args, pfc_old, unknown = [], [], None
         if pfc_differs:
             pfc_args += ["prio-pfc", *[f"{p}:{'on' if wanted.pfc[p] else 'off'}" for p in range(8)]]
+            pfc_old += ["prio-pfc", *[f"{p}:{'on' if f else 'off'}" for p, f in enumerate(current.pfc or ())]]
+            unknown = known(current.pfc, "PFC")
         if cable_differs:
             pfc_args += ["delay", str(wanted.cable_len)]  # mlx5 reads the PFC delay as cable length (m)
+            pfc_old += ["delay", str(current.cable_len)]
+            unknown = unknown or known(current.cable_len, "PFC delay")
         if pfc_args:
-            cmds.append(["dcb", "pfc", "set", "dev", iface, *pfc_args])
+            steps.append(_step(["dcb", "pfc", "set", "dev", iface, *pfc_args],
+                               [None if unknown else ["dcb", "pfc", "set", "dev", iface, *pfc_old]], unknown))
     else:
         notes.append("neither mlnx_qos (MLNX_OFED) nor iproute2 dcb found; trust, PFC and buffers not set")
+
+    def write(path, value, have, name):
+        return _step(_write(path, value), [None if have is None else _write(path, have)], known(have, name))
 
     ecn = current.ecn
     if ecn is not None:
@@ -161,15 +217,16 @@ def plan_interface(iface: str, backend: str, wanted: Wanted, current: QosInterfa
         for point, on in (("roce_rp", wanted.ecn_rp), ("roce_np", wanted.ecn_np)):
             for prio in range(8):
                 want = int(on and prio in wanted.ecn_priorities)
-                if differs(ecn.get(f"{point}/enable/{prio}"), want):
-                    cmds.append(_write(f"{ecn_dir}/{point}/enable/{prio}", want))
+                name = f"{point}/enable/{prio}"
+                if differs(ecn.get(name), want):
+                    steps.append(write(f"{ecn_dir}/{name}", want, ecn.get(name), f"ecn/{name}"))
         values = {f"roce_np/{k}": getattr(wanted, k) for k in CNP_NP}
         values.update({f"roce_rp/{k}": v for k, v in wanted.dcqcn.items() if k in DCQCN_RP})
         values.update({f"roce_np/{k}": v for k, v in wanted.dcqcn.items() if k in DCQCN_NP})
         for name, value in sorted(values.items()):
             if differs(ecn.get(name), value):
-                cmds.append(_write(f"{ecn_dir}/{name}", value))
-        return cmds, notes
+                steps.append(write(f"{ecn_dir}/{name}", value, ecn.get(name), f"ecn/{name}"))
+        return steps, notes
 
     debug_values = {CNP_NP[k]: getattr(wanted, k) for k in CNP_NP}
     debug_values.update({DCQCN_RP.get(k) or DCQCN_NP[k]: v for k, v in wanted.dcqcn.items()})
@@ -177,13 +234,44 @@ def plan_interface(iface: str, backend: str, wanted: Wanted, current: QosInterfa
     if cc is not None and cc_dir:
         for name, value in sorted(debug_values.items()):
             if differs(cc.get(name), value):
-                cmds.append(_write(f"{cc_dir}/{name}", value))
+                steps.append(write(f"{cc_dir}/{name}", value, cc.get(name), f"cc_params/{name}"))
     else:
         notes.append(f"no ecn/ tree and no debugfs cc_params: {', '.join(sorted(debug_values))} need "
                      "firmware (mlxconfig CNP_DSCP_P1, CNP_802P_PRIO_P1, ...); left alone")
     notes.append(f"per-priority ECN enable (priorities {list(wanted.ecn_priorities)}) is firmware "
                  "configuration on this driver (mlxconfig ROCE_CC_PRIO_MASK_P1); left alone")
-    return cmds, notes
+    return steps, notes
+
+
+def unit_script(iface: str, steps: list[Step], finished: list[str], on_failure: str = "") -> str:
+    """One shell command that applies ``steps`` to ``iface`` as a unit.
+
+    When a setting fails, every setting applied before it (and a tool
+    command that may have half-applied) is put back in reverse order, then
+    ``on_failure`` runs (it records ``finished``, the interfaces done before
+    this one, for the boot unit) and the command fails with one line naming
+    the setting. The message is printed with printf's arguments, so no name
+    from the node is ever expanded by the shell.
+    """
+    q = shlex.quote
+    out = ["f=0"]
+    for i, step in enumerate(steps, 1):
+        out.append(f'{"" if i == 1 else "[ $f -ne 0 ] || "}{{ {shell_line(step.forward)}; }} || f={i}')
+    restore = ["r="]
+    for i in range(len(steps), 0, -1):
+        step = steps[i - 1]
+        cond = f"[ $f -{'ge' if step.partial else 'gt'} {i} ]"
+        for command in step.restore:
+            restore.append(f'if {cond}; then {shell_line(command)} || r="$r${{r:+, }}"{q(shell_line(command))}; fi')
+        if step.unknown:
+            restore.append(f'if {cond}; then r="$r${{r:+, }}"{q(step.unknown + " (its previous value was not read)")}; fi')
+    which = "case $f in " + " ".join(f"{i}) w={q(step.what)};;" for i, step in enumerate(steps, 1)) + " esac"
+    done = (f"{', '.join(finished)} done and re-applied at boot" if finished
+            else "no interface finished before it")
+    fail = [which, *restore, *([on_failure] if on_failure else []),
+            f'printf "ccrhost: %s: setting failed: %s; its previous QoS restored%s; %s\\n" {q(iface)} "$w" '
+            f'"${{r:+ except: $r}}" {q(done)} >&2', "exit 1"]
+    return "; ".join(out) + "; if [ $f -ne 0 ]; then " + "; ".join(fail) + "; fi"
 
 
 def headroom_problems(buffers: list[dict], lossless: set[int], min_headroom: int) -> list[str]:

@@ -8,6 +8,7 @@ scheduler or monitoring system reads. Exit codes are Nagios-style.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -17,35 +18,53 @@ from dataclasses import replace
 from pathlib import Path
 
 from ccrhost.model.datapath import DatapathReading, LinkWindow, unreadable
-
-from ccrhost.model.verdict import (
-    FAIL,
-    OK,
-    UNKNOWN,
-    Verdict,
-    evaluate,
-    readings_from_facts,
-)
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
+from ccrhost.model.verdict import Readings, Verdict, evaluate, readings_from_facts
 from ccrhost.output import write_atomic
 from ccrhost.settings import HostSettings
 
 DRAIN_PREFIX = "ccrhost:"
+# A drain that rests on a fleet measurement (ib_write_bw between nodes): the
+# node-local check cannot see what it found, so only another measurement or
+# an operator lifts it.
+MEASURED_PREFIX = "ccrhost: measured:"
+MEASURED_CODES = ("measured_slow",)
 
 
-def run_check(settings: HostSettings, gather=None, gather_pci=None) -> Verdict:
+def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``gather`` (RDMA and
     GPUs) and ``gather_pci`` (the data path) are for tests; with ``gather``
-    alone the data path is not read."""
-    if gather is None:
-        from ccrhost.probes import gpu, pci, rdma
+    alone the data path is not read.
 
-        rdma_state, gpu_state = rdma.read_local(), gpu.read_local()
-        gather_pci = gather_pci or pci.read_local
+    What could not be read is UNKNOWN, never a guess: an RDMA probe that
+    hangs past ``timeout`` or prints what sysfs never prints gives the
+    UNKNOWN verdict of :func:`unknown`; GPUs or a data path that cannot be
+    read are UNKNOWN reasons of the verdict.
+    """
+    if gather is None:
+        from ccrhost.probes import gpu, local, pci, rdma
+
+        try:
+            rdma_state = rdma.read_local(timeout)
+        except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
+            return unknown(f"cannot read the RDMA ports: {exc}")
+        gpu_state = gpu.read_local(timeout=timeout)
+        gather_pci = gather_pci or (lambda: pci.read_local(timeout))
     else:
         rdma_state, gpu_state = gather()
     datapath = local_datapath(settings, gather_pci) if gather_pci is not None else None
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath)
     return evaluate(readings, settings.expectation(), settings.policy())
+
+
+def unknown(message: str, verdict: Verdict | None = None) -> Verdict:
+    """UNKNOWN (exit 3) with ``message`` as its one reason; with ``verdict``,
+    that verdict's reasons kept and the status forced to UNKNOWN (a failing
+    helper, such as scontrol under --drain)."""
+    reason = Reason(UNKNOWN, "check_error", message)
+    if verdict is not None:
+        return replace(verdict, status=UNKNOWN, reasons=[*verdict.reasons, reason])
+    return Verdict(UNKNOWN, [reason], None, None, Readings([], []))
 
 
 # --- the data path, with the link-health window kept between checks ---------
@@ -77,11 +96,12 @@ def window_from_state(previous: dict | None, counters: dict, boot: str | None, n
 def local_datapath(settings: HostSettings, gather_pci, now=None) -> DatapathReading:
     """Read the data path here and open the next window: the counters go to
     ``verify_link_state`` for the next check."""
+    from ccrhost.probes.local import ProbeTimeout
     from ccrhost.probes.pci import PciFormatError
 
     try:
         snap = gather_pci()
-    except (PciFormatError, OSError, subprocess.SubprocessError) as exc:
+    except (PciFormatError, ProbeTimeout, OSError) as exc:
         return unreadable(str(exc))
     now = time.time() if now is None else now
     counters = snap.compute_counters(settings.rdma_exclude_devices)
@@ -165,33 +185,54 @@ def format_prometheus(verdict: Verdict) -> str:
 _REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?\s*$")
 
 
-def current_reason(node: str, scontrol: str) -> str | None:
-    out = subprocess.run([scontrol, "show", "node", node, "-o"], capture_output=True, text=True, timeout=20)
+class DrainError(RuntimeError):
+    """scontrol failed or hung: the node's drain state is not known."""
+
+
+def _scontrol(args: list[str]) -> str:
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DrainError(f"scontrol {' '.join(args[1:3])}: {exc}") from None
     if out.returncode != 0:
-        raise RuntimeError(f"scontrol show node {node}: {out.stderr.strip() or out.stdout.strip()}")
-    match = _REASON.search(out.stdout.strip())
+        why = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[-1]
+        raise DrainError(f"scontrol {' '.join(args[1:3])} failed: {why}")
+    return out.stdout
+
+
+def current_reason(node: str, scontrol: str) -> str | None:
+    out = _scontrol([scontrol, "show", "node", node, "-o"])
+    match = _REASON.search(out.strip())
     reason = match.group(1).strip() if match else None
     return None if reason in (None, "", "(null)", "none") else reason
 
 
-def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None) -> str:
-    """Drain this node on FAIL, undrain it when healthy, and never touch a
-    reason someone else set (one that does not start with ``ccrhost:``)."""
+def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False) -> str:
+    """Drain this node on FAIL, undrain it when OK or WARN, and never touch
+    a reason someone else set (one that does not start with ``ccrhost:``).
+    UNKNOWN changes nothing: the node's state is not known. ``measured``:
+    the verdict includes a bandwidth measurement, so it may also lift or
+    rewrite a drain that rests on one."""
     scontrol = scontrol or shutil.which("scontrol")
     if not scontrol:
         return "scontrol not found; not draining"
-    node = node or socket.gethostname().split(".")[0]
+    # slurmd names the node in the prolog's and health check's environment;
+    # its NodeName need not be the host name
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     reason = current_reason(node, scontrol)
     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
     if reason is not None and not ours:
         return f"{node} already has reason {reason!r} set by someone else; left alone"
+    if ours and reason.startswith(MEASURED_PREFIX) and not measured:
+        return f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat"
     if verdict.status == FAIL:
-        text = f"{DRAIN_PREFIX} {verdict.summary()}"[:255]
-        subprocess.run([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"],
-                       check=True, capture_output=True, text=True, timeout=20)
+        prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
+        text = f"{prefix} {verdict.summary()}"[:255]
+        if reason == text:
+            return f"{node} stays drained: {text}"  # no update: it would only restamp the reason
+        _scontrol([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"])
         return f"drained {node}: {text}"
-    if ours and verdict.status == OK:
-        subprocess.run([scontrol, "update", f"NodeName={node}", "State=RESUME"],
-                       check=True, capture_output=True, text=True, timeout=20)
+    if ours and verdict.status in (OK, WARN):
+        _scontrol([scontrol, "update", f"NodeName={node}", "State=RESUME"])
         return f"resumed {node} (its ccrhost drain reason no longer holds)"
     return "no drain change"

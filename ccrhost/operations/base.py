@@ -10,6 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
+from ccrhost import failures
 from ccrhost.operations import cache as fact_cache
 
 # pyinfra keeps no "dry run" flag in its state; its CLI's own argument is the source.
@@ -17,6 +18,8 @@ DRY = "--dry" in sys.argv
 
 
 def describe(command) -> str:
+    if isinstance(command, PlannedCommand):
+        return "\n".join(command.settings)
     if isinstance(command, WriteFileCommand):
         return f"write {command.path} ({command.size} bytes, mode {command.mode})"
     if isinstance(command, StringCommand):
@@ -42,7 +45,7 @@ def batched(commands: list) -> list:
         run.clear()
 
     for command in commands:
-        if type(command) in (StringCommand, WriteFileCommand):
+        if type(command) in (StringCommand, WriteFileCommand, PlannedCommand):
             run.append(command)
         else:
             flush()
@@ -64,7 +67,8 @@ def planned(stage):
         fact_cache.changed(host)
     if DRY:
         for command in commands:
-            host.log(f"would run: {describe(command)}")
+            for line in describe(command).split("\n"):
+                host.log(f"would run: {line}")
     yield from batched(commands)
 
 
@@ -92,6 +96,7 @@ def _report_failure(state, host, reason: str) -> bool:
     # pyinfra only looks at the return value of functions that take
     # (state, host); False then fails this host.
     logger.error(f"{host.print_prefix}{reason}")
+    failures.record(host.name, reason)
     return False
 
 
@@ -107,6 +112,15 @@ def fail(reason: str):
 def write_sysfs(path: str, value: str) -> StringCommand:
     """Write one value to a sysfs/configfs attribute, as ``echo v > f`` does."""
     return StringCommand("printf '%s\\n'", QuoteString(value), ">", QuoteString(path))
+
+
+class PlannedCommand(StringCommand):
+    """One shell command that applies several settings (a QoS unit); ``--dry``
+    lists each of them."""
+
+    def __init__(self, settings: list[str], *bits):
+        super().__init__(*bits)
+        self.settings = settings
 
 
 class WriteFileCommand(StringCommand):

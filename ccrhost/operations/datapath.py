@@ -16,7 +16,7 @@ from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.model import datapath as dp
 from ccrhost.model.managed import PEERMEM_FILE
-from ccrhost.model.ports import roce_netdevs
+from ccrhost.model.ports import management_hits, roce_netdevs
 from ccrhost.model.topology import path_bridges
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import operation
@@ -133,24 +133,43 @@ def nic_pcie(settings):
         yield _argv(argv)
 
 
+def carriers(node, netdevs) -> tuple[dict[str, str], str | None]:
+    """The guard's notion (``model.ports.management_hits``): ``{netdev: why
+    it is left alone}`` for each of ``netdevs`` under this SSH connection or
+    a default route (through VLANs, bridges, bonds), and why the SSH
+    connection's interface could not be told, if it could not."""
+    hits, unknown = management_hits(node, netdevs)
+    return {hit.split(" ", 1)[0]: hit for hit in hits}, unknown
+
+
 def planned_mtu(settings, node, netdev: str, current: int | None) -> int | None:
     """The MTU ``netdev`` has once the MTU stage ran (the QoS buffer check
     sizes for it)."""
-    if settings.roce_mtu is None or netdev in (node.ssh_dev, node.default_route_dev):
+    if settings.roce_mtu is None:
         return current
-    return settings.roce_mtu
+    carrying, unknown = carriers(node, [netdev])
+    return current if unknown or netdev in carrying else settings.roce_mtu
 
 
 def mtu_plan(settings, rdma, current: dict[str, int | None]) -> dp.MtuPlan:
-    """``current``: compute RoCE netdev -> its MTU now (None: unknown, set)."""
-    return dp.plan_mtu(current, settings.roce_mtu, rdma.node.ssh_dev, rdma.node.default_route_dev)
+    """``current``: compute RoCE netdev -> its MTU now (None: unknown, set).
+    Nothing is planned while the SSH connection's interface is unknown."""
+    carrying, unknown = carriers(rdma.node, current)
+    if unknown:
+        return dp.MtuPlan([], [f"MTU not changed: cannot tell which interface carries this SSH connection: "
+                               f"{unknown}"])
+    plan = dp.plan_mtu({n: m for n, m in current.items() if n not in carrying}, settings.roce_mtu, None)
+    plan.skipped += [f"{why}: MTU left at {current[n]}" for n, why in carrying.items()]
+    return plan
 
 
 @operation
 def mtu(settings):
     """
     Set every compute RoCE netdev to ``roce_mtu`` (4200: RDMA active_mtu
-    4096), never the netdev that carries SSH or the default route.
+    4096), never one under this SSH connection or a default route (the QoS
+    guard's notion, with no opt-out: an MTU the switch port does not carry
+    would cut the node off).
 
     **Example:**
 

@@ -13,18 +13,23 @@ from ccrhost.operations.base import fail, operation, upload_text
 MANAGED_HEADER = "# Managed by ccrhost: local edits are overwritten on the next deploy.\n"
 
 
-def converge(path: str, wanted: str, state: dict | None, mode: str = "644", owned: bool = True):
+def converge(path: str, wanted: str, state: dict | None, mode: str = "644", owned: bool = True,
+             site: str = ""):
     """Commands that bring ``path`` to ``wanted`` from its ``FileStates`` entry.
 
-    ``owned``: the whole file is ccrhost's, so a file that exists without
-    ccrhost's header is copied to ``<path>.ccrhost-bak.<unix time>`` first.
+    The file is copied to ``<path>.ccrhost-bak.<unix time>`` before its
+    content is replaced whenever it holds someone else's lines: ``owned``
+    (the whole file is ccrhost's) and it lacks ccrhost's header, or it is a
+    shared file whose ``site`` lines (outside ccrhost's block) are not empty.
+    A file that cannot be read or decoded fails the host, untouched.
     """
     if state is not None and state.error:
         yield from fail(f"{path} left untouched: {state.error}")
         return
     if state is None or state.content != wanted:
         # ours if the header is on its first lines (a script keeps its shebang first)
-        if owned and state is not None and MANAGED_HEADER not in state.content[:512]:
+        foreign = MANAGED_HEADER not in state.content[:512] if owned and state is not None else bool(site.strip())
+        if state is not None and foreign:
             yield StringCommand("cp -p", QuoteString(path), QuoteString(f"{path}.ccrhost-bak.{int(time.time())}"))
         yield from upload_text(wanted, path, mode)
     elif state.mode != mode.lstrip("0") or (state.uid, state.gid) != (0, 0):

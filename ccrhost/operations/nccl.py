@@ -37,7 +37,12 @@ def environment(settings, conf_path: str = nccl.CONF_PATH, profile_path: str = n
         yield from fail(f"{conf_path} left untouched: {current.error}")
         return
     existing = current.content if current else None
+    try:
+        merged = nccl.merge_block(existing, nccl.render_block(env))
+    except nccl.BlockError as exc:
+        yield from fail(f"{conf_path} left untouched: {exc}")
+        return
     for key in nccl.site_overrides(existing, env):
         host.log(f"{conf_path}: the site sets {key} above ccrhost's block, and NCCL keeps the first value")
-    yield from converge(conf_path, nccl.merge_block(existing, nccl.render_block(env)), current, owned=False)
+    yield from converge(conf_path, merged, current, owned=False, site=nccl.site_text(existing))
     yield from converge(profile_path, MANAGED_HEADER + nccl.render_profile(env), states.get(profile_path))

@@ -12,14 +12,14 @@ from ccrhost.model.ports import ethernet_ports
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation, write_sysfs
 
-_GLOBAL_TCLASS = re.compile(r"^\s*Global tclass=(\d+)\s*$")
+_GLOBAL_TCLASS = re.compile(r"\s*Global tclass=([0-9]{1,3})\s*")
 
 
 def global_tclass(lines) -> int | None:
     """The global value in an OFED ``traffic_class`` file, if one is set."""
     for line in lines or []:
-        match = _GLOBAL_TCLASS.match(line)
-        if match:
+        match = _GLOBAL_TCLASS.fullmatch(line)
+        if match and int(match.group(1)) <= 255:
             return int(match.group(1))
     return None
 

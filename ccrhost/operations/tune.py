@@ -26,6 +26,11 @@ def _stages(settings):
     yield "RoCE", lambda: roce.mode._inner(
         roce_mode=settings.roce_mode, tos=settings.roce_tos,
         force_traffic_class=settings.roce_force_traffic_class, require_devices=settings.rdma_require_devices)
+    # The boot unit goes in before QoS: when an interface's QoS fails, the
+    # ones finished before it are already persisted (the unit re-applies the
+    # interfaces the QoS stage lists). It re-applies the data path too, from
+    # the node's PCI topology, which the stages below do not change.
+    yield "boot unit", lambda: boot.persist._inner(settings)
     if settings.roce_mtu is not None:
         yield "MTU", lambda: datapath.mtu._inner(settings)
     if settings.qos_enable:
@@ -38,16 +43,16 @@ def _stages(settings):
         yield "PCIe ACS", lambda: datapath.acs._inner(settings)
     yield "NIC PCIe", lambda: datapath.nic_pcie._inner(settings)
     yield "NCCL", lambda: nccl.environment._inner(settings)
-    yield "boot unit", lambda: boot.persist._inner(settings)
 
 
 @pyinfra_operation()
 def rdma(settings):
     """
-    Tune a node for RDMA: kernel modules, rdma_cm RoCE defaults, the RoCE
-    MTU, lossless QoS (and the PFC headroom check when ``qos_min_headroom``
-    is set), the GPU-to-NIC data path (peer memory, PCIe ACS, NIC Device
-    Control), the NCCL environment and the boot unit, in that order. A stage that fails
+    Tune a node for RDMA: kernel modules, rdma_cm RoCE defaults, the boot
+    unit, the RoCE MTU, lossless QoS (and the PFC headroom check when
+    ``qos_min_headroom`` is set), the GPU-to-NIC data path (peer memory,
+    PCIe ACS, NIC Device Control) and the NCCL environment, in that order.
+    A stage that fails
     fails the host and stops it there; each stage that changes something
     says so in one line.
 

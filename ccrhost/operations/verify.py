@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, state
+from pyinfra.api.state import StateStage
 
 from ccrhost.model import datapath as dp
 from ccrhost.model.verdict import FAIL, OK, evaluate, readings_from_facts
@@ -64,7 +65,8 @@ def ccr(settings, report=None, measured=None, gpudirect=None):
                                    settings.rdma_exclude_devices, measured, datapath)
     verdict = evaluate(readings, settings.expectation(), settings.policy())
     if report is not None:
-        report.record(host.name, verdict)
+        report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
+                      address=host.data.get("ssh_hostname"))
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

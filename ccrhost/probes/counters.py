@@ -4,9 +4,9 @@ the fact that ``deploys/monitor.py`` runs remotely."""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 
+from ccrhost.probes import local, numbers
 from ccrhost.probes.rdma import IB_ROOT
 from ccrhost.probes.sections import split
 from ccrhost.probes.sysfs import split_dump
@@ -51,13 +51,22 @@ def sampler_command(count: int, interval: float) -> str:
             f"[ $i -lt {int(count)} ] && sleep {float(interval)}; done; true")
 
 
+class CountersFormatError(ValueError):
+    """A sample's timestamp (``date +%s.%N``) is not a time."""
+
+
 def parse_samples(lines: list[str]) -> list[Sample]:
     samples = []
     for section in split(lines):
         if section.tag == "t":
-            samples.append(Sample(float(section.arg), parse_counters(split_dump(section.lines))))
+            t = numbers.decimal(section.arg, 0)
+            if t is None:
+                raise CountersFormatError(f"sample time {section.arg!r} (date +%s.%N) is not a time")
+            samples.append(Sample(t, parse_counters(split_dump(section.lines))))
         elif section.tag == "gpu" and samples:
-            samples[-1].gpu_util = [float(v.strip()) for v in section.lines if v.strip().isdigit()]
+            # nvidia-smi utilization.gpu, percent; "[N/A]" and the like are no reading
+            util = (numbers.integer(v, 0, 100) for v in section.lines)
+            samples[-1].gpu_util = [float(u) for u in util if u is not None]
     return samples
 
 
@@ -68,14 +77,14 @@ def parse_counters(files: dict[str, list[str]]) -> dict[tuple[str, int], PortCou
     ports: dict[tuple[str, int], dict] = {}
     for path, lines in files.items():
         parts = path.split("/")
-        if len(parts) != 5 or parts[1] != "ports" or not parts[2].isdigit():
+        port = numbers.integer(parts[2], 0) if len(parts) == 5 and parts[2][:1].isascii() else None
+        if port is None or parts[1] != "ports" or parts[2][:1] in "+-":
             continue
-        dev, port, group, name = parts[0], int(parts[2]), parts[3], parts[4]
-        text = " ".join(lines).strip()
-        if not text.isdigit():
+        dev, group, name = parts[0], parts[3], parts[4]
+        value = numbers.integer(" ".join(lines), 0)
+        if value is None:
             continue  # "N/A (no PMA)" and the like
         entry = ports.setdefault((dev, port), {"tx_words": None, "rx_words": None, "wrap": None, "hw": {}, "_64": set()})
-        value = int(text)
         if group in ("counters", "counters_ext"):
             base = name[:-3] if name.endswith("_64") else name
             if base not in _DATA:
@@ -111,8 +120,11 @@ def gpu_utilization(nvml=None) -> list[float] | None:
 
 
 def sample_local(nvml_first: bool = True) -> Sample:
-    out = subprocess.run(["sh", "-c", SAMPLE], capture_output=True, text=True, timeout=20)
-    sample = parse_samples(out.stdout.splitlines())[0]
+    out = local.run(SAMPLE, 20, "the counter sample")
+    samples = parse_samples(out.splitlines())
+    if not samples:
+        raise CountersFormatError("the counter sample printed no '@@t' line")
+    sample = samples[0]
     if nvml_first:
         util = gpu_utilization()
         if util is not None:

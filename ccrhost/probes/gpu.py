@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
+import re
 from dataclasses import dataclass, field
 
 from ccrhost.model.gpus import GpuReading
+from ccrhost.probes import local, numbers
 from ccrhost.probes.sections import split
 
 NVSMI_FIELDS = (
@@ -16,17 +17,20 @@ NVSMI_FIELDS = (
 
 
 class GpuFormatError(ValueError):
-    pass
+    """nvidia-smi printed a row its CSV format does not allow; the message quotes it."""
 
 
-def _int(value: str) -> int | None:
+_HEX = re.compile(r"0x[0-9a-fA-F]{1,16}")
+
+
+def _int(value: str, field: str, line: str) -> int | None:
     value = value.strip()
     if not value or value.startswith("[") or value in ("N/A", "Not Supported"):
         return None
-    try:
-        return int(value, 0)
-    except ValueError:
-        raise GpuFormatError(f"expected a number, got {value!r}") from None
+    number = int(value, 16) if _HEX.fullmatch(value) else numbers.integer(value, 0)
+    if number is None:
+        raise GpuFormatError(f"line {line!r}: {field} {value!r} is not a number")
+    return number
 
 
 def parse_nvsmi_csv(lines: list[str]) -> list[GpuReading]:
@@ -35,13 +39,14 @@ def parse_nvsmi_csv(lines: list[str]) -> list[GpuReading]:
     for line in lines:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(NVSMI_FIELDS):
-            raise GpuFormatError(f"expected {len(NVSMI_FIELDS)} fields, got {line!r}")
+            raise GpuFormatError(f"line {line!r}: {len(cells)} fields, expected {len(NVSMI_FIELDS)}")
+        n = {f: _int(c, f, line) for f, c in zip(NVSMI_FIELDS, cells) if f not in ("name", "uuid")}
         gpus.append(GpuReading(
-            index=_int(cells[0]), name=cells[1], uuid=cells[2] or None,
-            sm_clock_mhz=_int(cells[3]), max_sm_clock_mhz=_int(cells[4]),
-            pcie_gen=_int(cells[5]), pcie_gen_max=_int(cells[6]),
-            pcie_width=_int(cells[7]), pcie_width_max=_int(cells[8]),
-            clock_reasons=_int(cells[9]),
+            index=n["index"], name=cells[1], uuid=cells[2] or None,
+            sm_clock_mhz=n["clocks.sm"], max_sm_clock_mhz=n["clocks.max.sm"],
+            pcie_gen=n["pcie.link.gen.current"], pcie_gen_max=n["pcie.link.gen.max"],
+            pcie_width=n["pcie.link.width.current"], pcie_width_max=n["pcie.link.width.max"],
+            clock_reasons=n["clocks_event_reasons.active"],
         ))
     return gpus
 
@@ -76,10 +81,15 @@ FIELDS_NEW = ",".join(NVSMI_FIELDS)
 FIELDS_OLD = FIELDS_NEW.replace("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 FORMAT = "--format=csv,noheader,nounits"
 
+# A driver that stopped answering hangs nvidia-smi: `timeout` ends it (exit
+# 124) so that one node's GPUs cannot stall the fleet's snapshot.
+_NVSMI = "timeout -k 5 20 nvidia-smi"
 COMMAND = (
     "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
-    f" elif out=$(nvidia-smi --query-gpu={FIELDS_NEW} {FORMAT} 2>&1) ||"
-    f" out=$(nvidia-smi --query-gpu={FIELDS_OLD} {FORMAT} 2>&1); then echo '@@gpus'; echo \"$out\";"
+    f" elif out=$({_NVSMI} --query-gpu={FIELDS_NEW} {FORMAT} 2>&1) ||"
+    f" {{ [ $? -ne 124 ] && out=$({_NVSMI} --query-gpu={FIELDS_OLD} {FORMAT} 2>&1); }}; then"
+    " echo '@@gpus'; echo \"$out\";"
+    " elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi did not answer within 20 s (killed)';"
     " else echo '@@error'; echo \"$out\"; fi"
 )
 
@@ -100,20 +110,24 @@ def parse_command_output(lines: list[str]) -> GpuProbe:
     try:
         gpus = parse_nvsmi_csv([x for x in sections[0].lines if x.strip()])
     except GpuFormatError as exc:
-        return GpuProbe(error=f"unexpected nvidia-smi output: {exc}")
+        return GpuProbe(error=f"unexpected nvidia-smi --query-gpu output: {exc}")
     return GpuProbe(gpus)
 
 
-def read_local(nvml=None) -> GpuProbe:
-    """Readings through pynvml, or through nvidia-smi when NVML cannot load."""
+def read_local(nvml=None, timeout: float = 20) -> GpuProbe:
+    """Readings through pynvml, or through nvidia-smi when NVML cannot load;
+    a hung nvidia-smi is killed after ``timeout`` s and is the probe's error."""
     try:
         if nvml is None:
             import pynvml as nvml
         return GpuProbe(read_nvml(nvml), source="nvml")
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         nvml_error = f"{type(exc).__name__}: {exc}"
-    out = subprocess.run(["sh", "-c", COMMAND], capture_output=True, text=True, timeout=20)
-    result = parse_command_output(out.stdout.splitlines())
+    try:
+        out = local.run(COMMAND, timeout, "nvidia-smi --query-gpu")
+    except local.ProbeTimeout as exc:
+        return GpuProbe(error=f"NVML: {nvml_error}; nvidia-smi: {exc}")
+    result = parse_command_output(out.splitlines())
     if result.error:
         result.error = f"NVML: {nvml_error}; nvidia-smi: {result.error}"
     return result

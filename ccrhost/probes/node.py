@@ -43,6 +43,9 @@ _PARSERS = {
 }
 
 
+PROBES = tuple(_PARSERS)
+
+
 def command(paths, wants: str) -> str:
     """One shell command printing every probe; ``paths``: managed files,
     ``wants``: the boot unit's enable link.

@@ -13,7 +13,6 @@ parser names its source.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field, replace
 
 from ccrhost.model import datapath
@@ -380,7 +379,7 @@ def parse_lspci_acs(lines: list[str]) -> AcsControl:
     return AcsControl(True, cap, ctl)
 
 
-_DEVCTL_SIZES = re.compile(r"MaxPayload (\d+) bytes, MaxReadReq (\d+) bytes")
+_DEVCTL_SIZES = re.compile(r"MaxPayload ([0-9]+) bytes, MaxReadReq ([0-9]+) bytes")
 _RLXD = re.compile(r"RlxdOrd([+-])")
 
 
@@ -451,7 +450,7 @@ def parse_iommu_groups(lines: list[str]) -> dict[str, str | None]:
         group, _, kind = line.strip().partition(" ")
         if not group:
             continue
-        if not group.isdigit():
+        if not (group.isascii() and group.isdigit()):
             raise PciFormatError(f"iommu group {group!r} is not a number")
         kind = kind.strip()
         if kind and kind not in ("identity", "DMA", "DMA-FQ", "blocked", "unmanaged"):
@@ -491,9 +490,9 @@ def parse_ib(lines: list[str]) -> dict[str, NicInfo]:
         if len(parts) == 2 and parts[1] in ("fw_ver", "hca_type", "board_id"):
             entry[parts[1]] = text or None
         elif len(parts) == 5 and parts[1] == "ports" and parts[3] == "counters" and parts[4] in datapath.COUNTERS:
-            if not parts[2].isdigit():
+            if not (parts[2].isascii() and parts[2].isdigit()):  # isdigit() alone takes "²"
                 raise PciFormatError(f"{path}: port {parts[2]!r} is not a number")
-            if not text.isdigit():
+            if not (text.isascii() and text.isdigit()):
                 continue  # "N/A (no PMA)": unreadable, not a reading
             entry["counters"].setdefault(int(parts[2]), {})[parts[4]] = int(text)
     return {dev: NicInfo(v.get("fw_ver"), v.get("hca_type"), v.get("board_id"), v["counters"])
@@ -568,7 +567,7 @@ def parse_function(bdf: str, lines: list[str], lspci: list[str] | None = None) -
     except TopologyError as exc:
         raise PciFormatError(str(exc)) from None
     numa = info.get("numa_node", "")
-    if numa and not re.fullmatch(r"-?\d+", numa):
+    if numa and not re.fullmatch(r"-?[0-9]+", numa):
         raise PciFormatError(f"{bdf}: numa_node {numa!r} is not a number")
     acs = devctl = None
     if "acs" in info:
@@ -660,7 +659,9 @@ def only_compute(counters: dict[str, dict[str, int]], exclude: tuple[str, ...] =
             if not any(fnmatch.fnmatchcase(port.split("/")[0], p) for p in exclude)}
 
 
-def read_local() -> PciSnapshot:
-    """Run the snippet on this machine (``ccrhost check``)."""
-    out = subprocess.run(["sh", "-c", COMMAND], capture_output=True, text=True, timeout=60)
-    return parse_pci_dump(out.stdout.splitlines())
+def read_local(timeout: float = 20) -> PciSnapshot:
+    """Run the snippet on this machine (``ccrhost check``); a snippet still
+    running after ``timeout`` s is killed (``local.ProbeTimeout``)."""
+    from ccrhost.probes import local
+
+    return parse_pci_dump(local.run(COMMAND, timeout, "the PCI probe (setpci, sysfs)").splitlines())

@@ -12,6 +12,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from ccrhost.probes import numbers
 from ccrhost.probes.sections import split
 
 DEFAULT_PORT = 18515
@@ -20,7 +21,11 @@ _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[([^\]]+)\]\s+BW average\[
 
 
 class PerftestFormatError(ValueError):
-    pass
+    """ib_write_bw's report is not in its format."""
+
+
+class NotAMeasurement(PerftestFormatError):
+    """A result row whose bandwidth is nan, inf or negative."""
 
 
 @dataclass(frozen=True)
@@ -38,18 +43,23 @@ def parse_ib_write_bw(text: str) -> BwResult:
         if header:
             unit = header.group(2)
             if unit not in _UNIT_GBPS:
-                raise PerftestFormatError(f"unknown bandwidth unit {unit!r}")
+                raise PerftestFormatError(f"line {line.strip()!r}: unknown bandwidth unit {unit!r}")
             continue
         if unit is None:
             continue
         fields = line.split()
-        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
-            try:
-                peak, avg = float(fields[2]), float(fields[3])
-            except ValueError:
-                continue  # a warning line that happens to start with numbers
-            scale = _UNIT_GBPS[unit]
-            return BwResult(int(fields[0]), int(fields[1]), peak * scale, avg * scale)
+        if len(fields) < 4 or numbers.integer(fields[0], 0) is None or numbers.integer(fields[1], 0) is None:
+            continue
+        try:
+            float(fields[2]), float(fields[3])
+        except ValueError:
+            continue  # a warning line that happens to start with numbers
+        peak, avg = numbers.decimal(fields[2], 0), numbers.decimal(fields[3], 0)
+        if peak is None or avg is None:
+            # nan, inf or a negative rate is no measurement
+            raise NotAMeasurement(f"result row {line.strip()!r}: bandwidth is not a finite number >= 0")
+        scale = _UNIT_GBPS[unit]
+        return BwResult(int(fields[0]), int(fields[1]), peak * scale, avg * scale)
     raise PerftestFormatError("no ib_write_bw result row found" if unit else "no ib_write_bw report header found")
 
 
@@ -75,12 +85,15 @@ def parse_client_runs(lines: list[str]) -> dict[str, dict]:
         if section.tag == "dev":
             dev, text = section.arg, section.lines
         elif section.tag == "rc" and dev is not None:
-            rc = int(section.arg) if section.arg.lstrip("-").isdigit() else -1
+            rc = numbers.integer(section.arg, -255, 255)
+            rc = -1 if rc is None else rc
             if rc == 124:
                 results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} timed out"}
             else:
                 try:
                     results[dev] = {"gbps": parse_ib_write_bw("\n".join(text)).average_gbps, "error": None}
+                except NotAMeasurement as exc:
+                    results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev}: {exc}"}
                 except PerftestFormatError:
                     last = next((x.strip() for x in reversed(text) if x.strip()), f"exit {rc}")
                     results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} failed: {last}"}
@@ -88,6 +101,32 @@ def parse_client_runs(lines: list[str]) -> dict[str, dict]:
     return results
 
 
+# The scripts that run ib_write_bw on a host, shared by the pyinfra facts
+# (over SSH) and the Slurm fleet job (as job steps), and their readers.
+MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
+MISSING_ERROR = "ib_write_bw not found (install perftest)"
+
+
+def server_runs(devices: list[str], port: int, seconds: int, timeout: int) -> list[str]:
+    """One bounded server command per device, on consecutive ports."""
+    return [f"timeout {int(timeout)} {server_command(dev, port + i, seconds)}" for i, dev in enumerate(devices)]
+
+
+def clients_script(devices: list[str], peer: str, port: int, seconds: int, timeout: int) -> str:
+    """Runs a client against ``peer`` for each device in turn, each result between markers."""
+    runs = " ".join(
+        f"echo {shlex.quote('@@dev ' + dev)}; timeout {int(timeout)} "
+        f"{client_command(dev, peer, port + i, seconds)} 2>&1; echo \"@@rc $?\";"
+        for i, dev in enumerate(devices)
+    )
+    return f"{MISSING}{runs} true"
+
+
+def parse_servers_output(lines: list[str]) -> dict:
+    return {"error": MISSING_ERROR if "@@missing" in lines else None}
+
+
+parse_clients_output = parse_client_runs
 # --- GPUDirect: ib_write_bw through GPU memory (reference gdr.md [6]) -------
 
 _CUDA_OPTION = re.compile(r"^\s*--use_cuda=<", re.M)

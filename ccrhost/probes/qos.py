@@ -12,15 +12,42 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from ccrhost.probes import numbers
 from ccrhost.probes.sections import split
 
 
 class QosFormatError(ValueError):
-    pass
+    """A QoS tool or OFED qos/ file printed what its format does not allow;
+    the message quotes the offending line."""
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.replace(",", " ").split()]
+def _number(word: str, what: str, line: str, lo: int = 0, hi: int | None = None) -> int:
+    word = word.strip()
+    value = numbers.integer(word, lo, hi)
+    if value is None:
+        allowed = f"an integer {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
+        raise QosFormatError(f"line {line.strip()!r}: {what} {word!r} is not {allowed}")
+    return value
+
+
+def _eight(words: list[str], what: str, line: str, hi: int | None) -> list[int]:
+    if len(words) != 8:
+        raise QosFormatError(f"line {line.strip()!r}: {len(words)} {what} values, expected 8")
+    return [_number(w, what, line, 0, hi) for w in words]
+
+
+def _pairs(words: list[str], line: str) -> list[tuple[str, str]]:
+    """``KEY:VALUE`` words; a word without ':' is not dcb's format."""
+    out = []
+    for word in words:
+        key, sep, value = word.partition(":")
+        if not sep:
+            raise QosFormatError(f"line {line.strip()!r}: {word!r} is not KEY:VALUE")
+        out.append((key, value))
+    return out
+
+
+_DSCP_LINE = re.compile(r"prio:(\S+)\s+dscp:(.*)")
 
 
 def parse_mlnx_qos(text: str) -> dict:
@@ -34,41 +61,39 @@ def parse_mlnx_qos(text: str) -> dict:
             out["dcbx"] = line.split(":", 1)[1].strip()
         elif line.startswith("Priority trust state:"):
             out["trust"] = line.split(":", 1)[1].strip()
-        elif line.startswith("prio:") and "dscp:" in line:
-            match = re.match(r"prio:(\d+)\s+dscp:([\d,\s]*)", line)
-            if match:
-                for dscp in match.group(2).replace(",", " ").split():
-                    out["dscp2prio"][int(dscp)] = int(match.group(1))
+            if out["trust"] not in ("pcp", "dscp"):
+                raise QosFormatError(f"line {line!r}: trust state {out['trust']!r} is not pcp or dscp")
+        elif line.startswith("prio:"):
+            match = _DSCP_LINE.fullmatch(line)
+            if not match:
+                raise QosFormatError(f"line {line!r}: expected 'prio:N dscp:D,D,...'")
+            prio = _number(match.group(1), "priority", line, 0, 7)
+            for dscp in match.group(2).replace(",", " ").split():
+                out["dscp2prio"][_number(dscp, "DSCP", line, 0, 63)] = prio
         elif line.startswith("Receive buffer size (bytes):"):
             values = line.split(":", 1)[1].strip().rstrip(",").split(",")
             sizes = []
             for value in values:
                 if value.startswith("max_buffer_size="):
-                    out["max_buffer_size"] = int(value.split("=", 1)[1])
+                    out["max_buffer_size"] = _number(value.split("=", 1)[1], "max_buffer_size", line)
                 elif value.strip():
-                    sizes.append(int(value))
-            out["buffer_size"] = sizes
+                    sizes.append(_number(value, "buffer size", line))
+            out["buffer_size"] = _eight([str(x) for x in sizes], "buffer size", line, None)
         elif line.startswith("Cable len:"):
-            out["cable_len"] = int(line.split(":", 1)[1])
+            out["cable_len"] = _number(line.split(":", 1)[1], "cable length", line)
         elif line.startswith("PFC configuration:"):
             in_pfc = True
         elif in_pfc and line.startswith("priority"):
             continue
         elif in_pfc and line.startswith("enabled"):
-            out["pfc"] = _ints(line[len("enabled"):])
+            out["pfc"] = _eight(line[len("enabled"):].replace(",", " ").split(), "PFC enabled", line, 1)
         elif in_pfc and line.startswith("buffer"):
-            out["prio2buffer"] = _ints(line[len("buffer"):])
+            out["prio2buffer"] = _eight(line[len("buffer"):].replace(",", " ").split(), "prio2buffer", line, 7)
         elif line.startswith("tc:"):
             in_pfc = False
     if out["trust"] is None:
-        raise QosFormatError("no 'Priority trust state' line in mlnx_qos output")
-    if out["pfc"] is not None and len(out["pfc"]) != 8:
-        raise QosFormatError(f"PFC line has {len(out['pfc'])} priorities, expected 8")
+        raise QosFormatError("no 'Priority trust state' line")
     return out
-
-
-def _pairs(words: list[str]) -> list[tuple[str, str]]:
-    return [tuple(w.split(":", 1)) for w in words if ":" in w]  # type: ignore[misc]
 
 
 def parse_dcb_pfc(text: str) -> dict:
@@ -80,16 +105,18 @@ def parse_dcb_pfc(text: str) -> dict:
             continue
         if words[0] == "pfc-cap":
             kv = dict(zip(words[::2], words[1::2]))
-            out["pfc_cap"] = int(kv["pfc-cap"]) if "pfc-cap" in kv else None
+            out["pfc_cap"] = _number(kv["pfc-cap"], "pfc-cap", line, 0, 8) if "pfc-cap" in kv else None
             out["macsec_bypass"] = kv.get("macsec-bypass")
-            out["delay"] = int(kv["delay"]) if "delay" in kv else None
+            out["delay"] = _number(kv["delay"], "delay", line) if "delay" in kv else None
         elif words[0] in ("prio-pfc", "pg-pfc"):
             flags = [0] * 8
-            for prio, state in _pairs(words[1:]):
-                flags[int(prio)] = 1 if state == "on" else 0
+            for prio, state in _pairs(words[1:], line):
+                if state not in ("on", "off"):
+                    raise QosFormatError(f"line {line.strip()!r}: PFC state {state!r} is not on or off")
+                flags[_number(prio, "priority", line, 0, 7)] = int(state == "on")
             out["prio_pfc"] = flags
     if out["prio_pfc"] is None:
-        raise QosFormatError("no prio-pfc line in dcb pfc output")
+        raise QosFormatError("no prio-pfc line")
     return out
 
 
@@ -99,20 +126,20 @@ def parse_dcb_app_dscp(text: str) -> dict[int, int]:
     for line in text.splitlines():
         words = line.split()
         if words[:1] == ["dscp-prio"]:
-            for dscp, prio in _pairs(words[1:]):
-                if not dscp.isdigit():
-                    raise QosFormatError(f"DSCP {dscp!r} by name: run dcb with -N")
-                table[int(dscp)] = int(prio)
+            for dscp, prio in _pairs(words[1:], line):
+                if dscp[:1].isalpha():
+                    raise QosFormatError(f"line {line.strip()!r}: DSCP {dscp!r} by name: run dcb with -N")
+                table[_number(dscp, "DSCP", line, 0, 63)] = _number(prio, "priority", line, 0, 7)
     return table
 
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)(Mb|Kb|b)$")
+_SIZE = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)(Mb|Kb|b)")
 _UNITS = {"Mb": 1024 * 1024, "Kb": 1024, "b": 1}
 
 
 def parse_size(text: str) -> int:
     """iproute2 print_size(): ``10Kb`` is 10 KiB (bytes, not bits)."""
-    match = _SIZE.match(text.strip())
+    match = _SIZE.fullmatch(text.strip())
     if not match:
         raise QosFormatError(f"expected a size such as 10Kb, got {text!r}")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
@@ -124,16 +151,22 @@ def parse_dcb_buffer(text: str) -> dict:
         words = line.split()
         if words[:1] == ["prio-buffer"]:
             flags = [0] * 8
-            for prio, buf in _pairs(words[1:]):
-                flags[int(prio)] = int(buf)
+            for prio, buf in _pairs(words[1:], line):
+                flags[_number(prio, "priority", line, 0, 7)] = _number(buf, "buffer", line, 0, 7)
             out["prio_buffer"] = flags
         elif words[:1] == ["buffer-size"]:
             sizes = [0] * 8
-            for buf, size in _pairs(words[1:]):
-                sizes[int(buf)] = parse_size(size)
+            for buf, size in _pairs(words[1:], line):
+                try:
+                    sizes[_number(buf, "buffer", line, 0, 7)] = parse_size(size)
+                except QosFormatError as exc:
+                    raise QosFormatError(f"line {line.strip()!r}: {exc}") from None
             out["buffer_size"] = sizes
         elif words[:1] == ["total-size"] and len(words) > 1:
-            out["total_size"] = parse_size(words[1])
+            try:
+                out["total_size"] = parse_size(words[1])
+            except QosFormatError as exc:
+                raise QosFormatError(f"line {line.strip()!r}: {exc}") from None
     return out
 
 
@@ -141,14 +174,18 @@ def parse_ofed_buffer_size(text: str) -> dict:
     """MLNX_OFED ``/sys/class/net/IF/qos/buffer_size``."""
     out: dict = {"port_buffer_size": None, "spare_buffer_size": None, "buffers": []}
     for line in text.splitlines():
-        if line.startswith("Port buffer size"):
-            out["port_buffer_size"] = int(line.split("=", 1)[1])
-        elif line.startswith("Spare buffer size"):
-            out["spare_buffer_size"] = int(line.split("=", 1)[1])
+        for label, key in (("Port buffer size", "port_buffer_size"), ("Spare buffer size", "spare_buffer_size")):
+            if line.startswith(label):
+                name, sep, value = line.partition("=")
+                if not sep:
+                    raise QosFormatError(f"line {line.strip()!r}: expected '{label} = N'")
+                out[key] = _number(value, label, line)
+                break
         else:
             words = line.split()
-            if len(words) == 4 and all(w.isdigit() for w in words):
-                index, size, xoff, xon = map(int, words)
+            if len(words) == 4 and all(numbers.integer(w) is not None for w in words):
+                index = _number(words[0], "buffer", line, 0, 7)
+                size, xoff, xon = (_number(w, what, line) for w, what in zip(words[1:], ("size", "xoff", "xon")))
                 out["buffers"].append({"buffer": index, "size": size, "xoff": xoff, "xon": xon})
     return out
 
@@ -158,8 +195,8 @@ def parse_ofed_prio2buffer(text: str) -> list[int]:
     table = [0] * 8
     for line in text.splitlines():
         words = line.split()
-        if len(words) == 2 and all(w.isdigit() for w in words):
-            table[int(words[0])] = int(words[1])
+        if len(words) == 2 and all(numbers.integer(w) is not None for w in words):
+            table[_number(words[0], "priority", line, 0, 7)] = _number(words[1], "buffer", line, 0, 7)
     return table
 
 
@@ -231,24 +268,39 @@ class QosReading:
     unit_enabled: bool = False   # the boot unit's multi-user.target.wants link exists
 
 
-def _grep_values(lines: list[str], signed: bool = False) -> dict[str, int]:
-    """``grep -H`` lines ``path:value`` with an integer value; others skipped."""
+def _grep_values(lines: list[str], where: str) -> dict[str, int]:
+    """``grep -H`` lines ``path:value`` of integer files (relative to ``where``)."""
     out = {}
     for line in lines:
         path, sep, value = line.partition(":")
-        digits = value.strip().lstrip("-") if signed else value.strip()
-        if sep and digits.isdigit():
-            out[path] = int(value)
+        if not sep:
+            continue
+        number = numbers.integer(value)
+        if number is None:
+            raise QosFormatError(f"{where}/{path} holds {value!r}, not an integer")
+        out[path] = number
     return out
 
 
+# what each section of an interface's output was read from, for messages
+_SOURCES = {
+    "mtu": "/sys/class/net/{i}/mtu", "mlnx_qos": "mlnx_qos -i {i}",
+    "dcb_app": "dcb -N app show dev {i} dscp-prio", "dcb_pfc": "dcb pfc show dev {i}",
+    "dcb_buffer": "dcb buffer show dev {i}", "ecn": "/sys/class/net/{i}/ecn",
+    "ofed_buffer": "/sys/class/net/{i}/qos/buffer_size", "ofed_prio2buffer": "/sys/class/net/{i}/qos/prio2buffer",
+    "cc_params": "{arg}",
+}
+
+
 def parse_qos_dump(lines: list[str]) -> QosReading:
-    """The output of :func:`command` -> a :class:`QosReading`."""
+    """The output of :func:`command` -> a :class:`QosReading`. Output one
+    interface's parser cannot read is kept in that interface's ``errors``."""
     reading = QosReading()
-    st = None
+    st, iface = None, ""
     for section in split(lines):
         tag, arg, body, text = section.tag, section.arg, section.lines, section.text
         if tag == "if":
+            iface = arg
             st = reading.interfaces[arg] = QosInterface()
             continue
         if tag == "systemd":
@@ -258,20 +310,23 @@ def parse_qos_dump(lines: list[str]) -> QosReading:
             continue
         if st is None:
             continue
+        source = _SOURCES.get(tag, tag).format(i=iface, arg=arg)
         try:
-            _read_section(st, tag, arg, body, text)
-        except (QosFormatError, ValueError) as exc:
+            _read_section(st, tag, arg, body, text, source)
+        except QosFormatError as exc:
             # this interface's reading is incomplete: its stage refuses it, the others go on
-            st.errors.append(f"cannot read {tag.replace('_', ' ')} output: {exc}")
+            st.errors.append(f"cannot read {source}: {exc}")
     return reading
 
 
-def _read_section(st: QosInterface, tag: str, arg: str, body: list[str], text: str) -> None:
+def _read_section(st: QosInterface, tag: str, arg: str, body: list[str], text: str, source: str) -> None:
     """Fill ``st`` from one section of the interface's output."""
     if tag in ("mlnx_qos", "dcb_app", "dcb_pfc", "dcb_buffer") and arg != "0":
-        st.errors.append(f"{tag.replace('_', ' ')} failed: {text.strip().splitlines()[-1] if text.strip() else arg}")
+        st.errors.append(f"{source} failed: {text.strip().splitlines()[-1] if text.strip() else 'exit ' + arg}")
     elif tag == "mtu" and text.strip():
-        st.mtu = int(text.strip())
+        st.mtu = numbers.integer(text, 68, 1 << 20)
+        if st.mtu is None:
+            raise QosFormatError(f"{text.strip()!r} is not an MTU")
     elif tag == "mlnx_qos":
         q = parse_mlnx_qos(text)
         st.backend, st.trust, st.dscp2prio, st.pfc = "ofed", q["trust"], q["dscp2prio"], q["pfc"]
@@ -288,7 +343,7 @@ def _read_section(st: QosInterface, tag: str, arg: str, body: list[str], text: s
         buf = parse_dcb_buffer(text)
         st.buffer_size, st.prio2buffer, st.port_buffer = buf["buffer_size"], buf["prio_buffer"], buf["total_size"]
     elif tag == "ecn":
-        st.ecn = _grep_values(body, signed=True)
+        st.ecn = _grep_values(body, source)
     elif tag == "ofed_buffer":
         parsed = parse_ofed_buffer_size(text)
         st.ofed_buffers = parsed["buffers"]
@@ -297,4 +352,4 @@ def _read_section(st: QosInterface, tag: str, arg: str, body: list[str], text: s
         st.prio2buffer = st.prio2buffer or parse_ofed_prio2buffer(text)
     elif tag == "cc_params":
         st.cc_params_dir = arg
-        st.cc_params = _grep_values(body)
+        st.cc_params = _grep_values(body, source)

@@ -9,10 +9,10 @@ holds (``mlx5_0``, ``rocep1s0f0``, ``ibp12s0``...); none is assumed.
 
 from __future__ import annotations
 
-import subprocess
+import ipaddress
 from dataclasses import dataclass, field, replace
 
-from ccrhost.probes import sysfs
+from ccrhost.probes import local, numbers, sysfs
 from ccrhost.probes.sections import by_tag
 
 IB_ROOT = "/sys/class/infiniband"
@@ -22,6 +22,12 @@ RDMA_CM = CONFIGFS + "/rdma_cm"
 _PORT_FILES = ("state", "phys_state", "rate", "link_layer", "credit_threshold")
 _PCI_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
+# The management path for the SSH guard: every default route and nexthop,
+# the kernel's lower_/upper_ links between netdevs (VLAN, bridge, bond,
+# macvlan), and the SSH connection: $SSH_CONNECTION, or, when sudo's
+# env_reset dropped it, the socket this session's sshd holds (the shell's
+# ancestors' fds matched against /proc/net/tcp{,6}; no tool needed).
+#
 # Unreadable files (unpopulated GIDs give EINVAL) are skipped by grep -s; a
 # glob that matches nothing stays literal and is skipped the same way. Zero
 # GIDs are left out on the node: a real port has up to 256 table entries.
@@ -49,8 +55,22 @@ grep -Hs '' */ports/*/default_roce_mode */ports/*/default_roce_tos
 fi
 echo @@route
 ip -o -4 route show default 2>/dev/null
+ip -o -6 route show default 2>/dev/null
+echo @@links
+if cd /sys/class/net 2>/dev/null; then for l in */lower_* */upper_*; do [ -L "$l" ] && echo "$l"; done; fi
 echo @@ssh
 echo "${{SSH_CONNECTION:-}}"
+if [ -z "${{SSH_CONNECTION:-}}" ]; then
+echo @@session
+p=$$; socks=" "
+while [ "${{p:-0}}" -gt 1 ]; do
+echo "pid $p $(cat /proc/$p/comm 2>/dev/null)"
+for f in /proc/$p/fd/*; do l=$(readlink "$f" 2>/dev/null) || continue
+case $l in socket:*) i=${{l#socket:?}}; socks="$socks${{i%?}} ";; esac; done
+p=$(awk '/^PPid:/ {{print $2}}' /proc/$p/status 2>/dev/null)
+done
+awk -v s="$socks" '$4 == "01" && index(s, " " $10 " ") {{print "tcp", $2, $3}}' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+fi
 echo @@addr
 ip -o addr show 2>/dev/null
 true"""
@@ -110,8 +130,15 @@ class NodeNet:
     rdma_cm: bool = False                 # /sys/kernel/config/rdma_cm exists
     ecn: list[str] = field(default_factory=list)   # netdevs with the OFED-only /sys/class/net/<if>/ecn
     qos: list[str] = field(default_factory=list)   # ... and /sys/class/net/<if>/qos
-    default_route_dev: str | None = None  # ip -o -4 route show default
-    ssh_server_ip: str | None = None      # $SSH_CONNECTION's third field
+    default_route_dev: str | None = None  # ip -o -4 route show default: the first route's dev
+    default_route_devs: list[str] = field(default_factory=list)  # ... every dev of every default route
+    #                                       and multipath nexthop, IPv4 and IPv6
+    lowers: dict[str, list[str]] = field(default_factory=dict)  # /sys/class/net/<if>/lower_<dev> (and
+    #                                       upper_ read backwards): the devices each netdev sits on
+    ssh_server_ip: str | None = None      # $SSH_CONNECTION's third field, else the local address of the
+    #                                       established /proc/net/tcp{,6} socket this session's sshd holds
+    ssh_source: str | None = None         # "$SSH_CONNECTION" | "socket table": where ssh_server_ip came from
+    ssh_session: bool = False             # an sshd process is among the remote shell's ancestors (/proc)
     addresses: dict[str, list[str]] = field(default_factory=dict)  # ip -o addr show
     ssh_dev: str | None = None            # the netdev holding ssh_server_ip
 
@@ -122,12 +149,22 @@ class RdmaReading:
     node: NodeNet = field(default_factory=NodeNet)
 
 
+class RdmaFormatError(sysfs.SysfsFormatError):
+    """A file or command of the RDMA snippet printed what its format does
+    not allow; the message names the file and quotes the value."""
+
+
 def _located(path: str, parse, text):
     """Run one sysfs parser, naming the file in its error."""
     try:
         return parse(text)
     except sysfs.SysfsFormatError as exc:
-        raise sysfs.SysfsFormatError(f"{path}: {exc}") from None
+        raise RdmaFormatError(f"{path}: {exc}") from None
+
+
+def _index(word: str) -> int | None:
+    """A port number or table index in a sysfs path (ASCII digits only)."""
+    return numbers.integer(word, 0, 1 << 16) if word[:1] != "-" and word[:1] != "+" else None
 
 
 def parse_rdma_dump(lines: list[str]) -> RdmaReading:
@@ -138,8 +175,8 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
     def device(name: str) -> RdmaDevice:
         return devices.setdefault(name, RdmaDevice())
 
-    def port(dev: str, num: str) -> RdmaPort:
-        return device(dev).ports.setdefault(int(num), RdmaPort())
+    def port(dev: str, num: int) -> RdmaPort:
+        return device(dev).ports.setdefault(num, RdmaPort())
 
     gids: dict[tuple[str, int], dict[int, dict]] = {}
     pci: dict[str, dict] = {}
@@ -149,8 +186,9 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
         dev = parts[0]
         text = "\n".join(values)
         where = f"{IB_ROOT}/{path}"
-        if len(parts) >= 4 and parts[1] == "ports" and parts[2].isdigit():
-            p = port(dev, parts[2])
+        num = _index(parts[2]) if len(parts) >= 3 else None
+        if len(parts) >= 4 and parts[1] == "ports" and num is not None:
+            p = port(dev, num)
             leaf = parts[3]
             if leaf == "state":
                 p.state_id, p.state = _located(where, sysfs.parse_numbered_state, text)
@@ -163,12 +201,12 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
                 p.link_layer = text.strip()
             elif leaf == "credit_threshold":
                 p.credit_threshold = text.strip()
-            elif leaf == "gids" and len(parts) == 5 and parts[4].isdigit():
-                entry = gids.setdefault((dev, int(parts[2])), {}).setdefault(int(parts[4]), {})
+            elif leaf == "gids" and len(parts) == 5 and _index(parts[4]) is not None:
+                entry = gids.setdefault((dev, num), {}).setdefault(_index(parts[4]), {})
                 entry["gid"] = text.strip()
                 entry["addr"] = _located(where, sysfs.parse_gid, text)
-            elif leaf == "gid_attrs" and len(parts) == 6 and parts[5].isdigit():
-                entry = gids.setdefault((dev, int(parts[2])), {}).setdefault(int(parts[5]), {})
+            elif leaf == "gid_attrs" and len(parts) == 6 and _index(parts[5]) is not None:
+                entry = gids.setdefault((dev, num), {}).setdefault(_index(parts[5]), {})
                 if parts[4] == "types":
                     entry["type"] = _located(where, sysfs.parse_gid_type, text)
                 elif parts[4] == "ndevs":
@@ -183,8 +221,8 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
                 link["current_width"] = _located(where, sysfs.parse_int, text)
             elif parts[2] == "max_link_width":
                 link["max_width"] = _located(where, sysfs.parse_int, text)
-        elif len(parts) == 4 and parts[1] == "tc" and parts[2].isdigit():
-            port(dev, parts[2]).traffic_class = [v for v in values if v.strip()]
+        elif len(parts) == 4 and parts[1] == "tc" and num is not None:
+            port(dev, num).traffic_class = [v for v in values if v.strip()]
     for dev, link in pci.items():
         device(dev).pci = PciLink(**link)
 
@@ -202,7 +240,7 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
             ofed[kind].append(rest)
 
     for (dev, num), table in gids.items():
-        p = port(dev, str(num))
+        p = port(dev, num)
         for index in sorted(table):
             entry = table[index]
             if "gid" not in entry:
@@ -221,9 +259,9 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
 
     for path, values in sysfs.split_dump(sections.get("cm", [])).items():
         parts = path.split("/")
-        if len(parts) != 4 or parts[1] != "ports" or parts[0] not in devices or not parts[2].isdigit():
+        if len(parts) != 4 or parts[1] != "ports" or parts[0] not in devices or _index(parts[2]) is None:
             continue
-        p = port(parts[0], parts[2])
+        p = port(parts[0], _index(parts[2]))
         cm = p.cm or CmDefaults()
         value = "\n".join(values).strip()
         if parts[3] == "default_roce_tos":
@@ -236,28 +274,91 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
     mounts = [line.split() for line in configfs if line != "rdma_cm"]
     addresses = _addresses(sections.get("addr", []))
     ssh = " ".join(sections.get("ssh", [])).split()
-    ssh_ip = ssh[2] if len(ssh) == 4 else None
+    ssh_ip, source = (_plain_ip(ssh[2]), "$SSH_CONNECTION") if len(ssh) == 4 else (None, None)
+    session = _session(sections.get("session", []))
+    if ssh_ip is None and session["ip"]:
+        ssh_ip, source = session["ip"], "socket table"
+    route_devs = _route_devs(sections.get("route", []))
     node = NodeNet(
         mounted=bool(mounts),
         fstype=mounts[0][1] if mounts and len(mounts[0]) > 1 else None,
         rdma_cm="rdma_cm" in configfs,
         ecn=sorted(ofed["ecn"]),
         qos=sorted(ofed["qos"]),
-        default_route_dev=_default_route_dev(sections.get("route", [])),
+        default_route_dev=route_devs[0] if route_devs else None,
+        default_route_devs=route_devs,
+        lowers=_lowers(sections.get("links", [])),
         ssh_server_ip=ssh_ip,
+        ssh_source=source,
+        ssh_session=session["sshd"],
         addresses=addresses,
         ssh_dev=next((dev for dev, ips in addresses.items() if ssh_ip in ips), None) if ssh_ip else None,
     )
     return RdmaReading(dict(sorted(devices.items())), node)
 
 
-def _default_route_dev(lines: list[str]) -> str | None:
-    """``default via 198.18.0.1 dev eth0 ...`` -> ``eth0``."""
+def _route_devs(lines: list[str]) -> list[str]:
+    """Every ``dev X`` of ``ip -o route show default``: ``default via A dev eth0 ...``,
+    and a multipath route's ``nexthop via A dev X weight 1`` parts (one line
+    with -o, continuation lines without)."""
+    devs: list[str] = []
+    for line in lines:
+        words = line.replace("\\", " ").split()
+        for i, word in enumerate(words[:-1]):
+            if word == "dev" and words[i + 1] not in devs:
+                devs.append(words[i + 1])
+    return devs
+
+
+def _lowers(lines: list[str]) -> dict[str, list[str]]:
+    """``<if>/lower_<dev>`` and ``<dev>/upper_<if>`` -> ``{if: [dev, ...]}``."""
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        dev, sep, link = line.strip().partition("/")
+        if not sep or not dev:
+            continue
+        for prefix, upper in (("lower_", True), ("upper_", False)):
+            if link.startswith(prefix) and len(link) > len(prefix):
+                other = link[len(prefix):]
+                top, low = (dev, other) if upper else (other, dev)
+                if low not in out.setdefault(top, []):
+                    out[top].append(low)
+    return out
+
+
+def _plain_ip(text: str) -> str | None:
+    """An address as ``ip addr`` prints it: a v4-mapped IPv6 address as IPv4, no %scope."""
+    try:
+        addr = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return str(mapped or addr)
+
+
+def _hex_ip(text: str) -> str | None:
+    """/proc/net/tcp{,6} ``local_address``: the address in host-order 32-bit
+    words (little-endian here), then ``:PORT`` in hex."""
+    hexa = text.partition(":")[0]
+    if len(hexa) not in (8, 32) or any(c not in "0123456789abcdefABCDEF" for c in hexa):
+        return None
+    raw = b"".join(bytes.fromhex(hexa[i:i + 8])[::-1] for i in range(0, len(hexa), 8))
+    return _plain_ip(str(ipaddress.ip_address(raw)))
+
+
+def _session(lines: list[str]) -> dict:
+    """The ``@@session`` section: ``pid N COMM`` for the shell and its
+    ancestors, then ``tcp LOCAL REMOTE`` for their established sockets."""
+    sshd, ips = False, []
     for line in lines:
         words = line.split()
-        if "dev" in words[:-1]:
-            return words[words.index("dev") + 1]
-    return None
+        if words[:1] == ["pid"] and len(words) >= 3 and words[2].startswith("sshd"):
+            sshd = True  # sshd, or sshd-session since OpenSSH 9.8
+        elif words[:1] == ["tcp"] and len(words) >= 2:
+            ip = _hex_ip(words[1])
+            if ip and ip not in ips:
+                ips.append(ip)
+    return {"sshd": sshd, "ip": ips[0] if len(ips) == 1 else None}
 
 
 def _addresses(lines: list[str]) -> dict[str, list[str]]:
@@ -271,7 +372,8 @@ def _addresses(lines: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def read_local() -> RdmaReading:
-    """Run the snippet on this machine (``ccrhost check``)."""
-    out = subprocess.run(["sh", "-c", COMMAND], capture_output=True, text=True, timeout=20)
-    return parse_rdma_dump(out.stdout.splitlines())
+def read_local(timeout: float = 20) -> RdmaReading:
+    """Run the snippet on this machine (``ccrhost check``). Raises
+    ProbeTimeout or RdmaFormatError, naming what could not be read."""
+    out = local.run(COMMAND, timeout, f"the RDMA probe (reading {IB_ROOT})")
+    return parse_rdma_dump(out.splitlines())

@@ -17,12 +17,12 @@ class SysfsFormatError(ValueError):
     """A sysfs file did not have the format the kernel prints."""
 
 
-_STATE_RE = re.compile(r"^\s*(\d+):\s*(\S.*?)\s*$")
+_STATE_RE = re.compile(r"\s*([0-9]{1,3}):[ \t]*(\S[^\n]*?)\s*")
 
 
 def parse_numbered_state(text: str) -> tuple[int, str]:
     """``state`` and ``phys_state`` print ``"%d: %s"``, e.g. ``4: ACTIVE``."""
-    match = _STATE_RE.match(text)
+    match = _STATE_RE.fullmatch(text)
     if not match:
         raise SysfsFormatError(f"expected '<n>: <NAME>', got {text!r}")
     return int(match.group(1)), match.group(2)
@@ -37,12 +37,12 @@ class LinkRate:
 
 # "%d%s Gb/sec (%dX%s)": the %s after the integer is ".5" for SDR x1 and
 # similar; the lane count is whatever the port trained at.
-_RATE_RE = re.compile(r"^\s*(\d+)(\.\d+)?\s+Gb/sec\s+\((\d+)X\s*([A-Za-z0-9]*)\)\s*$")
+_RATE_RE = re.compile(r"\s*([0-9]{1,6})(\.[0-9]{1,3})?[ \t]+Gb/sec[ \t]+\(([0-9]{1,2})X[ \t]*([A-Za-z0-9]*)\)\s*")
 
 
 def parse_rate(text: str) -> LinkRate:
     """Parse a port ``rate`` file, e.g. ``400 Gb/sec (4X NDR)``."""
-    match = _RATE_RE.match(text)
+    match = _RATE_RE.fullmatch(text)
     if not match:
         raise SysfsFormatError(f"expected '<n> Gb/sec (<w>X <SPEED>)', got {text!r}")
     whole, frac, lanes, speed = match.groups()
@@ -51,23 +51,28 @@ def parse_rate(text: str) -> LinkRate:
 
 # pci_speed_string(): "2.5 GT/s PCIe" ... "64.0 GT/s PCIe"; kernels <= 5.6
 # printed "8 GT/s" without the suffix.
-_PCIE_SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s(?:\s+PCIe)?\s*$")
+_PCIE_SPEED_RE = re.compile(r"\s*([0-9]{1,4}(?:\.[0-9]{1,3})?)[ \t]*GT/s(?:[ \t]+PCIe)?\s*")
 
 def parse_pcie_speed(text: str) -> float | None:
     """GT/s per lane from ``current_link_speed``; None for ``Unknown``."""
     if text.strip() in ("", "Unknown"):
         return None
-    match = _PCIE_SPEED_RE.match(text)
+    match = _PCIE_SPEED_RE.fullmatch(text)
     if not match:
         raise SysfsFormatError(f"expected '<n> GT/s PCIe', got {text!r}")
     return float(match.group(1))
 
 
+_INT_RE = re.compile(r"\s*(-?)(?:0x([0-9a-fA-F]{1,16})|([0-9]{1,19}))\s*")
+
+
 def parse_int(text: str) -> int:
-    try:
-        return int(text.strip(), 0)
-    except ValueError:
-        raise SysfsFormatError(f"expected an integer, got {text!r}") from None
+    """A decimal or 0x-hex integer, as sysfs prints them."""
+    match = _INT_RE.fullmatch(text)
+    if not match:
+        raise SysfsFormatError(f"expected an integer, got {text!r}")
+    sign, hexa, dec = match.groups()
+    return (-1 if sign else 1) * (int(hexa, 16) if hexa else int(dec))
 
 
 def parse_gid(text: str) -> ipaddress.IPv6Address:

@@ -22,6 +22,36 @@ def die(message: str, code: int = 1):
     sys.exit(code)
 
 
+GARBLE_FILE = "/run/ccrhost-lab/garble.json"
+
+
+def garble_rules(tool: str) -> list[tuple[str, str]]:
+    """(find, replace) rules for a tool's output: the node's garble_tool
+    faults, then the ones a test wrote to GARBLE_FILE while the node runs
+    (a reboot clears them). An empty find replaces the whole output."""
+    rules = []
+    for fault in node()["faults"]:
+        kind, _, value = fault.partition("=")
+        name, _, rule = value.partition(":")
+        if kind == "garble_tool" and name == tool:
+            find, _, replace = rule.partition("=>")
+            rules.append((find, replace))
+    try:
+        with open(GARBLE_FILE) as f:
+            rules += [(r["find"], r["replace"]) for r in json.load(f) if r["tool"] == tool]
+    except FileNotFoundError:
+        pass
+    return rules
+
+
+def output(tool: str, text: str) -> None:
+    """Print a tool's stdout, corrupted the way the node's garble rules say:
+    odd output from a driver or tool version ccrhost has not seen."""
+    for find, replace in garble_rules(tool):
+        text = text.replace(find, replace) if find else replace
+    sys.stdout.write(text)
+
+
 def module_loaded(name: str) -> bool:
     return os.path.exists(f"/sys/module/{name}/initstate")
 

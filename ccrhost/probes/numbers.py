@@ -1,0 +1,37 @@
+"""Numbers in node output, ASCII only.
+
+Python's ``int()`` and ``str.isdigit()`` accept any Unicode digit (``'١'``,
+``'²'``) and ``int()`` accepts ``1_000``; ``float()`` accepts ``nan`` and
+``inf``. No tool or kernel file ccrhost reads prints those, so a value that
+has them is not a reading, and every probe parses through these helpers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_INT = re.compile(r"[+-]?[0-9]{1,19}")
+_DECIMAL = re.compile(r"[+-]?[0-9]{1,19}(?:\.[0-9]{1,19})?")
+
+
+def integer(text: str, lo: int | None = None, hi: int | None = None) -> int | None:
+    """``text`` (surrounding white space allowed) as an int within [lo, hi], else None."""
+    value = text.strip()
+    if not _INT.fullmatch(value):
+        return None
+    number = int(value)
+    if (lo is not None and number < lo) or (hi is not None and number > hi):
+        return None
+    return number
+
+
+def decimal(text: str, lo: float | None = None) -> float | None:
+    """``text`` as a finite decimal (no exponent, nan or inf) >= lo, else None."""
+    value = text.strip()
+    if not _DECIMAL.fullmatch(value):
+        return None
+    number = float(value)
+    if not math.isfinite(number) or (lo is not None and number < lo):
+        return None
+    return number

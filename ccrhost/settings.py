@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from ccrhost.model import ccr as ccrmod
+from ccrhost.model import datapath as dp
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import PRECISIONS
@@ -32,7 +33,8 @@ from ccrhost.model.verdict import Expectation, Policy
 
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
-OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_")
+OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_",
+                  "slurm_")
 
 # NCCL variables with a key of their own (or derived from ones): nccl_extra
 # may not set them, or it would bypass their rules.
@@ -62,6 +64,11 @@ NcclName = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,64}$")]
 # Values pass through to a file NCCL reads literally and to a shell profile:
 # no newlines, '=', quotes, backslashes or shell metacharacters.
 NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:/@%+^-]{0,255}$")]
+# Paths written into shell scripts and slurm.conf: absolute, no white space or shell metacharacters.
+AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]{0,254}$")]
+SearchPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]*(:/[A-Za-z0-9_.+@/-]*){0,31}$")]
+# slurm.conf's HealthCheckNodeState: a comma list of these (slurm.conf(5)).
+HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
 
 class Workload(BaseModel):
@@ -97,6 +104,11 @@ class Workload(BaseModel):
     def spec(self) -> wl.WorkloadSpec:
         return wl.WorkloadSpec(**self.model_dump())
 
+
+ReadReq = Literal[dp.READ_REQ_SIZES]  # type: ignore[valid-type]
+RoceMtu = Literal[dp.NETDEV_MTUS]  # type: ignore[valid-type]
+LinkCounter = Literal[dp.COUNTERS]  # type: ignore[valid-type]
+VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9][0-9A-Za-z._-]{0,63}$")]
 
 Priority = Annotated[int, Field(ge=0, le=7)]
 EightSizes = Annotated[tuple[Annotated[int, Field(ge=0, le=1 << 30)], ...], Field(min_length=8, max_length=8)]
@@ -153,6 +165,30 @@ class HostSettings(BaseModel):
     ecn_np: bool = Field(True, description="Enable the notification point (roce_np) on ecn_priorities.")
     dcqcn_params: dict[DcqcnName, Annotated[int, Field(ge=0, le=1 << 31)]] | None = Field(
         None, description="DCQCN parameters by their MLNX_OFED names (rpg_ai_rate, min_time_between_cnps, ...)."
+    )
+
+    rdma_gpudirect: bool = Field(
+        True, description="Load and persist a peer-memory module (nvidia_peermem, or nv_peer_mem where that is "
+        "what the driver ships) unless one is loaded or dma-buf serves; never both.",
+    )
+    rdma_acs_clear: bool = Field(
+        True, description="Clear ACS redirect and source validation on the PCIe bridges between each GPU and its "
+        "NIC, now and at every boot. Set false where ACS must stay (virtual machine hosts).",
+    )
+    rdma_nic_pcie_optimize: bool = Field(
+        False, description="Opt-in: MaxReadReq 4096 on ConnectX NICs (NVIDIA's pciPerformanceOptimized), "
+        "now and at every boot.",
+    )
+    rdma_nic_max_read_req: ReadReq | None = Field(
+        None, description="Opt-in: MaxReadReq in bytes on every compute NIC (overrides the ConnectX 4096).",
+    )
+    rdma_nic_relaxed_ordering: bool | None = Field(
+        None, description="Opt-in: PCIe relaxed ordering on (true) or off (false) on every compute NIC; "
+        "null leaves it.",
+    )
+    roce_mtu: RoceMtu | None = Field(
+        4200, description="MTU of the RoCE netdevs: 4200 gives RDMA active_mtu 4096 (9000 too, with more "
+        "memory); never changed on the SSH or default-route netdev; null leaves it.",
     )
 
     rdma_exclude_devices: tuple[DevicePattern, ...] = Field(
@@ -219,6 +255,53 @@ class HostSettings(BaseModel):
     monitor_outlier_tolerance: float = Field(
         0.2, gt=0, lt=1, description="Flag hosts this share below the fleet median (0.2 = 20%)."
     )
+    verify_rail_local: bool | None = Field(
+        None, description="Declared hardware has one NIC per GPU on its switch: a GPU whose NIC is across the "
+        "CPU interconnect (SYS) FAILS. Default: from verify_profile.",
+    )
+    verify_link_window: float = Field(
+        5, ge=0, le=600, description="Seconds the deploy's verification watches the port error counters "
+        "(0: not watched).",
+    )
+    verify_link_state: str = Field(
+        "/run/ccrhost/counters.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where `ccrhost check` keeps the counters between runs (its window is the time between "
+        "checks); under /run it starts afresh at boot, as the counters do.",
+    )
+    verify_link_thresholds: dict[LinkCounter, Annotated[int, Field(ge=0, le=65535)]] | None = Field(
+        None, description="Rise of an error counter within the window above which a port WARNS "
+        "(link_downed: FAILS). Defaults: symbol_error 10, link_error_recovery 10, the others 0.",
+    )
+    verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
+    verify_required_mlx5: VersionText | None = Field(
+        None, description="Oldest mlx5 driver allowed (MLNX_OFED's /sys/module/mlx5_core/version).")
+    verify_required_nvidia: VersionText | None = Field(None, description="Oldest NVIDIA driver allowed.")
+    verify_measure_gpudirect: bool = Field(
+        False, description="deploys/verify.py measures each GPU-NIC pair through GPU memory (ib_write_bw "
+        "--use_cuda, NUMA-pinned); UNKNOWN where ib_write_bw has no CUDA.",
+    )
+    slurm_ccrhost: AbsPath = Field(
+        "/usr/local/bin/ccrhost", description="The ccrhost command on the node, as the Slurm prolog and health check run it."
+    )
+    slurm_path: SearchPath = Field(
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        description="PATH for the prolog and health check (slurmd runs them with none): nvidia-smi, scontrol.",
+    )
+    slurm_conf: AbsPath | None = Field(
+        None, description="SLURM_CONF the scripts export for scontrol; default: Slurm's own (/etc/slurm/slurm.conf)."
+    )
+    slurm_fragment: AbsPath = Field(
+        "/etc/slurm/ccrhost.conf", description="The slurm.conf fragment ccrhost writes; slurm.conf must `Include` it."
+    )
+    slurm_prolog: bool = Field(
+        True, description="Set Prolog= in the fragment; off when the site's own prolog calls /etc/ccrhost/slurm-prolog.sh."
+    )
+    slurm_healthcheck_interval: int = Field(
+        300, ge=0, le=86400, description="HealthCheckInterval, seconds (0: no periodic health check)."
+    )
+    slurm_healthcheck_node_state: str = Field(
+        "ANY", description=f"HealthCheckNodeState: a comma list of {', '.join(HEALTHCHECK_STATES)}."
+    )
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
         description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",
@@ -259,6 +342,14 @@ class HostSettings(BaseModel):
                 rule = _bounds(key) if key in cls.model_fields else None
                 raise ValueError(f"{name} has its own key: set {key} instead"
                                  + (f" ({rule})" if rule else ""))
+        return value
+
+    @field_validator("slurm_healthcheck_node_state")
+    @classmethod
+    def _node_states(cls, value):
+        words = value.split(",")
+        if not value or any(w not in HEALTHCHECK_STATES for w in words) or len(set(words)) != len(words):
+            raise ValueError(f"a comma list of {', '.join(HEALTHCHECK_STATES)}")
         return value
 
     @field_validator("verify_gpu_tflops")
@@ -307,6 +398,7 @@ class HostSettings(BaseModel):
             gpu_count=self.verify_gpu_count if self.verify_gpu_count is not None else base.gpu_count,
             ports=self.verify_ports if self.verify_ports is not None else base.ports,
             port_gbps=self.verify_port_gbps or base.port_gbps,
+            rail_local=self.verify_rail_local if self.verify_rail_local is not None else base.rail_local,
         )
 
     def workload_problems(self) -> list[wl.Problem]:
@@ -328,6 +420,9 @@ class HostSettings(BaseModel):
             min_ccr_fraction=self.verify_min_ccr_fraction,
             gpu_tflops=dict(self.verify_gpu_tflops) if self.verify_gpu_tflops else None,
             measure_min_fraction=self.verify_measure_min_fraction,
+            link_thresholds=dp.LinkThresholds(**(self.verify_link_thresholds or {})),
+            required_versions=dp.RequiredVersions(self.verify_required_nic_fw, self.verify_required_mlx5,
+                                                  self.verify_required_nvidia),
         )
 
     def qos_wanted(self) -> Wanted:
@@ -342,6 +437,14 @@ class HostSettings(BaseModel):
             cable_len=self.qos_cable_len,
             buffer_size=self.qos_buffer_size, prio2buffer=self.qos_prio2buffer,
         )
+
+    def nic_devctl(self, vendor: int | None) -> tuple[int | None, bool | None]:
+        """(MaxReadReq, relaxed ordering) wanted on a NIC of this PCI
+        vendor; None: leave that field as it is."""
+        read_req = self.rdma_nic_max_read_req
+        if read_req is None and self.rdma_nic_pcie_optimize and vendor == dp.CONNECTX_VENDOR:
+            read_req = dp.CONNECTX_MAX_READ_REQ
+        return read_req, self.rdma_nic_relaxed_ordering
 
     @property
     def roce_tos(self) -> int:
@@ -388,6 +491,8 @@ def _describe(key: str, error: dict) -> str:
     if kind == "literal_error":
         return f"allowed: {ctx.get('expected')}"
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        if key == "verify_link_thresholds":
+            return "allowed: integers 0 to 65535"
         return _bounds(key) or error["msg"]
     if kind == "extra_forbidden" and key == "verify_workload":
         return f"unknown key; allowed: {', '.join(Workload.model_fields)}"

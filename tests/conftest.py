@@ -82,6 +82,21 @@ def make_lab():
         lab.down()
 
 
+@pytest.fixture(scope="module")
+def slurm_lab():
+    """A 3-node lab with a real Slurm cluster (munged, slurmctld, a slurmd in
+    every node), shared by one module's tests; always removed afterwards."""
+    from ccrhost.lab.fleet import Lab
+
+    lab = Lab(LAB_DIR)
+    lab.down()  # leftovers of an interrupted earlier run
+    try:
+        lab.up(3, "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET, slurm=True)
+        yield lab
+    finally:
+        lab.down()
+
+
 def node_address(index: int) -> str:
     return f"198.18.{LAB_SUBNET}.{10 + index}"
 

@@ -22,7 +22,19 @@ from hypothesis import strategies as st
 
 from ccrhost.model import nccl as nccl_model
 from ccrhost.operations.roce import global_tclass
-from ccrhost.probes import counters, files, gpu, kernel, node, pci, perftest, qos, rdma, sections, sysfs
+from ccrhost.probes import (
+    counters,
+    files,
+    gpu,
+    kernel,
+    node,
+    pci,
+    perftest,
+    qos,
+    rdma,
+    sections,
+    sysfs,
+)
 
 pytestmark = pytest.mark.fuzz
 
@@ -420,8 +432,8 @@ SNAPSHOT = (["@@@ rdma", *RDMA, *CM, "@@@ modules", *MODULES, "@@@ qos", *QOS_DU
 @given(output(SNAPSHOT, max_size=120))
 def test_node_snapshot_never_raises(lines):
     snap = node.parse_snapshot(lines)
-    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus"}
-    for name in ("rdma", "modules", "qos", "files", "gpus"):
+    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci"}
+    for name in ("rdma", "modules", "qos", "files", "gpus", "pci"):
         assert name in snap.errors or getattr(snap, name) is not None
 
 

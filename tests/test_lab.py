@@ -147,3 +147,38 @@ def test_bad_profile_and_fault_change_nothing(tmp_path):
         lab.up(2, str(bad), {}, name=LAB_NAME, subnet=LAB_SUBNET)
     assert not LAB_DIR.exists()
     assert f"ccr{LAB_NAME}-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def test_live_faults_change_a_running_node_and_clear_restores_it(make_lab):
+    lab = make_lab(nodes=1)
+    root = lab.root("node1")
+    port = root / "sys/class/infiniband/mlx5_3/ports/1"
+    pci = root / "sys/class/infiniband/mlx5_3/device"
+    pristine = tree_snapshot(root / "sys/devices")
+    assert lab_ssh(lab, "node1", "hostname").stdout == "node1\n"  # its own UTS namespace
+
+    assert lab.fault("node1", "port_down=mlx5_3") == ["port_down=mlx5_3"]
+    assert (port / "state").read_text() == "1: DOWN\n" and (port / "phys_state").read_text() == "3: Disabled\n"
+    assert (root / "sys/class/net/ens4np0/operstate").read_text() == "down\n"
+    lab.fault("node1", "port_rate=mlx5_5:200")
+    lab.fault("node1", "port_rate=mlx5_5:100")  # the same port again: replaced, not added
+    lab.fault("node1", "pcie_width=mlx5_3:8")
+    lab.fault("node1", "gpu_missing")
+    assert (root / "sys/class/infiniband/mlx5_5/ports/1/rate").read_text() == "100 Gb/sec (4X EDR)\n"
+    assert (pci / "current_link_width").read_text() == "8\n"
+    assert len(lab_ssh(lab, "node1", "nvidia-smi -L").stdout.splitlines()) == 7
+    assert lab.node("node1").faults == ["port_down=mlx5_3", "port_rate=mlx5_5:100", "pcie_width=mlx5_3:8", "gpu_missing"]
+
+    with pytest.raises(LabError, match="can only be set at `ccrhost lab up`"):
+        lab.fault("node1", "rdma_missing")
+    with pytest.raises(ProfileError, match="port_rate=mlx5_9:200: need a NIC"):
+        lab.fault("node1", "port_rate=mlx5_9:200")
+    with pytest.raises(LabError, match="node1 has no fault gpu_throttled"):
+        lab.clear("node1", "gpu_throttled")
+    assert len(lab.node("node1").faults) == 4  # refused changes left everything as it was
+
+    for kind in ("port_down", "port_rate", "pcie_width", "gpu_missing"):
+        lab.clear("node1", kind)
+    assert tree_snapshot(root / "sys/devices") == pristine
+    assert len(lab_ssh(lab, "node1", "nvidia-smi -L").stdout.splitlines()) == 8
+    assert lab.node("node1").faults == []

@@ -80,3 +80,14 @@ def test_both_slow_and_no_good_partner():
 def test_single_host_cannot_be_measured():
     out = measure_fleet(None, {"a": None}, plan(["a"]), runner=lambda pairs: [])
     assert out["a"].errors == ["no peer to measure against (one host in the run)"]
+
+
+def test_a_host_fine_elsewhere_is_not_retested_and_lends_no_partner_slot():
+    # three hosts, c slow: (a,b) fine, (a,c) slow; only b can tell whether c is at fault
+    assert isolation_round([("a", "c")], ["a", "b"]) == [("b", "c")]
+    hosts = ["a", "b", "c"]
+    run, calls = fake_runner(slow_hosts=["c"])
+    out = measure_fleet(None, dict.fromkeys(hosts), plan(hosts, retries=0), runner=run)
+    assert calls == [[("a", "b")], [("a", "c")], [("b", "c")]]
+    assert out["c"].note == "slow with a and with known-good b"
+    assert out["a"].gbps == {"mlx5_0": 385.0, "mlx5_1": 385.0} and out["a"].note is None

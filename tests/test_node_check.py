@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from test_checks import H100, healthy, port
+from test_checks import H100, gpu, healthy, port
 
 from ccrhost.model.verdict import evaluate
 from ccrhost.node import check as node_check
@@ -165,3 +165,41 @@ def test_an_internal_error_is_unknown_with_one_line(tmp_path):
     assert out.returncode == 3
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("ccrhost check: UNKNOWN: internal error: ")
     assert "Traceback" not in out.stderr
+def test_warn_lifts_our_own_drain_too(scontrol):
+    script, state, log = scontrol
+    state.write_text("ccrhost: port mlx5_3/1 is DOWN/Disabled [root@2026-12-01T10:00:00]")
+    warn = evaluate(healthy(gpus=[gpu(i, reasons=8, clock=1188) for i in range(8)]), H100)
+    assert warn.status == "WARN"
+    assert node_check.drain(warn, node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
+    assert log.read_text() == "update NodeName=gpu01 State=RESUME\n"
+
+
+def test_unchanged_reason_is_not_rewritten(scontrol):
+    script, state, log = scontrol
+    verdict = failing()
+    state.write_text(f"ccrhost: {verdict.summary()} [root@2026-12-01T10:00:00]")
+    assert node_check.drain(verdict, node="gpu01", scontrol=str(script)).startswith("gpu01 stays drained")
+    assert not log.exists()
+
+
+def test_the_node_is_the_one_slurmd_names(scontrol, monkeypatch):
+    script, state, log = scontrol
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-a17")
+    assert node_check.drain(failing(), scontrol=str(script)).startswith("drained gpu-a17: ccrhost: ")
+
+
+def test_a_measured_drain_is_lifted_only_by_a_measurement(scontrol):
+    from dataclasses import replace
+
+    script, state, log = scontrol
+    slow = evaluate(healthy(ports=[replace(port(i), measured_gbps=150.0) for i in range(8)]), H100)
+    assert node_check.drain(slow, node="gpu01", scontrol=str(script), measured=True).startswith(
+        "drained gpu01: ccrhost: measured: ports mlx5_0/1, ")
+    state.write_text(log.read_text().split("Reason=", 1)[1].strip() + " [root@2026-12-01T10:00:00]")
+    log.unlink()
+    ok = evaluate(healthy(), H100)
+    # the node-local check (health check, prolog) cannot see a slow link: it leaves the drain alone
+    assert "rests on a measurement" in node_check.drain(ok, node="gpu01", scontrol=str(script))
+    assert "rests on a measurement" in node_check.drain(failing(), node="gpu01", scontrol=str(script))
+    assert not log.exists()
+    assert node_check.drain(ok, node="gpu01", scontrol=str(script), measured=True).startswith("resumed gpu01")

@@ -17,6 +17,7 @@ def test_the_packed_command_runs_and_parses_on_this_machine(tmp_path):
     assert snap.files[str(managed)].content == "NCCL_DEBUG=WARN\n"
     assert snap.files[str(tmp_path / "absent")] is None
     assert snap.gpus.error  # no GPU here: a reading that says why, not a probe failure
+    assert snap.pci.kernel_release == subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
 
 
 def test_one_probe_spoiled_leaves_the_others():
@@ -24,21 +25,24 @@ def test_one_probe_spoiled_leaves_the_others():
              "@@@ modules", "@@loaded", "mlx5_core",
              "@@@ files", "/etc/nccl.conf\t-",
              "@@@ qos", "@@systemd",
-             "@@@ gpus", "@@error", "nvidia-smi not found"]
+             "@@@ gpus", "@@error", "nvidia-smi not found",
+             "@@@ pci", "@@kernel", "6.8.0-45-generic", "x86_64", "@@ib", "mlx5_0/fw_ver:28.39.3560"]
     snap = node.parse_snapshot(lines)
     assert list(snap.errors) == ["rdma"]
+    assert snap.pci.versions().nic_fw == {"mlx5_0": "28.39.3560"}
     assert "/sys/class/infiniband/mlx5_0/ports/1/rate" in snap.errors["rdma"] and "'fast'" in snap.errors["rdma"]
     assert snap.modules.present("mlx5_core") and snap.files == {"/etc/nccl.conf": None}
 
 
 def test_a_probe_that_printed_nothing_is_named():
     snap = node.parse_snapshot(["@@@ rdma", "@@ib"])
-    assert snap.errors == {name: f"no output from the {name} probe" for name in ("modules", "qos", "files", "gpus")}
+    assert snap.errors == {name: f"no output from the {name} probe" for name in ("modules", "qos", "files", "gpus",
+                                                                                        "pci")}
 
 
 def test_a_packed_payload_that_does_not_decode_spoils_every_probe():
     snap = node.parse_snapshot([f"{node.PACKED_MARK} gz", "not base64!"])
-    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus"}
+    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus", "pci"}
     assert all(e.startswith("the packed node output does not decode") for e in snap.errors.values())
 
 

@@ -13,7 +13,16 @@ import json
 import sys
 
 import pytest
-from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, REPO, lab_inventory, lab_ssh, node_address, run_pyinfra
+from conftest import (
+    LAB_DIR,
+    LAB_NAME,
+    LAB_SUBNET,
+    REPO,
+    lab_inventory,
+    lab_ssh,
+    node_address,
+    run_pyinfra,
+)
 
 pytestmark = pytest.mark.lab
 

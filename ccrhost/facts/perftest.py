@@ -3,13 +3,15 @@ drive many hosts at once and read back what each measured."""
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra.api import FactBase
 
-from ccrhost.probes.perftest import client_command, parse_client_runs, server_command
-
-_MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
+from ccrhost.probes.perftest import (
+    MISSING,
+    clients_script,
+    parse_clients_output,
+    parse_servers_output,
+    server_runs,
+)
 
 
 class IbWriteBwServers(FactBase):
@@ -19,16 +21,12 @@ class IbWriteBwServers(FactBase):
     default = dict
 
     def command(self, devices, port, seconds, timeout):
-        starts = " ".join(
-            f"(setsid timeout {int(timeout)} {server_command(dev, port + i, seconds)} </dev/null >/dev/null 2>&1 &);"
-            for i, dev in enumerate(devices)
-        )
-        return f"{_MISSING}{starts} echo '@@started'"
+        starts = " ".join(f"(setsid {run} </dev/null >/dev/null 2>&1 &);"
+                          for run in server_runs(devices, port, seconds, timeout))
+        return f"{MISSING}{starts} echo '@@started'"
 
     def process(self, output):
-        if "@@missing" in output:
-            return {"error": "ib_write_bw not found (install perftest)"}
-        return {"error": None}
+        return parse_servers_output(list(output))
 
 
 class IbWriteBwClients(FactBase):
@@ -38,12 +36,7 @@ class IbWriteBwClients(FactBase):
     default = dict
 
     def command(self, devices, peer, port, seconds, timeout):
-        runs = " ".join(
-            f"echo {shlex.quote('@@dev ' + dev)}; timeout {int(timeout)} "
-            f"{client_command(dev, peer, port + i, seconds)} 2>&1; echo \"@@rc $?\";"
-            for i, dev in enumerate(devices)
-        )
-        return f"{_MISSING}{runs} true"
+        return clients_script(devices, peer, port, seconds, timeout)
 
     def process(self, output):
-        return parse_client_runs(output)
+        return parse_clients_output(list(output))

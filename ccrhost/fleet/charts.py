@@ -36,3 +36,57 @@ def bar_chart(title: str, note: str, bars: list[Bar], width: int = 520) -> str:
     return (f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(note)}</p>"
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 320}" height="{height}">{"".join(parts)}</svg>\n')
+
+
+def _tick(value: float) -> str:
+    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.2e}"
+
+
+def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: int = 30,
+              width: int = 640, height: int = 220, label: str = "CCR") -> str:
+    """An inline SVG histogram of (value, status) pairs, each bar stacked by
+    status, with a dashed line per threshold and labelled axes."""
+    if not values:
+        return '<p class="empty">No host has a CCR to show.</p>'
+    points = [v for v, _ in values] + list(thresholds)
+    lo, hi = min(points), max(points)
+    if hi - lo < abs(hi) * 1e-9 or hi == lo:
+        lo, hi = lo * 0.9, hi * 1.1 if hi else 1.0
+    step = (hi - lo) / bins
+    counts = [dict.fromkeys(COLOURS, 0) for _ in range(bins)]
+    for v, status in values:
+        counts[min(bins - 1, int((v - lo) / step))][status if status in COLOURS else "UNKNOWN"] += 1
+    top = max(sum(c.values()) for c in counts)
+    left, plot_w, plot_h = 48, width - 90, height - 50
+    x = lambda v: left + plot_w * (v - lo) / (hi - lo)  # noqa: E731
+    y = lambda n: 24 + (plot_h - 14) * (1 - n / top)  # noqa: E731
+    parts = [f'<line x1="{left}" y1="{10 + plot_h}" x2="{left + plot_w}" y2="{10 + plot_h}" stroke="#333"/>',
+             f'<line x1="{left}" y1="10" x2="{left}" y2="{10 + plot_h}" stroke="#333"/>']
+    for i, c in enumerate(counts):
+        base = 0
+        for status in ("OK", "WARN", "UNKNOWN", "FAIL"):
+            n = c[status]
+            if not n:
+                continue
+            parts.append(f'<rect x="{x(lo + i * step) + 0.5:.1f}" y="{y(base + n):.1f}" width="{max(plot_w / bins - 1, 1):.1f}" '
+                         f'height="{y(base) - y(base + n):.1f}" fill="{COLOURS[status]}"><title>{n} {status}: '
+                         f'{_tick(lo + i * step)} to {_tick(lo + (i + 1) * step)}</title></rect>')
+            base += n
+        if base:  # the count on top: a handful of FAIL hosts beside a thousand OK ones stays visible
+            parts.append(f'<text x="{x(lo + (i + 0.5) * step):.1f}" y="{y(base) - 3:.1f}" font-size="10" '
+                         f'text-anchor="middle">{base}</text>')
+    for k in range(5):
+        v = lo + (hi - lo) * k / 4
+        parts.append(f'<text x="{x(v):.1f}" y="{height - 18}" font-size="11" text-anchor="middle">{_tick(v)}</text>')
+    for n in sorted({0, top // 2, top}):
+        parts.append(f'<text x="{left - 6}" y="{y(n) + 4:.1f}" font-size="11" text-anchor="end">{n}</text>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 2}" font-size="12" text-anchor="middle">'
+                 f'{html.escape(label)}</text>')
+    parts.append(f'<text x="12" y="{10 + plot_h / 2}" font-size="12" text-anchor="middle" '
+                 f'transform="rotate(-90 12 {10 + plot_h / 2})">hosts</text>')
+    for t in sorted(set(thresholds))[:3]:
+        parts.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="14" y2="{10 + plot_h}" stroke="#000" '
+                     f'stroke-dasharray="4,3"/><text x="{x(t) - 4:.1f}" y="10" font-size="11" text-anchor="end">'
+                     f'fail below {_tick(t)}</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'aria-label="{html.escape(label)} histogram">{"".join(parts)}</svg>')

@@ -60,23 +60,26 @@ def run_round(state, hosts: dict, pairs: list[tuple[str, str]], plan: MeasurePla
                                       "seconds": plan.seconds, "timeout": timeout})
         for (s, c), n in zip(pairs, widths)
     ])
-    results = []
-    for (s, c), n, server, client in zip(pairs, widths, servers, clients):
-        errors = [f"{s}: {server['error']}"] if server.get("error") else []
-        gbps, slow = [], False
-        if "@all" in client:
-            errors.append(f"{c}: {client['@all']['error']}")
-        for sdev, cdev in zip(plan.devices[s][:n], plan.devices[c][:n]):
-            got = client.get(cdev, {"gbps": None, "error": f"no result for {cdev}"})
-            if got.get("gbps") is None:
-                if "@all" not in client and not errors:
-                    errors.append(f"{s}<->{c}: {got.get('error')}")
-                continue
-            gbps.append((sdev, cdev, got["gbps"]))
-            want = min(plan.expected[s].get(sdev, 0), plan.expected[c].get(cdev, 0))
-            slow |= got["gbps"] < plan.min_fraction * want
-        results.append(PairResult(s, c, gbps, errors, slow and not errors))
-    return results
+    return [judge_pair(s, c, n, server, client, plan) for (s, c), n, server, client in zip(pairs, widths, servers, clients)]
+
+
+def judge_pair(s: str, c: str, n: int, server: dict, client: dict, plan: MeasurePlan) -> PairResult:
+    """One pair's result from what its server and client reported (see
+    ``ccrhost.perftest.parse_*_output``): errors, Gb/s per device pair, slow or not."""
+    errors = [f"{s}: {server['error']}"] if server.get("error") else []
+    gbps, slow = [], False
+    if "@all" in client:
+        errors.append(f"{c}: {client['@all']['error']}")
+    for sdev, cdev in zip(plan.devices[s][:n], plan.devices[c][:n]):
+        got = client.get(cdev, {"gbps": None, "error": f"no result for {cdev}"})
+        if got.get("gbps") is None:
+            if "@all" not in client and not errors:
+                errors.append(f"{s}<->{c}: {got.get('error')}")
+            continue
+        gbps.append((sdev, cdev, got["gbps"]))
+        want = min(plan.expected[s].get(sdev, 0), plan.expected[c].get(cdev, 0))
+        slow |= got["gbps"] < plan.min_fraction * want
+    return PairResult(s, c, gbps, errors, slow and not errors)
 
 
 def _with_retries(runner, pairs, plan):

@@ -18,7 +18,8 @@ def first_rounds(hosts: list[str]) -> list[list[tuple[str, str]]]:
 
 
 def isolation_round(slow_pairs: list[tuple[str, str]], good: list[str]) -> list[tuple[str, str]]:
-    """Pair each host of each slow pair with a distinct known-good host.
+    """Pair each host of each slow pair with a distinct known-good host;
+    a host of the pair that was fine in another pair is not retested.
 
     Returns (good_server, suspect_client) pairs; suspects left without a
     partner are simply absent. A good host serves one suspect per round.
@@ -27,8 +28,8 @@ def isolation_round(slow_pairs: list[tuple[str, str]], good: list[str]) -> list[
     pairs = []
     for a, b in slow_pairs:
         for suspect in (a, b):
-            if suspect in free:
-                free.remove(suspect)
+            if suspect in good:
+                continue  # fine in another pair: its partner is the suspect, and it may serve as a partner
             partner = next((g for g in free if g not in (a, b)), None)
             if partner is None:
                 continue

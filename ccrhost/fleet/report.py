@@ -10,18 +10,8 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
-from ccrhost.fleet.charts import Bar, bar_chart
-from ccrhost.model.verdict import (
-    FAIL,
-    OK,
-    UNKNOWN,
-    WARN,
-    Readings,
-    Reason,
-    Verdict,
-    fleet_outliers,
-    worst,
-)
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
+from ccrhost.model.verdict import Readings, Verdict, fleet_outliers
 from ccrhost.output import write_atomic
 
 
@@ -76,15 +66,16 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def html_chart(verdicts: dict[str, Verdict]) -> str:
-    bars = [Bar(host, v.ccr.ccr if v.ccr else None, v.status,
-                f"{v.status} {v.ccr.ccr:.3e}" if v.ccr else f"{v.status}: {v.summary()}", v.fail_below)
-            for host, v in sorted(verdicts.items())]
-    return bar_chart("CCR per host", "Dashed line: the CCR below which the host fails "
-                     "(verify_min_ccr, or verify_min_ccr_fraction of the expected CCR).", bars)
+def html_chart(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = None) -> str:
+    """The page an operator opens first (see ``ccrhost.fleet.page``)."""
+    from ccrhost.fleet.page import fleet_page
+
+    return fleet_page(verdicts, addresses)
 
 
-def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None) -> dict[str, Path]:
+def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None,
+                  addresses: dict[str, str] | None = None) -> dict[str, Path]:
+    """``addresses``: host name -> address, shown beside the name where they differ."""
     out = Path(directory)
     paths = {kind: out / f"ccr-report.{kind}" for kind in ("json", "xml", "txt", "html")}
     document = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
@@ -92,7 +83,7 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
     write_atomic(paths["json"], json.dumps(document, indent=2, default=str) + "\n")
     write_atomic(paths["xml"], junit_xml(verdicts))
     write_atomic(paths["txt"], text_table(verdicts))
-    write_atomic(paths["html"], html_chart(verdicts))
+    write_atomic(paths["html"], html_chart(verdicts, addresses))
     return paths
 
 
@@ -149,9 +140,12 @@ class FleetReport:
         self.state, self.inventory = state, inventory
         self.verdicts: dict[str, Verdict] = {}
         self.judged: set[str] = set()  # hosts whose verification ran (not only planned)
+        self.addresses: dict[str, str] = {}
 
-    def record(self, host: str, verdict: Verdict, executed: bool = False) -> None:
+    def record(self, host: str, verdict: Verdict, executed: bool = False, address: str | None = None) -> None:
         self.verdicts[host] = verdict  # the execute-time verdict replaces the plan-time one
+        if address:
+            self.addresses[host] = address
         if executed:
             self.judged.add(host)
 
@@ -162,7 +156,7 @@ class FleetReport:
         if not verdicts:
             return None
         apply_fleet_tolerance(verdicts, self.tolerance)
-        paths = write_reports(verdicts, self.directory)
+        paths = write_reports(verdicts, self.directory, addresses=self.addresses)
         if stream is not None:
             stream.write("\n" + text_table(verdicts))
             stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")

@@ -34,8 +34,9 @@ _dir = click.option("--dir", "directory", default=None, envvar="CCRHOST_LAB_DIR"
               help="Use 198.18.<subnet>.0/24.")
 @click.option("--link-mbit", type=click.IntRange(10, 10000), default=200, show_default=True,
               help="Rate each node's lab link is shaped to; bandwidth tests scale it to the profile's rates.")
+@click.option("--slurm", is_flag=True, help="Also start munged, a slurmctld and a slurmd in every node.")
 @_dir
-def up(nodes, profile, node_profiles, faults, name, subnet, link_mbit, directory):
+def up(nodes, profile, node_profiles, faults, name, subnet, link_mbit, slurm, directory):
     """Start a lab, or reuse the running one if it has the same shape."""
     profiles = {}
     for item in node_profiles:
@@ -45,7 +46,7 @@ def up(nodes, profile, node_profiles, faults, name, subnet, link_mbit, directory
         profiles[node] = prof
     try:
         state = _lab(directory).up(nodes, profile, parse_faults(list(faults)), name=name,
-                                   subnet=subnet, profiles=profiles, link_mbit=link_mbit)
+                                   subnet=subnet, profiles=profiles, link_mbit=link_mbit, slurm=slurm)
     except (LabError, ProfileError) as exc:
         raise click.ClickException(str(exc)) from None
     for node in state.nodes:
@@ -74,7 +75,8 @@ def status(directory):
         raise SystemExit(1)
     for row in rows:
         faults = ",".join(row["faults"]) or "-"
-        click.echo(f"{row['node']:8} {row['address']:15} sshd {row['sshd']:4} {row['profile']}  faults: {faults}")
+        slurmd = f" slurmd {row['slurmd']:4}" if "slurmd" in row else ""
+        click.echo(f"{row['node']:8} {row['address']:15} sshd {row['sshd']:4}{slurmd} {row['profile']}  faults: {faults}")
 
 
 @lab.command()
@@ -87,3 +89,49 @@ def reboot(node, directory):
     except LabError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{node} rebooted")
+
+
+@lab.command()
+@click.argument("node")
+@click.argument("kind", metavar="KIND[=VALUE]")
+@_dir
+def fault(node, kind, directory):
+    """Inject a fault into running NODE without a restart.
+
+    Live kinds: port_down[=DEV], port_rate=DEV:GBPS, pcie_width=DEV:WIDTH,
+    gpu_missing[=INDEX], gpu_throttled[=INDEX], link_slow=MBIT.
+    """
+    try:
+        faults = _lab(directory).fault(node, kind)
+    except (LabError, ProfileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{node} faults: {', '.join(faults)}")
+
+
+@lab.command()
+@click.argument("node")
+@click.argument("kind", metavar="KIND[=VALUE]")
+@_dir
+def clear(node, kind, directory):
+    """Remove a fault from running NODE (KIND: every value of it)."""
+    try:
+        faults = _lab(directory).clear(node, kind)
+    except (LabError, ProfileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{node} faults: {', '.join(faults) or 'none'}")
+
+
+@lab.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_dir
+def slurm(command, directory):
+    """Run a Slurm client command against the lab's cluster: ccrhost lab slurm -- sinfo -N"""
+    import os
+
+    from ccrhost.lab import slurm as lab_slurm
+
+    lab_ = _lab(directory)
+    state = lab_.load()
+    if state is None or not state.slurm:
+        raise click.ClickException(f"no lab with Slurm is running in {lab_.dir}; start one with `ccrhost lab up --slurm`")
+    os.execvpe(command[0], list(command), lab_slurm.client_env(lab_))

@@ -29,14 +29,18 @@ from importlib import resources
 from pathlib import Path
 
 from ccrhost.lab.profile import (
+    FAULT_KINDS,
+    LIVE_KINDS,
     Fault,
     ProfileError,
     effective_driver,
     fabric_ipv4,
     kernel_cmdline,
+    link_files,
     load_profile,
     module_table,
     nvidia_proc_version,
+    parse_fault,
     render_sysfs,
     ssh_over,
     upper_name,
@@ -77,6 +81,8 @@ class Node:
     faults: list[str] = field(default_factory=list)
     holder_pid: int | None = None
     sshd_pid: int | None = None
+    slurmd_pid: int | None = None
+    mgmt: str = "eth0"  # the node's end of its management veth
 
 
 @dataclass
@@ -85,6 +91,7 @@ class LabState:
     subnet: int
     nodes: list[Node]
     link_mbit: int = 200
+    slurm: dict | None = None  # the lab's Slurm cluster (ccrhost.lab.slurm), when started
 
     @property
     def bridge(self) -> str:
@@ -173,7 +180,8 @@ class Lab:
             data = json.loads(self.state_file.read_text())
         except FileNotFoundError:
             return None
-        return LabState(data["name"], data["subnet"], [Node(**n) for n in data["nodes"]], data.get("link_mbit", 200))
+        return LabState(data["name"], data["subnet"], [Node(**n) for n in data["nodes"]], data.get("link_mbit", 200),
+                        data.get("slurm"))
 
     def save(self, state: LabState) -> None:
         tmp = self.state_file.with_suffix(".tmp")
@@ -207,9 +215,14 @@ class Lab:
     # -- lifecycle -------------------------------------------------------
     def up(self, nodes: int, profile: str, faults: dict[str, list[Fault]] | None = None,
            name: str = "lab", subnet: int = 0, profiles: dict[str, str] | None = None,
-           link_mbit: int = 200) -> LabState:
-        """Start ``nodes`` emulated nodes. A running lab of the same shape is reused."""
+           link_mbit: int = 200, slurm: bool = False) -> LabState:
+        """Start ``nodes`` emulated nodes, and with ``slurm`` a Slurm cluster
+        over them. A running lab of the same shape is reused."""
         preflight()
+        if slurm:
+            from ccrhost.lab import slurm as lab_slurm
+
+            lab_slurm.preflight()
         faults = faults or {}
         profiles = profiles or {}
         if not NAME_RE.match(name):
@@ -231,7 +244,8 @@ class Lab:
         if existing is not None:
             wanted = [(n, profiles.get(n, profile), [str(f) for f in faults.get(n, [])]) for n in names]
             have = [(n.name, n.profile, n.faults) for n in existing.nodes]
-            if have == wanted and all(_alive(n.sshd_pid) for n in existing.nodes):
+            if (have == wanted and all(_alive(n.sshd_pid) for n in existing.nodes)
+                    and bool(existing.slurm) == slurm):
                 return existing
             raise LabError(
                 f"a lab is already running in {self.dir} ({len(existing.nodes)} nodes); "
@@ -260,6 +274,8 @@ class Lab:
             self._write_known_hosts(state)
             for node in state.nodes:
                 self._wait_ssh(node)
+            if slurm:
+                lab_slurm.start(self, state)
         except BaseException:
             self.down()
             raise
@@ -328,6 +344,7 @@ class Lab:
         elif stacked:
             mgmt = stacked[1]  # a real bridge or macvlan on a link named like the RoCE netdev
         _run("ip", "netns", "add", node.netns)
+        node.mgmt = mgmt
         _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", mgmt, "netns", node.netns)
         _run("ip", "link", "set", host_if, "master", state.bridge, "up")
         _run("ip", "-n", node.netns, "link", "set", "lo", "up")
@@ -347,13 +364,17 @@ class Lab:
         _run("ip", "-n", node.netns, "route", "add", "default", "via", state.gateway)
         for value in [f.value for f in faults if f.kind == "route_multipath"]:
             self._multipath(state, node, profile, value, carrier)
-        # Both directions shaped, so bandwidth tests move real traffic at a known rate.
-        rate = self.link_mbit(state, faults)
-        for prefix in ((), ("ip", "netns", "exec", node.netns)):
-            dev = host_if if not prefix else mgmt
+        self._shape(state, node, self.link_mbit(state, faults), mgmt)
+        self.boot(node)
+
+    @staticmethod
+    def _shape(state: LabState, node: Node, rate: int, mgmt: str | None = None) -> None:
+        """Both directions shaped, so bandwidth tests move real traffic at a known rate."""
+        if mgmt is None:
+            mgmt = node.mgmt
+        for prefix, dev in (((), f"ccr{state.name}{node.index}h"), (("ip", "netns", "exec", node.netns), mgmt)):
             _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate}mbit",
                  "burst", "256kb", "latency", "100ms")
-        self.boot(node)
 
     @staticmethod
     def _multipath(state: LabState, node: Node, profile, dev: str | None, carrier: str) -> None:
@@ -382,7 +403,7 @@ class Lab:
 
     def _prepare_boot(self, node: Node) -> None:
         """Render the node's hardware as it looks right after power-on."""
-        from ccrhost.lab.profile import Profile, parse_fault
+        from ccrhost.lab.profile import Profile
 
         ndir = self.node_dir(node)
         saved = json.loads((ndir / "profile.json").read_text())
@@ -478,7 +499,7 @@ class Lab:
         ndir = self.node_dir(node)
         log = open(ndir / "init.log", "w")
         holder = subprocess.Popen(
-            ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--propagation", "private",
+            ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--uts", "--propagation", "private",
              "/bin/sh", str(self.dir / "node-init.sh"), str(ndir), (ndir / "boot" / "shims").read_text()],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
@@ -494,7 +515,7 @@ class Lab:
         ndir = self.node_dir(node)
         log = open(ndir / "sshd.log", "a")
         sshd = subprocess.Popen(
-            ["nsenter", "-t", str(node.holder_pid), "-m", "-n", "--", SSHD, "-D", "-e",
+            ["nsenter", "-t", str(node.holder_pid), "-m", "-n", "-u", "--", SSHD, "-D", "-e",
              "-f", str(ndir / "sshd_config")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
@@ -522,14 +543,15 @@ class Lab:
         (self.dir / "known_hosts").write_text("".join(lines))
 
     def _stop_node(self, node: Node) -> None:
-        """Kill every process of the node: sshd, its sessions, the holder."""
+        """Kill every process of the node: sshd, slurmd, their sessions and jobs, the holder."""
         pids = _run("ip", "netns", "pids", node.netns, check=False).stdout.split()
-        for pid in [*map(int, pids), node.sshd_pid, node.holder_pid]:
+        for pid in [*map(int, pids), node.sshd_pid, node.slurmd_pid, node.holder_pid]:
             _kill(pid)
         deadline = time.monotonic() + 5
-        while any(_alive(p) for p in (node.sshd_pid, node.holder_pid)) and time.monotonic() < deadline:
+        while (any(_alive(p) for p in (node.sshd_pid, node.slurmd_pid, node.holder_pid))
+               and time.monotonic() < deadline):
             time.sleep(0.02)
-        node.sshd_pid = node.holder_pid = None
+        node.sshd_pid = node.slurmd_pid = node.holder_pid = None
 
     def reboot(self, name: str) -> Node:
         """Power-cycle one node: volatile settings (/sys, configfs) go back to
@@ -539,6 +561,11 @@ class Lab:
         self.boot(node)
         self.save(state)
         self._wait_ssh(node)
+        if state.slurm:
+            from ccrhost.lab import slurm as lab_slurm
+
+            lab_slurm.start_slurmd(self, state, node)
+            self.save(state)
         return node
 
     def kill_sshd(self, name: str) -> None:
@@ -559,6 +586,10 @@ class Lab:
         """Remove everything the lab created. Safe to run twice and after a crash."""
         removed = []
         state = self.load()
+        if state is not None and state.slurm:
+            from ccrhost.lab import slurm as lab_slurm
+
+            lab_slurm.stop(self, state)
         nodes = state.nodes if state else []
         names = {n.netns for n in nodes}
         prefix = f"ccr{state.name}-" if state else None
@@ -607,14 +638,79 @@ class Lab:
             return []
         return [
             {"node": n.name, "address": n.address, "profile": n.profile, "faults": n.faults,
-             "sshd": "up" if _alive(n.sshd_pid) else "down"}
+             "sshd": "up" if _alive(n.sshd_pid) else "down",
+             **({"slurmd": "up" if _alive(n.slurmd_pid) else "down"} if state.slurm else {})}
             for n in state.nodes
         ]
 
+    # -- live faults -----------------------------------------------------
+    def fault(self, name: str, spec: str) -> list[str]:
+        """Inject ``KIND[=VALUE]`` into the running node; return its faults."""
+        _, fault = parse_fault(f"{name}:{spec}")
+        state, node = self._locate(name)
+        kept = [f for f in self._faults(node) if not _same_target(f, fault)]
+        return self._set_faults(state, node, kept + [fault])
+
+    def clear(self, name: str, spec: str) -> list[str]:
+        """Remove ``KIND`` (every value) or exactly ``KIND=VALUE`` from the running node."""
+        kind, eq, value = spec.partition("=")
+        if kind not in FAULT_KINDS:
+            raise ProfileError(f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
+        state, node = self._locate(name)
+        current = self._faults(node)
+        kept = [f for f in current if f.kind != kind or (eq and f.value != value)]
+        if len(kept) == len(current):
+            raise LabError(f"{name} has no fault {spec}; its faults: {', '.join(map(str, current)) or 'none'}")
+        return self._set_faults(state, node, kept)
+
+    def _faults(self, node: Node) -> list[Fault]:
+        return [parse_fault(f"{node.name}:{f}")[1] for f in node.faults]
+
+    def _set_faults(self, state: LabState, node: Node, faults: list[Fault]) -> list[str]:
+        """Rewrite the running node's emulated hardware for ``faults``, the
+        way boot renders it: link files in its /sys, the GPU and link faults
+        nvidia-smi and ib_write_bw read, its lab link's shaping."""
+        from ccrhost.lab.profile import Profile
+
+        for f in faults:
+            if f.kind not in LIVE_KINDS and str(f) not in node.faults:
+                raise LabError(f"fault {f} can only be set at `ccrhost lab up`; live: {', '.join(LIVE_KINDS)}")
+        ndir = self.node_dir(node)
+        saved = json.loads((ndir / "profile.json").read_text())
+        profile = Profile(**saved["profile"])
+        files = link_files(profile, faults)  # validates every value before anything changes
+        rate = self.link_mbit(state, faults)
+        root = self.root(node)
+        for rel, content in files.items():
+            path = root / "sys" / rel
+            if path.exists() and path.read_text() != content:
+                path.write_text(content)
+        names = [str(f) for f in faults]
+        info = json.loads((ndir / "node.json").read_text())
+        info["faults"] = names
+        for target in (ndir / "node.json", root / "run/ccrhost-lab/node.json"):
+            tmp = target.with_name(".node.json.tmp")
+            tmp.write_text(json.dumps(info))
+            tmp.replace(target)  # the shims never read half a file
+        if rate != self.link_mbit(state, self._faults(node)):
+            self._shape(state, node, rate)
+        saved["faults"] = names
+        (ndir / "profile.json").write_text(json.dumps(saved))  # a reboot keeps them, as hardware would
+        node.faults = names
+        self.save(state)
+        return names
+
+
+def _same_target(a: Fault, b: Fault) -> bool:
+    """Whether fault ``b`` replaces ``a``: the same kind on the same device."""
+    if a.kind != b.kind:
+        return False
+    if a.kind in ("port_rate", "pcie_width", "gid_index"):
+        return (a.value or "").split(":")[0] == (b.value or "").split(":")[0]
+    return a.kind == "link_slow" or a.value == b.value
+
 
 def parse_faults(specs: list[str]) -> dict[str, list[Fault]]:
-    from ccrhost.lab.profile import parse_fault
-
     faults: dict[str, list[Fault]] = {}
     for spec in specs:
         node, fault = parse_fault(spec)

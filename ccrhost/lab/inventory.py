@@ -22,6 +22,8 @@ def lab_hosts(directory=None) -> list[tuple[str, dict]]:
             "ssh_strict_host_key_checking": "yes",
             # every lab profile is an HGX H100 with eight 400 Gb/s ports
             "verify_profile": "hgx-h100-8x400",
+            # with --slurm: the data that makes deploys/slurm.py install what the lab did
+            **(state.slurm or {}).get("data", {}),
         })
         for node in state.nodes
     ]

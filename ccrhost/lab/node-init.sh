@@ -4,6 +4,8 @@
 # $1: the node's folder, prepared by the lab controller; $2: the shim folder.
 set -eu
 N=$1
+# its own UTS namespace: the node answers to its lab name (hostname, Slurm)
+hostname "$(basename "$N")"
 mount -t tmpfs -o mode=0755 lab-sysfs /sys
 cp -a "$N/image/sys/." /sys/
 # The node's kernel command line and NVIDIA driver, not the machine's.
@@ -33,6 +35,15 @@ fi
 mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$N/usrlib/upper,workdir=$N/usrlib/work" /usr/lib
 mount --bind "$2" /usr/local/sbin
 mount -o remount,bind,ro /usr/local/sbin
+# Root's home is the controller machine's. bash run by sshd sources
+# ~/.bashrc for every remote command, and a developer's one (pyenv init)
+# cost each command 0.17 s of CPU and put the controller's toolchains on
+# the node's PATH. The node's root gets an empty one.
+home=$(awk -F: '$1 == "root" {print $6}' /etc/passwd)
+if [ -n "$home" ] && [ -f "$home/.bashrc" ]; then
+    : > "$N/boot/empty-bashrc"
+    mount --bind "$N/boot/empty-bashrc" "$home/.bashrc"
+fi
 # The controller's own install, when it sits under /tmp or /run, stays
 # visible so `ccrhost check` can run on the node: park it before those two
 # are replaced, move it back after (a bind from another namespace is refused).

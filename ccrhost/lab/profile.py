@@ -286,6 +286,11 @@ def _guid(node_index: int, nic_index: int) -> str:
     return ":".join(raw[i:i + 4] for i in range(0, 16, 4))
 
 
+# Faults a running node can take and lose again (``ccrhost lab fault``):
+# they change what sysfs, nvidia-smi or the lab link report, nothing else.
+LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow")
+
+
 def _nic_bus(nic: Nic) -> tuple[str, int]:
     domain, bus, _ = nic.pci.split(":")
     return domain, int(bus, 16)
@@ -489,12 +494,8 @@ def _render_iommu(tree: list[pcie.Function], root: Path, mode: str) -> None:
                       os.path.relpath(group, root / "devices" / rel))
 
 
-def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: int) -> dict:
-    """Write the node's boot-time /sys under ``root``; return what was built.
-
-    The return value describes the emulated hardware for the shims
-    (``nvidia-smi``) and for tests.
-    """
+def _link_faults(profile: Profile, faults: list[Fault]) -> tuple[set, set, dict, dict]:
+    """(down, missing, rates, widths) by NIC name; refuses values the profile lacks."""
     names = {nic.name for nic in profile.nics}
     for kind in ("port_down", "rdma_missing"):
         for value in _fault_values(faults, kind):
@@ -514,6 +515,47 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         if dev not in names or not width.isdigit():
             raise ProfileError(f"fault pcie_width={value}: need a NIC of {profile.name} and a width")
         widths[dev] = int(width)
+    for kind in ("gpu_missing", "gpu_throttled"):
+        for value in _fault_values(faults, kind):
+            if value is not None and (not value.isdigit() or int(value) >= profile.gpus.count):
+                raise ProfileError(f"fault {kind}={value}: {profile.name} has GPUs 0..{profile.gpus.count - 1}")
+    for value in _fault_values(faults, "link_slow"):
+        if not (value or "").isdigit() or not 10 <= int(value) <= 10000:
+            raise ProfileError(f"fault link_slow={value}: give a rate in Mbit/s, 10..10000")
+    return down, missing, rates, widths
+
+
+def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
+    """The sysfs files a link fault changes, path under /sys -> content:
+    port state, physical state, rate, the netdev's operstate and the NIC's
+    trained PCIe width. Boot writes them; a live fault rewrites them."""
+    down, missing, rates, widths = _link_faults(profile, faults)
+    defaults = profile.nic_defaults
+    tree = pci_tree(profile, faults)
+    files = {}
+    for nic in profile.nics:
+        pci = f"devices/{path_of(tree, nic.pci)}"
+        is_down = nic.name in down
+        files[f"{pci}/current_link_width"] = f"{widths.get(nic.name, defaults.pcie.width)}\n"
+        files[f"{pci}/net/{nic.netdev}/operstate"] = ("down" if is_down else "up") + "\n"
+        if nic.name in missing:
+            continue
+        port = f"{pci}/infiniband/{nic.name}/ports/1"
+        files[f"{port}/state"] = "1: DOWN\n" if is_down else "4: ACTIVE\n"
+        files[f"{port}/phys_state"] = "3: Disabled\n" if is_down else "5: LinkUp\n"
+        files[f"{port}/rate"] = RATE_STRINGS[rates.get(nic.name, defaults.rate_gbps)] + "\n"
+    return files
+
+
+def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: int) -> dict:
+    """Write the node's boot-time /sys under ``root``; return what was built.
+
+    The return value describes the emulated hardware for the shims
+    (``nvidia-smi``) and for tests.
+    """
+    names = {nic.name for nic in profile.nics}
+    missing = _link_faults(profile, faults)[1]
+    live = link_files(profile, faults)
 
     gid_moves = {}
     for value in _fault_values(faults, "gid_index"):
@@ -546,11 +588,11 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
     for i, nic in enumerate(profile.nics):
         rel = path_of(tree, nic.pci)
         pci = root / "devices" / rel
-        _write(pci / "current_link_width", f"{widths.get(nic.name, defaults.pcie.width)}\n")
+        _write(pci / "current_link_width", live[f"devices/{rel}/current_link_width"])
 
         netdir = pci / "net" / nic.netdev
         _write(netdir / "mtu", "4200\n" if defaults.link_layer == "Ethernet" else "4092\n")
-        _write(netdir / "operstate", ("down" if nic.name in down else "up") + "\n")
+        _write(netdir / "operstate", live[f"devices/{rel}/net/{nic.netdev}/operstate"])
         _link(root / "class" / "net" / nic.netdev, f"../../devices/{rel}/net/{nic.netdev}")
         _link(netdir / "device", "../../../" + nic.pci)
         if profile.ofed and defaults.link_layer == "Ethernet":
@@ -580,10 +622,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         _write(ib / "hca_type", "MT4129\n")
         _write(ib / "node_guid", _guid(node_index, i) + "\n")
         port = ib / "ports" / "1"
-        is_down = nic.name in down
-        _write(port / "state", "1: DOWN\n" if is_down else "4: ACTIVE\n")
-        _write(port / "phys_state", "3: Disabled\n" if is_down else "5: LinkUp\n")
-        _write(port / "rate", RATE_STRINGS[rates.get(nic.name, defaults.rate_gbps)] + "\n")
+        for name in ("state", "phys_state", "rate"):
+            _write(port / name, live[f"devices/{rel}/infiniband/{nic.name}/ports/1/{name}"])
         _write(port / "link_layer", defaults.link_layer + "\n")
         _write(port / "lid", "0x0\n" if defaults.link_layer == "Ethernet" else f"0x{node_index * 16 + i + 1:x}\n")
         _write(port / "sm_lid", "0x0\n" if defaults.link_layer == "Ethernet" else "0x1\n")

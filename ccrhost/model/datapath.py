@@ -48,6 +48,7 @@ DEVCTL = "CAP_EXP+0x8.w"
 READ_REQ_SIZES = (128, 256, 512, 1024, 2048, 4096)
 # nic-configuration-operator's pciPerformanceOptimized default for ConnectX.
 CONNECTX_MAX_READ_REQ = 4096
+CONNECTX_VENDOR = 0x15b3  # Mellanox Technologies (NVIDIA networking)
 
 
 def devctl_max_read_req(word: int) -> int:
@@ -459,3 +460,112 @@ def check_fleet_versions(hosts: dict[str, HostVersions], required: RequiredVersi
                 out[h].append(Reason(FAIL, f"{key}_required",
                                      f"{label} {have or 'not found'} does not meet the required {need}"))
     return out
+
+
+# --- Measured GPUDirect bandwidth [6] ---------------------------------------------
+
+GPUDIRECT_UNMEASURABLE = "GPUDirect bandwidth not measurable"
+
+
+@dataclass(frozen=True)
+class GpuDirectBandwidth:
+    """ib_write_bw through GPU memory, one loopback run per GPU-NIC pair."""
+    measurable: bool                          # ib_write_bw --help offers --use_cuda, numactl is there
+    why: str | None = None                    # why it is not measurable
+    gbps: dict[str, float] = field(default_factory=dict)      # "GPU0-mlx5_0" -> measured Gb/s
+    expected: dict[str, float] = field(default_factory=dict)  # "GPU0-mlx5_0" -> the NIC port's effective rate
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"measurable": self.measurable, "why": self.why, "gbps": dict(self.gbps),
+                "expected_gbps": dict(self.expected), "errors": list(self.errors)}
+
+
+def check_gpudirect_bandwidth(bw: GpuDirectBandwidth, min_fraction: float) -> list[Reason]:
+    """UNKNOWN when it cannot be measured (never OK: nothing was proven),
+    FAIL each pair below ``min_fraction`` of its NIC's rate."""
+    if not bw.measurable:
+        return [Reason(UNKNOWN, "gpudirect_unmeasurable", f"{GPUDIRECT_UNMEASURABLE}: {bw.why}")]
+    reasons = [Reason(UNKNOWN, "gpudirect_measure_failed", e) for e in bw.errors]
+    slow = [(name, g, bw.expected[name]) for name, g in bw.gbps.items()
+            if bw.expected.get(name) and g < min_fraction * bw.expected[name]]
+    if slow:
+        text = ", ".join(f"{name} {g:.0f} of {want:.0f} Gb/s" for name, g, want in slow)
+        reasons.append(Reason(FAIL, "gpudirect_slow", f"GPUDirect RDMA through GPU memory below "
+                                                      f"{min_fraction:.0%} of the NIC rate: {text}"))
+    return reasons
+
+
+# --- The whole data path, as the verification reads it ----------------------------
+
+@dataclass(frozen=True)
+class LinkWindow:
+    """Two readings of the error counters and the time between them."""
+    before: dict[str, dict[str, int]]   # {"mlx5_0/1": {counter: value}}, the window's start
+    after: dict[str, dict[str, int]]    # ... its end
+    seconds: float | None               # the window's length
+    note: str | None = None             # why there is no "before" (first check since boot)
+
+
+@dataclass(frozen=True)
+class DatapathReading:
+    """What the data-path checks read, gathered remotely (the node snapshot)
+    or locally (``ccrhost check``): ``PciSnapshot.datapath()`` builds it,
+    :func:`check_datapath` judges it."""
+    peer: PeerMemory
+    gpus: list                       # topology Endpoints, GPU0...
+    nics: list                       # compute NIC Endpoints
+    pairs: list[Pair]
+    acs_ctl: dict[str, int | None]
+    iommu: Iommu
+    versions: HostVersions
+    link: LinkWindow | None = None
+    gpudirect_bw: GpuDirectBandwidth | None = None
+    error: str | None = None         # the PCI probe's output could not be read
+
+    def to_dict(self) -> dict:
+        from ccrhost.model.topology import matrix
+
+        if self.error:
+            return {"error": self.error}
+        return {
+            "topology": {"matrix": matrix(self.gpus, self.nics), "pairs": [p.to_dict() for p in self.pairs],
+                         "numa": {e.name: e.numa_node for e in [*self.gpus, *self.nics]}},
+            "peer_memory": {"loaded": list(self.peer.loaded), "dmabuf": dmabuf_ready(self.peer)[1]},
+            "versions": {"nic_fw": dict(self.versions.nic_fw), "mlx5": self.versions.mlx5,
+                         "nvidia": self.versions.nvidia},
+            "link_window": None if self.link is None else {"seconds": self.link.seconds, "note": self.link.note},
+            "gpudirect_bandwidth": self.gpudirect_bw.to_dict() if self.gpudirect_bw else None,
+        }
+
+
+def unreadable(why: str) -> DatapathReading:
+    return DatapathReading(PeerMemory((), (), None, None, None), [], [], [], {}, Iommu((), {}, {}),
+                           HostVersions(), error=why)
+
+
+@dataclass(frozen=True)
+class DatapathPolicy:
+    rail_local: bool = False                          # declared hardware: one NIC per GPU on its switch
+    thresholds: LinkThresholds = LinkThresholds()
+    required: RequiredVersions = RequiredVersions()
+    measure_min_fraction: float = 0.9
+
+
+def check_datapath(reading: DatapathReading, policy: DatapathPolicy = DatapathPolicy()) -> list[Reason]:
+    """Every data-path check on one node; the fleet-majority comparison of
+    versions needs the fleet and is the fleet report's."""
+    if reading.error:
+        return [Reason(UNKNOWN, "pci_unreadable", f"cannot read the GPU-NIC data path: {reading.error}")]
+    reasons = check_gpudirect(reading.peer, len(reading.gpus))
+    reasons += check_acs(reading.pairs, reading.acs_ctl)
+    devices = {e.name: e.bdf for e in [*reading.gpus, *reading.nics]}
+    reasons += check_iommu(reading.iommu, devices)
+    reasons += check_topology(reading.pairs, policy.rail_local)
+    if reading.link is not None:
+        reasons += check_link_health(reading.link.before, reading.link.after, policy.thresholds,
+                                     reading.link.seconds)
+    reasons += [r for r in check_fleet_versions({"": reading.versions}, policy.required)[""]]
+    if reading.gpudirect_bw is not None:
+        reasons += check_gpudirect_bandwidth(reading.gpudirect_bw, policy.measure_min_fraction)
+    return reasons

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ccrhost.model import ccr as ccrmod
+from ccrhost.model import datapath as dp
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model import workload as workload_model
 from ccrhost.model.gpus import GpuReading
@@ -36,6 +37,7 @@ class Readings:
     gpu_error: str | None = None
     measure_errors: list[str] = field(default_factory=list)
     measure_note: str | None = None
+    datapath: dp.DatapathReading | None = None  # None: the data path was not read (not judged)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Expectation:
     gpu_count: int | None = None
     ports: int | None = None
     port_gbps: float | None = None
+    rail_local: bool = False  # one compute NIC per GPU on the GPU's PCIe switch
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class Policy:
     min_ccr_fraction: float = 0.9
     gpu_tflops: dict | None = None  # {precision: TFLOPS} for a model the table lacks
     measure_min_fraction: float = 0.9
+    link_thresholds: dp.LinkThresholds = dp.LinkThresholds()
+    required_versions: dp.RequiredVersions = dp.RequiredVersions()
 
 
 @dataclass
@@ -88,6 +93,7 @@ class Verdict:
             "gpu_error": r.gpu_error,
             "measure_errors": r.measure_errors,
             "measure_note": r.measure_note,
+            "datapath": r.datapath.to_dict() if r.datapath is not None else None,
         }
 
 
@@ -188,6 +194,11 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             ("gpu_pcie_gen", g.pcie_gen, g.pcie_gen_max, "gen {} < max {} (normal while idle)"),
             ("gpu_pcie_width", g.pcie_width, g.pcie_width_max, "x{} < max x{}")))
 
+    if readings.datapath is not None:
+        reasons += dp.check_datapath(readings.datapath, dp.DatapathPolicy(
+            rail_local=expect.rail_local, thresholds=policy.link_thresholds, required=policy.required_versions,
+            measure_min_fraction=policy.measure_min_fraction))
+
     result = None
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)
     reasons.extend(gpu_reasons)
@@ -225,9 +236,11 @@ def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, 
     }
 
 
-def readings_from_facts(rdma: RdmaReading, gpus: GpuProbe, exclude: tuple[str, ...] = (), measured=None) -> Readings:
+def readings_from_facts(rdma: RdmaReading, gpus: GpuProbe, exclude: tuple[str, ...] = (), measured=None,
+                        datapath: dp.DatapathReading | None = None) -> Readings:
     """Readings from the RDMA and GPU probes (remote or local), plus a
-    ``HostMeasurement`` when bandwidth was measured."""
+    ``HostMeasurement`` when bandwidth was measured and the data path when
+    it was read."""
     ports = compute_ports(rdma, exclude)
     if measured is not None:
         ports = [replace(p, measured_gbps=measured.gbps.get(p.device)) for p in ports]
@@ -237,4 +250,5 @@ def readings_from_facts(rdma: RdmaReading, gpus: GpuProbe, exclude: tuple[str, .
         gpu_error=gpus.error,
         measure_errors=list(measured.errors) if measured is not None else [],
         measure_note=measured.note if measured is not None else None,
+        datapath=datapath,
     )

@@ -7,25 +7,23 @@ scheduler or monitoring system reads. Exit codes are Nagios-style.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
 import subprocess
 from dataclasses import replace
 
-from ccrhost.model.verdict import (
-    FAIL,
-    OK,
-    UNKNOWN,
-    Reason,
-    Readings,
-    Verdict,
-    evaluate,
-    readings_from_facts,
-)
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
+from ccrhost.model.verdict import Readings, Verdict, evaluate, readings_from_facts
 from ccrhost.settings import HostSettings
 
 DRAIN_PREFIX = "ccrhost:"
+# A drain that rests on a fleet measurement (ib_write_bw between nodes): the
+# node-local check cannot see what it found, so only another measurement or
+# an operator lifts it.
+MEASURED_PREFIX = "ccrhost: measured:"
+MEASURED_CODES = ("measured_slow",)
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20) -> Verdict:
@@ -144,22 +142,32 @@ def current_reason(node: str, scontrol: str) -> str | None:
     return None if reason in (None, "", "(null)", "none") else reason
 
 
-def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None) -> str:
-    """Drain this node on FAIL, undrain it when healthy, and never touch a
-    reason someone else set (one that does not start with ``ccrhost:``)."""
+def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False) -> str:
+    """Drain this node on FAIL, undrain it when OK or WARN, and never touch
+    a reason someone else set (one that does not start with ``ccrhost:``).
+    UNKNOWN changes nothing: the node's state is not known. ``measured``:
+    the verdict includes a bandwidth measurement, so it may also lift or
+    rewrite a drain that rests on one."""
     scontrol = scontrol or shutil.which("scontrol")
     if not scontrol:
         return "scontrol not found; not draining"
-    node = node or socket.gethostname().split(".")[0]
+    # slurmd names the node in the prolog's and health check's environment;
+    # its NodeName need not be the host name
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     reason = current_reason(node, scontrol)
     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
     if reason is not None and not ours:
         return f"{node} already has reason {reason!r} set by someone else; left alone"
+    if ours and reason.startswith(MEASURED_PREFIX) and not measured:
+        return f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat"
     if verdict.status == FAIL:
-        text = f"{DRAIN_PREFIX} {verdict.summary()}"[:255]
+        prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
+        text = f"{prefix} {verdict.summary()}"[:255]
+        if reason == text:
+            return f"{node} stays drained: {text}"  # no update: it would only restamp the reason
         _scontrol([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"])
         return f"drained {node}: {text}"
-    if ours and verdict.status == OK:
+    if ours and verdict.status in (OK, WARN):
         _scontrol([scontrol, "update", f"NodeName={node}", "State=RESUME"])
         return f"resumed {node} (its ccrhost drain reason no longer holds)"
     return "no drain change"

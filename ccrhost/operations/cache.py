@@ -12,12 +12,14 @@ tuned, so it asks for a fresh read when anything was written (:func:`fresh`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from ccrhost.model.managed import FILES, UNIT_WANTS
 
 _ATTR = "_ccrhost_snapshot"
 _STALE = "_ccrhost_snapshot_stale"
+_AT = "_ccrhost_snapshot_at"  # time.monotonic() when it was read: the start of the link-health window
 
 
 class NodeReadError(RuntimeError):
@@ -38,6 +40,7 @@ def snapshot(host):
     if _ATTR not in host.__dict__:
         host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS)
         host.__dict__[_STALE] = False
+        host.__dict__[_AT] = time.monotonic()
     return host.__dict__[_ATTR]
 
 
@@ -51,6 +54,7 @@ def changed(host) -> None:
 def drop(host) -> None:
     """Forget the snapshot: the next stage reads the node again."""
     _real(host).__dict__.pop(_ATTR, None)
+    _real(host).__dict__.pop(_AT, None)
 
 
 def fresh(host) -> None:
@@ -93,6 +97,17 @@ def qos_state(host, netdevs):
 def gpus(host):
     """:class:`~ccrhost.probes.gpu.GpuProbe`"""
     return _probe(host, "gpus")
+
+
+def pci(host):
+    """:class:`~ccrhost.probes.pci.PciSnapshot`"""
+    return _probe(host, "pci")
+
+
+def snapshot_age(host) -> float | None:
+    """Seconds since this host's current snapshot was read (None: not read)."""
+    at = _real(host).__dict__.get(_AT)
+    return None if at is None else time.monotonic() - at
 
 
 def files(host, paths) -> dict:

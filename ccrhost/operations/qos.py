@@ -13,7 +13,13 @@ from ccrhost.model import qos
 from ccrhost.model.boot import QOS_INTERFACES, qos_list
 from ccrhost.model.ports import management_hits, roce_netdevs
 from ccrhost.operations import cache as fact_cache
-from ccrhost.operations.base import PlannedCommand, fail, operation, upload_text, write_sysfs
+from ccrhost.operations.base import (
+    PlannedCommand,
+    fail,
+    operation,
+    upload_text,
+    write_sysfs,
+)
 from ccrhost.operations.files import MANAGED_HEADER, converge
 from ccrhost.probes.qos import QosInterface
 

@@ -33,7 +33,8 @@ def ccr(settings, report=None, measured=None):
                                    settings.rdma_exclude_devices, measured)
     verdict = evaluate(readings, settings.expectation(), settings.policy())
     if report is not None:
-        report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute)
+        report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
+                      address=host.data.get("ssh_hostname"))
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

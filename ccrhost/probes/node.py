@@ -13,7 +13,7 @@ import binascii
 import gzip
 from dataclasses import dataclass, field
 
-from ccrhost.probes import files, gpu, kernel, qos, rdma
+from ccrhost.probes import files, gpu, kernel, pci, qos, rdma
 from ccrhost.probes.sections import split
 
 PROBE_MARK = "@@@"
@@ -27,6 +27,8 @@ class NodeSnapshot:
     qos: qos.QosReading = field(default_factory=qos.QosReading)        # probes/qos.py, every RoCE netdev
     files: dict[str, files.FileState | None] = field(default_factory=dict)  # probes/files.py, managed files
     gpus: gpu.GpuProbe = field(default_factory=gpu.GpuProbe)           # probes/gpu.py (nvidia-smi)
+    # probes/pci.py: GPU/NIC PCI paths, ACS, Device Control, peer memory, versions, error counters
+    pci: pci.PciSnapshot = field(default_factory=lambda: pci.parse_pci_dump([]))
     errors: dict[str, str] = field(default_factory=dict)  # probe -> why its output could not be read
 
 
@@ -37,6 +39,7 @@ _PARSERS = {
     "qos": ("mlnx_qos / dcb and the ecn, qos and cc_params trees", qos.parse_qos_dump),
     "files": ("the managed files", files.parse_states),
     "gpus": ("nvidia-smi", gpu.parse_command_output),
+    "pci": ("the GPUs' and NICs' PCI functions (setpci/lspci, sysfs)", pci.parse_pci_dump),
 }
 
 
@@ -58,6 +61,7 @@ def command(paths, wants: str) -> str:
         "qos": qos.command_roce(wants),
         "files": files.command(paths),
         "gpus": gpu.COMMAND,
+        "pci": pci.COMMAND,
     }
     body = "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items())
     return (f"if command -v gzip >/dev/null 2>&1; then z='gzip -1'; m=gz; else z=cat; m=raw; fi; "

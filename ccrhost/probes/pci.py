@@ -52,7 +52,9 @@ _COUNTER_FILES = " ".join(f"*/ports/*/counters/{c}" for c in datapath.COUNTERS)
 
 # Every bridge of a GPU's or NIC's resolved path is listed once, then the
 # function itself. setpci prints one hex word per register; when the
-# capability is missing it exits with its error, kept for the parser.
+# capability is missing it exits with its error, kept for the parser. ACS
+# is read on bridges only (the checks judge the bridges peer traffic
+# crosses) and Device Control on NICs only: one setpci run per function.
 COMMAND = f"""P={PCI_DEVICES}
 echo @@kernel
 uname -r
@@ -80,8 +82,10 @@ echo "path $(readlink -f "$_d")"
 for _f in class vendor device numa_node; do echo "$_f $(cat "$_d/$_f" 2>/dev/null)"; done
 _g=$(readlink "$_d/iommu_group" 2>/dev/null) && echo "iommu_group ${{_g##*/}}"
 if [ -n "$S" ]; then
-echo "acs $(setpci -s "$1" ECAP_ACS+0x4.w ECAP_ACS+0x6.w 2>&1 | tr '\\n' ' ')"
-case "$2" in nic*) echo "devctl $(setpci -s "$1" CAP_EXP+0x8.w 2>&1 | tr '\\n' ' ')";; esac
+case "$2" in
+bridge) echo "acs $(setpci -s "$1" ECAP_ACS+0x4.w ECAP_ACS+0x6.w 2>&1 | tr '\\n' ' ')";;
+nic*) echo "devctl $(setpci -s "$1" CAP_EXP+0x8.w 2>&1 | tr '\\n' ' ')";;
+esac
 elif [ -n "$L" ]; then
 echo "@@lspci $1"
 lspci -D -vvv -s "$1" 2>&1
@@ -216,6 +220,8 @@ class PciSnapshot:
         it could not be read (no setpci/lspci, not root): those may have it."""
         out: dict[str, int | None] = {}
         for bdf, f in self.functions.items():
+            if f.role != "bridge":
+                continue  # peer traffic's detour is decided by the bridges it crosses
             if f.acs is None or f.acs.error is not None:
                 out[bdf] = None
             elif f.acs.present:
@@ -230,6 +236,19 @@ class PciSnapshot:
         """``{"mlx5_0/1": {counter: value}}``, the input of check_link_health."""
         return {f"{dev}/{port}": values for dev, info in self.nics.items()
                 for port, values in sorted(info.counters.items())}
+
+    def datapath(self, exclude: tuple[str, ...] = (), link: datapath.LinkWindow | None = None,
+                 gpudirect_bw: datapath.GpuDirectBandwidth | None = None) -> datapath.DatapathReading:
+        """The verification's reading; ``exclude``: RDMA devices that are not
+        compute fabric (not paired, not judged)."""
+        nics = self.nic_endpoints(exclude)
+        return datapath.DatapathReading(
+            peer=self.peer, gpus=self.gpus(), nics=nics, pairs=self.pairs(exclude), acs_ctl=self.acs_ctl(),
+            iommu=self.iommu, versions=self.versions(), link=link, gpudirect_bw=gpudirect_bw)
+
+    def compute_counters(self, exclude: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+        """:meth:`counters` of the compute NICs only."""
+        return only_compute(self.counters(), exclude)
 
     def versions(self) -> HostVersions:
         fw = {d: n.fw_ver for d, n in self.nics.items() if n.fw_ver}
@@ -520,6 +539,34 @@ def parse_pci_dump(lines: list[str]) -> PciSnapshot:
         functions=dict(sorted(functions.items())), iommu=iommu, peer=peer, nvidia=nvidia,
         mlx5_version=mlx5, nics=parse_ib(one.get("ib", [])),
     )
+
+
+# The error counters alone, for the second reading of a window: the
+# snapshot holds the first. ``{delay}`` seconds pass on the node first.
+COUNTERS_COMMAND = f"""sleep {{delay}}
+echo @@ib
+if cd {IB_ROOT} 2>/dev/null; then
+grep -Hs '' {_COUNTER_FILES}
+fi
+true"""
+
+
+def counters_command(delay: float = 0) -> str:
+    return COUNTERS_COMMAND.format(delay=f"{max(delay, 0):.1f}")
+
+
+def parse_counters(lines: list[str]) -> dict[str, dict[str, int]]:
+    """:data:`COUNTERS_COMMAND`'s output -> ``{"mlx5_0/1": {counter: value}}``."""
+    ib = [x for s in split(lines) if s.tag == "ib" for x in s.lines]
+    return {f"{dev}/{port}": values for dev, info in parse_ib(ib).items()
+            for port, values in sorted(info.counters.items())}
+
+
+def only_compute(counters: dict[str, dict[str, int]], exclude: tuple[str, ...] = ()) -> dict:
+    import fnmatch
+
+    return {port: v for port, v in counters.items()
+            if not any(fnmatch.fnmatchcase(port.split("/")[0], p) for p in exclude)}
 
 
 def read_local() -> PciSnapshot:

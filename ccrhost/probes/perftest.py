@@ -99,3 +99,31 @@ def parse_client_runs(lines: list[str]) -> dict[str, dict]:
                     results[dev] = {"gbps": None, "error": f"ib_write_bw on {dev} failed: {last}"}
             dev = None
     return results
+
+
+# The scripts that run ib_write_bw on a host, shared by the pyinfra facts
+# (over SSH) and the Slurm fleet job (as job steps), and their readers.
+MISSING = "if ! command -v ib_write_bw >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
+MISSING_ERROR = "ib_write_bw not found (install perftest)"
+
+
+def server_runs(devices: list[str], port: int, seconds: int, timeout: int) -> list[str]:
+    """One bounded server command per device, on consecutive ports."""
+    return [f"timeout {int(timeout)} {server_command(dev, port + i, seconds)}" for i, dev in enumerate(devices)]
+
+
+def clients_script(devices: list[str], peer: str, port: int, seconds: int, timeout: int) -> str:
+    """Runs a client against ``peer`` for each device in turn, each result between markers."""
+    runs = " ".join(
+        f"echo {shlex.quote('@@dev ' + dev)}; timeout {int(timeout)} "
+        f"{client_command(dev, peer, port + i, seconds)} 2>&1; echo \"@@rc $?\";"
+        for i, dev in enumerate(devices)
+    )
+    return f"{MISSING}{runs} true"
+
+
+def parse_servers_output(lines: list[str]) -> dict:
+    return {"error": MISSING_ERROR if "@@missing" in lines else None}
+
+
+parse_clients_output = parse_client_runs

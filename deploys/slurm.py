@@ -1,0 +1,24 @@
+"""Install ccrhost's Slurm integration on every node; changes nothing else.
+
+    pyinfra -y INVENTORY deploys/slurm.py
+
+Each node gets /etc/ccrhost/check.yaml (its verify_* and
+rdma_exclude_devices keys), a prolog and a HealthCheckProgram wrapper that
+run `ccrhost check` (FAIL drains with a reason starting "ccrhost:"), and a
+slurm.conf fragment (slurm_fragment, default /etc/slurm/ccrhost.conf).
+slurm.conf is never rewritten: add `Include /etc/slurm/ccrhost.conf` to it
+once, on the controller and the nodes, then `scontrol reconfigure`. Every
+host's data is validated before any host is touched.
+"""
+
+from pyinfra import host, inventory
+
+from ccrhost.inventory import host_settings
+from ccrhost.operations import slurm
+
+settings = host_settings(host, inventory)
+
+slurm.integration(
+    name="Install the Slurm prolog and health check",
+    settings=settings,
+)

@@ -1,0 +1,101 @@
+"""The fleet job's pure parts: reading sinfo and the check step's output,
+judging a node with its own settings, splitting measurement steps. The
+job itself runs against real slurmctld/slurmd in test_slurm.py."""
+
+import base64
+import json
+
+import yaml
+from test_checks import H100, healthy, port
+
+from ccrhost.fleet.measure import HostMeasurement
+from ccrhost.fleet.slurm import (
+    MAX_SCRIPT,
+    CheckOutput,
+    _case_steps,
+    check_script,
+    judge,
+    parse_check_task,
+    parse_sinfo,
+)
+from ccrhost.model.verdict import evaluate
+from ccrhost.settings import validate_host
+
+CONFIG = "verify_profile: hgx-h100-8x400\n"
+
+
+def test_sinfo_nodes_once_each_reason_may_hold_bars():
+    text = ("node1|198.18.0.11|idle|none\n"
+            "node2|198.18.0.12|drained|ccrhost: port a|b is DOWN\n"
+            "node1|198.18.0.11|idle|none\n"          # the same node in a second partition
+            "node3|198.18.0.13|idle*|Not responding\n"
+            "node4|198.18.0.14|draining|hw ticket 42\n"
+            "node5|198.18.0.15|mixed|none\n")
+    nodes = parse_sinfo(text)
+    assert list(nodes) == ["node1", "node2", "node3", "node4", "node5"]
+    assert nodes["node2"].reason == "ccrhost: port a|b is DOWN" and nodes["node1"].reason is None
+    assert [n for n, v in nodes.items() if v.usable] == ["node1", "node5"]
+
+
+def task_lines(node, doc_text, rc, config=CONFIG):
+    cfg = base64.b64encode(config.encode()).decode() if config is not None else "-"
+    return [f"@@node {node}", f"@@config {cfg}", "@@check", *doc_text.splitlines(), f"@@rc {rc}"]
+
+
+def test_check_output_is_judged_with_the_nodes_own_settings():
+    ports = [port(i) for i in range(8)]
+    ports[3] = port(3, state="DOWN", phys="Disabled")
+    on_node = evaluate(healthy(ports=ports), H100)
+    text = json.dumps(on_node.to_dict(), indent=2, default=str)
+    out = parse_check_task(task_lines("gpu07", text, 2))
+    assert (out.node, out.rc, out.config) == ("gpu07", 2, CONFIG)
+    verdict, settings = judge(out)
+    assert settings.verify_profile == "hgx-h100-8x400"
+    assert verdict.to_dict() == json.loads(text)  # the controller reaches the node's own verdict
+
+
+def test_a_measurement_joins_the_nodes_readings():
+    text = json.dumps(evaluate(healthy(), H100).to_dict(), default=str)
+    out = parse_check_task(task_lines("gpu07", text, 0))
+    slow = HostMeasurement(gbps={f"mlx5_{i}": 150.0 for i in range(8)}, note="slow with gpu08 and with known-good gpu01")
+    verdict, _ = judge(out, slow)
+    assert verdict.status == "FAIL"
+    assert [r.code for r in verdict.reasons] == ["measured_slow", "ccr_below_expected"]
+    assert "(slow with gpu08 and with known-good gpu01)" in verdict.reasons[0].message
+
+
+def test_a_check_that_printed_no_verdict_is_unknown_with_what_it_said():
+    said = "Error: --config /etc/ccrhost/check.yaml: [Errno 2] No such file or directory"
+    verdict, settings = judge(parse_check_task(task_lines("gpu07", said, 3, config=None)))
+    assert settings is None and verdict.status == "UNKNOWN"
+    assert verdict.reasons[0].message == f"ccrhost check on gpu07 exited 3: {said}"
+    missing = judge(CheckOutput("gpu08", None, "no result from the check step: srun: error: Unable to create step", None))[0]
+    assert missing.status == "UNKNOWN" and "Unable to create step" in missing.summary()
+
+
+def test_bad_settings_on_a_node_are_unknown_naming_the_key():
+    text = json.dumps(evaluate(healthy(), H100).to_dict(), default=str)
+    verdict, _ = judge(parse_check_task(task_lines("gpu07", text, 0, config="verify_min_ccr_fraction: 7\n")))
+    assert verdict.status == "UNKNOWN" and "gpu07: verify_min_ccr_fraction = 7" in verdict.summary()
+
+
+def test_check_script_quotes_its_paths():
+    script = check_script("/opt/ccr host/bin/ccrhost", "/etc/ccrhost/check.yaml")
+    assert "'/opt/ccr host/bin/ccrhost' check --config /etc/ccrhost/check.yaml --format json" in script
+    assert script.startswith('echo "@@node $SLURMD_NODENAME"')
+
+
+def test_measurement_steps_stay_under_the_argument_limit():
+    branches = {f"gpu{i:05d}": "x" * 900 for i in range(1000)}
+    steps = _case_steps(branches)
+    assert len(steps) > 1
+    assert sum(len(nodes) for nodes, _ in steps) == 1000
+    assert all(len(script) < MAX_SCRIPT + 2048 for _, script in steps)
+    nodes, script = steps[0]
+    assert script.startswith('echo "@@node $SLURMD_NODENAME"\ncase "$SLURMD_NODENAME" in\n')
+    assert f"{nodes[0]}) {'x' * 900} ;;" in script and script.endswith("esac\n")
+
+
+def test_settings_for_the_check_round_trip_through_yaml():
+    settings = validate_host("n", yaml.safe_load(CONFIG))
+    assert settings.expectation().ports == 8

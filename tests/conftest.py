@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, settings
 
 # Property-based fuzzing (tests/test_fuzz.py, marked `fuzz`). "ci" keeps the
 # suite's share bounded: 200 examples per target, derandomized so a run is
-# repeatable. "deep" is the long run, ten times as many per target (over the
-# 47 targets, well past 10,000 in total), with a fresh seed each time:
+# repeatable. "deep" is the long run, ten times as many per target (over
+# some 50 targets, well past 10,000 in total), with a fresh seed each time:
 #     scripts/test -m fuzz --hypothesis-profile=deep
 # Its last result is in bench/fuzz-results.md.
 _FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -109,3 +109,17 @@ def test_the_monitor_lists_hosts_it_could_not_sample(monkeypatch):
     }
     table = monitor.fleet_table({}, {}, missing)
     assert all(f"{h:24} UNKNOWN" in table for h in missing)
+
+
+def test_a_stage_that_raises_fails_only_its_host(monkeypatch):
+    from ccrhost.operations import base
+
+    monkeypatch.setattr(base, "host", SimpleNamespace(log=lambda *_: None))
+
+    def stage():
+        yield from ()
+        raise ZeroDivisionError("float division by zero")
+
+    (only,) = list(base.planned(stage()))
+    assert only.function is base._report_failure
+    assert only.args == ("internal error while planning: ZeroDivisionError: float division by zero",)

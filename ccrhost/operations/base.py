@@ -63,6 +63,9 @@ def planned(stage):
         commands = list(stage)
     except fact_cache.NodeReadError as exc:
         commands = list(fail(str(exc)))
+    except Exception as exc:  # a bug meeting this node's data: this host's failure, not the fleet's
+        logger.debug("planning failed", exc_info=True)
+        commands = list(fail(f"internal error while planning: {type(exc).__name__}: {exc}"))
     if commands:
         fact_cache.changed(host)
     if DRY:

@@ -9,7 +9,7 @@ import click
 
 # Subcommands that live outside the core package are imported only when
 # used, so production commands never load the lab.
-_LAZY = {"lab": "ccrhost.lab.cli:lab"}
+_LAZY = {"lab": "ccrhost.lab.cli:lab", "ci": "ccrhost.lab.ci:ci"}
 
 
 class _Group(click.Group):

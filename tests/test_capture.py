@@ -108,6 +108,16 @@ def test_anonymizer_is_consistent_and_keeps_the_addressing_shape():
     assert b.gid("fe80::200:ff:fe00:1") == "fe80:0000:0000:0000:0200:00ff:fe00:0002"
 
 
+def test_capture_refuses_a_node_it_could_not_replay():
+    from ccrhost.lab.capture import CaptureError, Readings, build_profile
+    from ccrhost.probes.gpu import GpuProbe
+    from ccrhost.probes.node import NodeSnapshot
+
+    with pytest.raises(CaptureError, match=r"^no RDMA device under /sys/class/infiniband: a lab profile needs "
+                                           r"at least one \(is the NIC driver loaded\?\)$"):
+        build_profile(Readings(NodeSnapshot(), None, GpuProbe()))
+
+
 # --- the round trip on lab nodes ------------------------------------------------
 
 def read_node(lab, node: str) -> dict:
@@ -167,16 +177,19 @@ def test_capture_round_trip(tmp_path):
     lab = Lab(LAB_DIR)
     lab.down()
     try:
-        # The node as powered on, plus a DCB state set at boot (as DCBX would),
-        # and a second node with transient faults.
-        lab.up(2, "hgx-h100-8x400", parse_faults(["node2:port_down=mlx5_1", "node2:pcie_width=mlx5_2:8",
-                                                  "node2:gpu_throttled=1"]), name=LAB_NAME, subnet=LAB_SUBNET)
+        # node1: MLNX_OFED RoCE with a DCB state of its own (as DCBX would set);
+        # node2: the inbox driver with transient faults; node3: InfiniBand.
+        lab.up(3, "hgx-h100-8x400", parse_faults(["node2:port_down=rocep42s0", "node2:pcie_width=rocep58s0:8",
+                                                  "node2:gpu_throttled=1"]), name=LAB_NAME, subnet=LAB_SUBNET,
+               profiles={"node2": "hgx-h100-8x400-upstream", "node3": "hgx-h100-8x400-ib"})
         set_qos = lab_ssh(lab, "node1", "mlnx_qos -i ens1np0 --trust dscp --pfc 0,0,0,1,0,0,0,0 --cable_len 30")
         assert set_qos.returncode == 0, set_qos.stderr
         original = read_node(lab, "node1")
         plain = capture_on(lab, "node1")
         anon = capture_on(lab, "node1", "--anonymize", "--output", "/tmp/anon.yaml", "&& cat /tmp/anon.yaml")
         faulty = capture_on(lab, "node2")
+        ib_original = read_node(lab, "node3")
+        ib = capture_on(lab, "node3")
         lab.down()
 
         # read-only: nothing but the capture's own output written on the node
@@ -188,26 +201,32 @@ def test_capture_round_trip(tmp_path):
 
         # the transient faults are named with the flag that brings them back, not baked in
         notes = faulty["data"]["capture"]["not_replayed"]
-        assert any("mlx5_1 port 1 was DOWN (Disabled)" in n and "--fault NODE:port_down=mlx5_1" in n for n in notes)
-        assert any("x8 of x16" in n and "--fault NODE:pcie_width=mlx5_2:8" in n for n in notes)
+        assert any("rocep42s0 port 1 was DOWN (Disabled)" in n and "--fault NODE:port_down=rocep42s0" in n
+                   for n in notes)
+        assert any("x8 of x16" in n and "--fault NODE:pcie_width=rocep58s0:8" in n for n in notes)
         assert any("GPU 1 was throttled" in n and "--fault NODE:gpu_throttled=1" in n for n in notes)
-        assert "not replayed: mlx5_1 port 1 was DOWN" in faulty["stderr"]
+        assert "not replayed: rocep42s0 port 1 was DOWN" in faulty["stderr"]
         assert "rate" not in faulty["data"]["nics"][1] and "pcie" not in faulty["data"]["nics"][2]
+        assert faulty["data"]["ofed"] is False and faulty["data"]["nvidia_driver"]["open"] is True
+        assert ib["data"]["nic_defaults"]["link_layer"] == "InfiniBand"
 
         files = {}
-        for key, cap in (("plain", plain), ("anon", anon)):
+        for key, cap in (("plain", plain), ("anon", anon), ("ib", ib)):
             files[key] = tmp_path / f"{key}.yaml"
             files[key].write_text(cap["text"])
         # node1: the capture, at node1's own address; node2: the anonymized
-        # capture; node3: the capture again, the second node booted from it.
-        lab.up(3, str(files["plain"]), {}, name=LAB_NAME, subnet=LAB_SUBNET,
-               profiles={"node2": str(files["anon"])})
-        replay, replay_anon, second = (read_node(lab, n) for n in ("node1", "node2", "node3"))
+        # capture; node3: the capture again, the second node booted from it;
+        # node4: the InfiniBand node's capture.
+        lab.up(4, str(files["plain"]), {}, name=LAB_NAME, subnet=LAB_SUBNET,
+               profiles={"node2": str(files["anon"]), "node4": str(files["ib"])})
+        replay, replay_anon, second, ib_replay = (read_node(lab, n) for n in ("node1", "node2", "node3", "node4"))
     finally:
         lab.down()
 
     # Every reading equal, including the management link (same address, same MAC).
     assert replay == original
+
+    assert _without_management(ib_replay) == _without_management(ib_original)
 
     # Anonymized: equal but for a consistent renaming of the identities ...
     found, hidden = _identities(original, []), _identities(replay_anon, [])

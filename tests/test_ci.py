@@ -87,7 +87,7 @@ def _site(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     shutil.copytree(REPO / "inventories/group_data", site / "group_data")
     (site / "example.py").write_text((REPO / "inventories/example.py").read_text() + (
-        "\nstorage = [('nfs-01.cluster.example', {'rdma_exclude_devices': ['mlx5_7'], 'ssh_port': 2222}),\n"
+        "\nstorage = [('nfs-01.cluster.example', {'rdma_exclude_devices': ['rocep138s0'], 'ssh_port': 2222}),\n"
         "           'nfs-02.cluster.example']\n"))
     (site / "group_data" / "storage.py").write_text("roce_dscp = 24\n")
     return site
@@ -140,7 +140,7 @@ def test_the_lab_inventory_keeps_the_sites_names_groups_and_data(tmp_path):
     assert "--> Groups: compute, example" in gpu and "--> Groups: storage, example" in nfs
     gpu_data, nfs_data = (json.loads(b.split("--> Data:", 1)[1].split("\n-->")[0]) for b in (gpu, nfs))
     assert gpu_data["roce_dscp"] == 26 and gpu_data["verify_profile"] == "hgx-h100-8x400"  # group_data/compute.py
-    assert nfs_data["roce_dscp"] == 24 and nfs_data["rdma_exclude_devices"] == ["mlx5_7"]  # group_data + host data
+    assert nfs_data["roce_dscp"] == 24 and nfs_data["rdma_exclude_devices"] == ["rocep138s0"]  # group_data + host data
     for data, i in ((gpu_data, 1), (nfs_data, 2)):
         assert data["ssh_hostname"] == f"198.18.{LAB_SUBNET}.{10 + i}" and data["ssh_port"] == 22
         assert data["ssh_known_hosts_file"] == str(lab.dir / "known_hosts")
@@ -198,3 +198,64 @@ def test_ci_run_passes_the_example_and_fails_a_bad_group_value(tmp_path):
     assert status == {"lab up": "passed", "deploy": "failed", "deploy again changes nothing": "skipped",
                       "verify": "skipped"}
     assert not (LAB_DIR / "lab.json").exists()  # torn down after the failure too
+
+
+@pytest.mark.lab
+def test_lab_from_inventory_measures_between_the_sites_hosts(tmp_path):
+    """`lab up --inventory --per-group`, then pyinfra on the lab inventory:
+    ib_write_bw reaches the lab nodes by ssh_hostname and every report
+    names the site's hosts."""
+    site = _site(tmp_path)
+    compute = site / "group_data" / "compute.py"
+    compute.write_text(compute.read_text() + "verify_measure = True\nverify_measure_seconds = 1\n")
+    lab = Lab(LAB_DIR)
+    lab.down()
+    try:
+        up = subprocess.run(
+            [sys.executable, "-m", "ccrhost", "lab", "up", "--inventory", str(site / "example.py"),
+             "--profile", f"compute={REPO / PROFILE}", "--profile", "storage=hgx-h100-8x400-upstream",
+             "--per-group", "2", "--dir", str(LAB_DIR), "--name", "t", "--subnet", str(LAB_SUBNET)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert up.returncode == 0, up.stderr
+        lines = up.stdout.splitlines()
+        assert lines[0] == (f"node1  198.18.{LAB_SUBNET}.11  gpu-001.cluster.example  (compute)  {REPO / PROFILE}")
+        assert lines[3] == f"node4  198.18.{LAB_SUBNET}.14  nfs-02.cluster.example  (storage)  hgx-h100-8x400-upstream"
+        assert lines[4] == f"lab inventory: {LAB_DIR / 'inventory' / 'example.py'}"
+        run = subprocess.run(
+            [sys.executable, "-m", "pyinfra", "-y", str(LAB_DIR / "inventory" / "example.py"),
+             str(REPO / "deploys/verify.py"), "--data", f"verify_report_dir={tmp_path / 'report'}"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+            env={**os.environ, "PYINFRA_PROGRESS": "off", "COLUMNS": "200"})
+        assert run.returncode == 0, run.stdout + run.stderr
+    finally:
+        lab.down()
+    hosts = json.loads((tmp_path / "report" / "ccr-report.json").read_text())["hosts"]
+    assert sorted(hosts) == ["gpu-001.cluster.example", "gpu-002.cluster.example",
+                             "nfs-01.cluster.example", "nfs-02.cluster.example"]
+    for name in ("gpu-001.cluster.example", "gpu-002.cluster.example"):
+        measured = [p["measured_gbps"] for p in hosts[name]["ports"]]
+        assert len(measured) == 8 and all(m and m > 300 for m in measured), (name, measured, hosts[name])
+    assert all(p["measured_gbps"] is None for p in hosts["nfs-01.cluster.example"]["ports"])
+    # the host's own data reached it: its excluded device is not counted
+    assert [len(hosts[h]["ports"]) for h in ("nfs-01.cluster.example", "nfs-02.cluster.example")] == [7, 8]
+    assert "rocep138s0" not in {p["device"] for p in hosts["nfs-01.cluster.example"]["ports"]}
+
+
+def test_ci_refuses_a_running_lab_and_leaves_it_alone(tmp_path):
+    """Someone's lab in the same folder is neither reused (its nodes are not
+    fresh) nor torn down."""
+    from ccrhost.lab.ci import Ci
+    from ccrhost.lab.fleet import LabState, Node
+
+    lab = Lab(tmp_path / "lab")
+    lab.dir.mkdir()
+    lab.save(LabState("lab", 0, [Node("node1", 1, "198.18.0.11", "ccrlab-node1", "hgx-h100-8x400")]))
+    job = Ci(str(REPO / "inventories/example.py"), {"compute": str(REPO / PROFILE)}, tmp_path / "report",
+             lab_dir=str(lab.dir))
+    passed, summary = job.run()
+    assert not passed
+    assert summary == (f"ccrhost ci: FAIL at lab up: a lab is already running in {lab.dir} (1 nodes); "
+                       "run `ccrhost lab down` first")
+    assert lab.state_file.exists()
+    cases = ET.parse(tmp_path / "report" / "junit.xml").getroot().findall("testcase")
+    assert [c.find("failure") is not None for c in cases] == [True, False, False, False]

@@ -139,16 +139,16 @@ class Ci:
         names = ("lab up", "deploy", "deploy again changes nothing", "verify")
         self.steps = [Step(n) for n in names]
         lab = Lab(self.lab_dir)
-        hosts = 0
+        hosts, started = 0, False
         try:
             with self._step(0) as step:
-                lab.down()  # what an interrupted earlier job left
+                # a lab already running there is refused, and left alone
                 _, placements, inv = from_inventory.up(self.inventory, self.profiles, self.per_group,
                                                        lab.dir, name=self.name, subnet=self.subnet)
-                hosts = len(placements)
+                hosts, started = len(placements), True
                 step.detail = "\n".join(f"{p.host} -> {p.node} {p.address} ({', '.join(p.groups)}) {p.profile}"
                                         for p in placements)
-            deploys = self._deploys(lab.dir)
+                deploys = self._deploys(lab.dir)
             ccr = self.report_dir / "ccr"
             if self._ok():
                 with self._step(1) as step:
@@ -172,7 +172,8 @@ class Ci:
                     if verify.rc != 0:
                         step.fail(why_failed(verify))
         finally:
-            lab.down()
+            if started:
+                lab.down()
             write_atomic(self.report_dir / "junit.xml", junit(self.steps, self.inventory))
         failed = next((s for s in self.steps if s.status == "failed"), None)
         if failed:

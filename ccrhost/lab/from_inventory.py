@@ -103,6 +103,10 @@ def up(inventory: str, profiles: dict[str, str], per_group: int | None = None, d
     the lab, the placements and the lab inventory's path."""
     placements = plan(inventory, profiles, per_group)
     lab = Lab(directory)
+    running = lab.load()
+    if running is not None:  # never reuse: the nodes must start as powered on
+        raise LabError(f"a lab is already running in {lab.dir} ({len(running.nodes)} nodes); "
+                       "run `ccrhost lab down` first")
     nodes = {f"node{i}": p for i, p in enumerate(placements, start=1)}
     state = lab.up(len(placements), placements[0].profile, {}, name=name, subnet=subnet,
                    profiles={n: p.profile for n, p in nodes.items()}, link_mbit=link_mbit)

@@ -118,6 +118,39 @@ def test_capture_refuses_a_node_it_could_not_replay():
         build_profile(Readings(NodeSnapshot(), None, GpuProbe()))
 
 
+def test_capture_maps_verbatim_readings_onto_what_the_lab_renders(tmp_path):
+    """The reference's sysfs samples (a 25 GbE ConnectX pair, one port DOWN,
+    PCIe 8 GT/s x8, netdevs eth01/eth02) on the lab's PCI tree: the capture
+    keeps the sysfs text, anonymizes, and the lab renders it back."""
+    from ccrhost.lab.capture import Readings, build_profile, render
+    from ccrhost.lab.profile import Profile
+    from ccrhost.model.gpus import GpuReading
+    from ccrhost.probes.gpu import GpuProbe
+    from ccrhost.probes.node import NodeSnapshot
+    from ccrhost.probes.rdma import parse_rdma_dump
+
+    fixtures = Path(__file__).parent / "fixtures"
+    rdma = parse_rdma_dump((fixtures / "rdma_dump_roce.txt").read_text().splitlines())
+    tree = pci.parse_pci_dump((fixtures / "gdr/pci_dump_lab_hgx.txt").read_text().splitlines())
+    gpus = GpuProbe([GpuReading(i, "NVIDIA H100 80GB HBM3", f"GPU-4a9f1c2e-0000-1111-2222-33334444555{i}", 1980, 1980,
+                                5, 5, 16, 16, 0) for i in range(8)])
+    data = build_profile(Readings(NodeSnapshot(rdma=rdma), tree, gpus, {}, "gpu-017"), anonymize=True)
+    text = render(data)
+    assert "10.108" not in text and "0e42:a1ff" not in text and "4a9f1c2e" not in text and "gpu-017" not in text
+    assert data["nic_defaults"]["rate"] == "25 Gb/sec (1X EDR)"
+    assert data["nic_defaults"]["pcie"] == {"speed_gts": 8.0, "width": 8}
+    assert [n["netdev"] for n in data["nics"]] == ["eth01", "eth02"]
+    notes = data["capture"]["not_replayed"]
+    assert any(n.startswith("mlx5_1 port 1 was DOWN (Disabled) at capture") for n in notes)
+    profile = Profile(**yaml.safe_load(text))
+    render_sysfs(profile, [], tmp_path / "sys", 1)
+    port = tmp_path / "sys/class/infiniband/mlx5_0/ports/1"
+    assert (port / "rate").read_text() == "25 Gb/sec (1X EDR)\n"
+    assert (port / "gids/2").read_text() == ipaddress.IPv6Address("::ffff:198.19.0.36").exploded + "\n"
+    assert (port / "gid_attrs/ndevs/3").read_text() == "eth01\n"
+    assert (tmp_path / "sys/class/infiniband/mlx5_1/device/max_link_width").read_text() == "8\n"
+
+
 # --- the round trip on lab nodes ------------------------------------------------
 
 def read_node(lab, node: str) -> dict:

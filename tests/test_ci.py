@@ -18,7 +18,7 @@ from conftest import LAB_DIR, LAB_SUBNET, REPO
 
 from ccrhost.lab.ci import PyinfraRun, changed_operations, junit, why_failed, Step
 from ccrhost.lab.fleet import Lab, LabError
-from ccrhost.lab.from_inventory import Placement, plan, write_inventory
+from ccrhost.lab.from_inventory import plan, write_inventory
 
 EXAMPLES = REPO / "examples/ci"
 PROFILE = "inventories/profiles/hgx-h100-8x400.yaml"

@@ -29,14 +29,12 @@ from ccrhost.model.managed import FILES, UNIT_WANTS
 from ccrhost.model.ports import natural_key
 from ccrhost.probes import gpu, kernel, pci
 from ccrhost.probes.node import NodeSnapshot, command, parse_snapshot
-
 from ccrhost.lab.profile import (
     DEFAULT_ECN,
     FORMAT_VERSION,
     PEERMEM_MODULES,
     NicDefaults,
     Profile,
-    ProfileError,
 )
 
 
@@ -257,7 +255,7 @@ def _pci_functions(snap: pci.PciSnapshot, nvidia: bool, notes: list[str]) -> lis
     return out
 
 
-def _nic_settings(r: Readings, dev: str, anon, notes: list[str]) -> dict:
+def _nic_settings(r: Readings, dev: str, notes: list[str]) -> dict:
     """One NIC's values, named as NicDefaults names them."""
     device = r.snapshot.rdma.devices[dev]
     port = device.ports.get(1)
@@ -353,7 +351,7 @@ def build_profile(r: Readings, name: str | None = None, anonymize: bool = False,
             nic["gids"] = [{"index": g.index, "gid": short_gid(anon.gid(g.gid)), **({"type": g.type} if g.type else {}),
                             **({"ndev": g.ndev} if g.ndev else {})} for g in port.gids]
         nics.append(nic)
-        settings.append(_nic_settings(r, dev, anon, notes))
+        settings.append(_nic_settings(r, dev, notes))
     defaults, own = _common(settings)
     for nic, mine in zip(nics, own):
         gids = nic.pop("gids", None)
@@ -492,5 +490,4 @@ def render(profile: dict) -> str:
     return HEADER.format(version=profile["format_version"], host=profile["capture"]["host"]) + dump(profile)
 
 
-__all__ = ["Anonymizer", "CaptureError", "Readings", "build_profile", "read_local", "render", "DEFAULT_ECN",
-           "ProfileError"]
+__all__ = ["Anonymizer", "CaptureError", "Readings", "build_profile", "read_local", "render"]

@@ -11,7 +11,7 @@ from ccrhost.model.status import UNKNOWN
 
 # Subcommands that live outside the core package are imported only when
 # used, so production commands never load the lab.
-_LAZY = {"lab": "ccrhost.lab.cli:lab", "slurm": "ccrhost.fleet.slurm:slurm"}
+_LAZY = {"lab": "ccrhost.lab.cli:lab", "slurm": "ccrhost.fleet.slurm:slurm", "ci": "ccrhost.lab.ci:ci"}
 
 
 class _Group(click.Group):

@@ -27,7 +27,7 @@ def rdma_stages() -> None:
     verification (hosts below threshold fail)."""
     settings = host_settings(host, inventory)
     tune.rdma(
-        name="Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)",
+        name="Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)",
         settings=settings,
     )
     verify_stage(measure=False)

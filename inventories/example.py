@@ -1,4 +1,7 @@
 # A production-style inventory: replace the host names with your nodes.
+# The compute group's tuning lives in group_data/compute.py, where a merge
+# request changes it; `ccrhost ci run` tests that change on lab nodes (README,
+# "Test your changes in CI").
 from ccrhost.inventory import require_hosts
 
 #
@@ -13,9 +16,5 @@ _ssh = {
 
 compute = require_hosts("compute", (
     [f"gpu-{n:03d}.cluster.example" for n in range(1, 5)],
-    {
-        **_ssh,
-        "roce_dscp": 26,
-        "roce_ecn_bits": 2,
-    },
+    _ssh,
 ))

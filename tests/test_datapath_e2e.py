@@ -38,7 +38,7 @@ AFTER = {n: BEFORE[n] for n in ("node4", "node5", "node6")}
 # opt-in tuning on two healthy nodes, so the boot unit has all of it to re-apply
 PER_NODE = {"node7": {"rdma_nic_pcie_optimize": True}, "node8": {"roce_mtu": 9000}}
 BRIDGE = "0000:16:01.0"  # acs_redirect's default: the switch port above mlx5_0
-TUNE = "Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"
+TUNE = "Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)"
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ def test_deploy_converges_then_changes_nothing(fleet):
     before_dry = {n: tree_snapshot(r / "sys") | tree_snapshot(r / "etc/modules-load.d") for n, r in nodes.items()}
 
     dry = run_pyinfra("--dry", DEPLOY)
-    assert "Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)" in dry.out
+    assert "Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)" in dry.out
     assert f"[{node_address(1)}] would run: modprobe ib_uverbs" in dry.out
     for name, root in nodes.items():
         assert tree_snapshot(root / "sys") | tree_snapshot(root / "etc/modules-load.d") == before_dry[name], name
@@ -49,7 +49,7 @@ def test_deploy_converges_then_changes_nothing(fleet):
     assert "Traceback" not in first.out
     results = first.results()
     # every node loaded its modules; node4 then failed at the RoCE stage
-    assert results["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"] == {"hosts": "4", "success": "3", "error": "1", "no_change": "-"}
+    assert results["Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)"] == {"hosts": "4", "success": "3", "error": "1", "no_change": "-"}
     for i in (1, 2):
         assert f"[{node_address(i)}] RoCE: 1 command" in first.out, i  # one batched write per stage
     assert f"[{node_address(3)}] RoCE:" not in first.out  # InfiniBand: nothing to write
@@ -74,7 +74,7 @@ def test_deploy_converges_then_changes_nothing(fleet):
 
     second = run_pyinfra(DEPLOY)
     assert not second.changed(), second.out
-    assert second.results()["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"] == {"hosts": "4", "success": "-", "error": "1", "no_change": "3"}
+    assert second.results()["Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)"] == {"hosts": "4", "success": "-", "error": "1", "no_change": "3"}
     assert f"[{node_address(4)}] no RDMA device under /sys/class/infiniband" in second.out  # still none
 
 

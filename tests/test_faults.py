@@ -47,7 +47,7 @@ def test_node_lost_mid_run_then_converges(make_lab, tmp_path):
         cells = re.split(r"\s{2,}", line.strip())
         if len(cells) == 5:
             results[cells[0]] = cells[1:]
-    assert results["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"][1:3] == ["7", "1"], text  # 7 succeed, the lost host errors
+    assert results["Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)"][1:3] == ["7", "1"], text  # 7 succeed, the lost host errors
     for i in (1, 2, 3, 4, 6, 7, 8):
         root = lab.root(f"node{i}")
         assert all((root / path).exists() for path in MANAGED), i

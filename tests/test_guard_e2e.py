@@ -53,7 +53,7 @@ def test_the_guard_follows_vlan_bridge_multipath_and_env_reset(make_lab, tmp_pat
     for i in expected:
         (reason,) = hosts[a[i]]["reasons"]
         assert hosts[a[i]]["status"] == "FAIL" and reason["message"].startswith(
-            "failed before verification: Tune RDMA (modules, RoCE, boot unit, QoS, NCCL): refusing to change QoS")
+            "failed before verification: Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL): refusing to change QoS")
     suite = ET.parse(report / "ccr-report.xml").getroot()
     assert (suite.get("tests"), suite.get("failures")) == ("5", "4")
     text = (report / "ccr-report.txt").read_text()

@@ -113,7 +113,7 @@ def test_ssh_path_guard_refuses_then_allows(make_lab, tmp_path):
             "from $SSH_CONNECTION); ens1np0 carries a default route. Changing PFC toggles the port link and would "
             "cut this node off. Set qos_allow_ssh_interface: true for this host to allow it.") in run.out
     assert qos_view(lab, "node1", OFED_IFS, "ofed")[:2] == before
-    assert run.results()["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"]["success"] == "1"  # node2 went on
+    assert run.results()["Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)"]["success"] == "1"  # node2 went on
 
     allowed = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(
         tmp_path, per_node={"node1": {"qos_allow_ssh_interface": True}}))
@@ -127,7 +127,7 @@ def test_read_only_ecn_fails_that_host_and_credit_threshold_is_never_created(mak
     run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path, qos_credit_threshold=2048))
     assert run.rc == 1
     assert "/sys/class/net/ens1np0/ecn/roce_rp/enable/3: Read-only file system" in run.out
-    assert run.results()["Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"]["error"] == "1"
+    assert run.results()["Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)"]["error"] == "1"
     assert (f"[{node_address(1)}] mlx5_0 port 1: credit_threshold is unsupported on this driver "
             "(no /sys/class/infiniband/mlx5_0/ports/1/credit_threshold); not created") in run.out
     assert not (lab.root("node1") / "sys/class/infiniband/mlx5_0/ports/1/credit_threshold").exists()
@@ -154,7 +154,7 @@ def test_a_failed_setting_restores_its_interface_and_the_finished_ones_survive_a
     assert [x for x in listed if not x.startswith("#")] == OFED_IFS[:3]
     report = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
     assert report[node_address(1)]["reasons"][0]["message"] == (
-        f"failed before verification: Tune RDMA (modules, RoCE, boot unit, QoS, NCCL): {line}")
+        f"failed before verification: Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL): {line}")
     assert report[node_address(2)]["status"] == "OK"  # the healthy node finished every stage
 
     lab.reboot("node1")  # QoS is volatile: the boot unit re-applies what the deploy finished

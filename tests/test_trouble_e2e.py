@@ -29,7 +29,7 @@ pytestmark = pytest.mark.lab
 IB = "/sys/class/infiniband"
 RDMA_READ = f"cannot read {IB} and rdma_cm configfs: "
 # the tuning stages run as one pyinfra operation (ccrhost.operations.tune)
-QOS_STAGE = NCCL_STAGE = ROCE_STAGE = "Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)"
+QOS_STAGE = NCCL_STAGE = ROCE_STAGE = "Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)"
 OFED_IFS = [f"ens{i}np0" for i in range(1, 9)]
 
 

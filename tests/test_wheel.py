@@ -65,7 +65,7 @@ def test_installed_wheel_renders_and_plans_without_the_checkout(wheel_venv, make
     assert "would run: write /etc/nccl.conf" in out
     assert "would run: write /etc/ccrhost/boot-apply.sh" in out
     assert "would run: write /etc/systemd/system/ccrhost-boot.service" in out
-    assert "ccrhost rdma | Tune RDMA (modules, RoCE, boot unit, QoS, NCCL)" in out
+    assert "ccrhost rdma | Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)" in out
     # --dry changed nothing on the node
     assert not (lab.root("node1") / "etc/nccl.conf").exists()
     after = subprocess.run(["find", str(lab.root("node1") / "etc"), "-newer", str(site / "deploy.py")],

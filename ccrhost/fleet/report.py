@@ -12,7 +12,6 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
-from ccrhost.fleet.charts import Bar, bar_chart
 from ccrhost.model.datapath import check_fleet_versions
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
 from ccrhost.model.verdict import Readings, Verdict, fleet_outliers

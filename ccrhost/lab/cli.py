@@ -23,8 +23,13 @@ _dir = click.option("--dir", "directory", default=None, envvar="CCRHOST_LAB_DIR"
 
 @lab.command()
 @click.option("--nodes", type=click.IntRange(1, 200), default=4, show_default=True)
-@click.option("--profile", default="hgx-h100-8x400", show_default=True,
-              help=f"Hardware profile: {', '.join(profile_names())}, or a YAML file.")
+@click.option("--profile", "profile_args", multiple=True, metavar="[GROUP=]PROFILE",
+              help=f"Hardware profile: {', '.join(profile_names())} (default: the first), or a YAML file. "
+                   "With --inventory: GROUP=PROFILE for each inventory group (all=PROFILE: every host).")
+@click.option("--inventory", type=click.Path(dir_okay=False),
+              help="A pyinfra inventory: one node per host, booted from its group's profile; writes a lab "
+                   "inventory that runs the inventory's own data against the lab.")
+@click.option("--per-group", type=click.IntRange(1, 200), help="With --inventory: only the first N hosts of each group.")
 @click.option("--node-profile", "node_profiles", multiple=True, metavar="NODE=PROFILE",
               help="A different profile for one node.")
 @click.option("--fault", "faults", multiple=True, metavar="NODE:KIND[=VALUE]",
@@ -36,8 +41,18 @@ _dir = click.option("--dir", "directory", default=None, envvar="CCRHOST_LAB_DIR"
               help="Rate each node's lab link is shaped to; bandwidth tests scale it to the profile's rates.")
 @click.option("--slurm", is_flag=True, help="Also start munged, a slurmctld and a slurmd in every node.")
 @_dir
-def up(nodes, profile, node_profiles, faults, name, subnet, link_mbit, slurm, directory):
+def up(nodes, profile_args, inventory, per_group, node_profiles, faults, name, subnet, link_mbit, slurm, directory):
     """Start a lab, or reuse the running one if it has the same shape."""
+    if inventory and slurm:
+        raise click.BadParameter("a lab from an inventory has no Slurm cluster", param_hint="--slurm")
+    if inventory:
+        return _up_inventory(inventory, profile_args, per_group, node_profiles, faults, name, subnet, link_mbit,
+                             directory)
+    if per_group:
+        raise click.BadParameter("needs --inventory", param_hint="--per-group")
+    if len(profile_args) > 1 or any("=" in p and not p.endswith((".yaml", ".yml")) for p in profile_args):
+        raise click.BadParameter("one profile (GROUP=PROFILE needs --inventory)", param_hint="--profile")
+    profile = profile_args[0] if profile_args else "hgx-h100-8x400"
     profiles = {}
     for item in node_profiles:
         node, sep, prof = item.partition("=")
@@ -52,6 +67,37 @@ def up(nodes, profile, node_profiles, faults, name, subnet, link_mbit, slurm, di
     for node in state.nodes:
         extra = f"  faults: {', '.join(node.faults)}" if node.faults else ""
         click.echo(f"{node.name}  {node.address}  {node.profile}{extra}")
+
+
+def group_profiles(items, flag: str = "--profile") -> dict[str, str]:
+    """``GROUP=PROFILE`` items -> {group: profile}; a bare PROFILE is all=."""
+    out: dict[str, str] = {}
+    for item in items:
+        group, sep, prof = item.partition("=")
+        if not sep:
+            group, prof = "all", item
+        if not group or not prof:
+            raise click.BadParameter(f"{item!r}: expected GROUP=PROFILE", param_hint=flag)
+        if group in out and out[group] != prof:
+            raise click.BadParameter(f"{group}: given twice ({out[group]}, {prof})", param_hint=flag)
+        out[group] = prof
+    return out
+
+
+def _up_inventory(inventory, profile_args, per_group, node_profiles, faults, name, subnet, link_mbit, directory):
+    from ccrhost.lab import from_inventory
+
+    if node_profiles or faults:
+        raise click.BadParameter("with --inventory, profiles come from the groups (--profile GROUP=PROFILE)",
+                                 param_hint="--node-profile/--fault")
+    try:
+        _, placements, path = from_inventory.up(inventory, group_profiles(profile_args), per_group, directory,
+                                                name=name, subnet=subnet, link_mbit=link_mbit)
+    except (LabError, ProfileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    for p in placements:
+        click.echo(f"{p.node}  {p.address}  {p.host}  ({', '.join(p.groups) or 'no group'})  {p.profile}")
+    click.echo(f"lab inventory: {path}")
 
 
 @lab.command()
@@ -135,3 +181,32 @@ def slurm(command, directory):
     if state is None or not state.slurm:
         raise click.ClickException(f"no lab with Slurm is running in {lab_.dir}; start one with `ccrhost lab up --slurm`")
     os.execvpe(command[0], list(command), lab_slurm.client_env(lab_))
+
+
+@lab.command()
+@click.option("--output", type=click.Path(dir_okay=False), help="Write the profile here [default: stdout].")
+@click.option("--anonymize", is_flag=True,
+              help="Replace addresses, GIDs, GPU UUIDs and the host name with consistent stand-ins.")
+@click.option("--name", help="The profile's name [default: capture-<host>].")
+def capture(output, anonymize, name):
+    """Write a lab profile of THIS node from what ccrhost's probes read here.
+
+    Read-only; run it as root on one real node per hardware type (setpci
+    needs root for the ACS registers). What the profile cannot replay is
+    listed in its capture.not_replayed and on stderr.
+    """
+    from ccrhost.lab.capture import CaptureError, build_profile, read_local, render
+    from ccrhost.output import write_atomic
+
+    try:
+        profile = build_profile(read_local(), name=name, anonymize=anonymize)
+    except CaptureError as exc:
+        raise click.ClickException(f"capture: {exc}") from None
+    text = render(profile)
+    if output:
+        write_atomic(output, text)
+        click.echo(f"wrote {output}: {len(profile['nics'])} NICs, {profile['gpus']['count']} GPUs", err=True)
+    else:
+        click.echo(text, nl=False)
+    for note in profile["capture"]["not_replayed"]:
+        click.echo(f"not replayed: {note}", err=True)

@@ -259,6 +259,9 @@ class Lab:
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ccrhost-lab", "-f", str(key))
         state = LabState(name, subnet, [], link_mbit)
         self.save(state)
+        # A profile that names its GUIDs, GIDs or GPU UUIDs (a capture) gives
+        # them as is to the first node booted from it, shifted to each later one.
+        offsets = identity_offsets([profiles.get(n, profile) for n in names])
         try:
             self._bridge(state)
             for i, node_name in enumerate(names, start=1):
@@ -269,7 +272,7 @@ class Lab:
                 )
                 state.nodes.append(node)
                 self.save(state)
-                self._create_node(state, node, loaded[node.profile], faults.get(node_name, []))
+                self._create_node(state, node, loaded[node.profile], faults.get(node_name, []), offsets[i - 1])
                 self.save(state)
             self._write_known_hosts(state)
             for node in state.nodes:
@@ -311,7 +314,7 @@ class Lab:
         _run("ip", "addr", "replace", f"{state.gateway}/24", "dev", br)
         _run("ip", "link", "set", br, "up")
 
-    def _create_node(self, state: LabState, node: Node, profile, faults: list[Fault]) -> None:
+    def _create_node(self, state: LabState, node: Node, profile, faults: list[Fault], offset: int = 0) -> None:
         ndir = self.node_dir(node)
         if ndir.exists():
             shutil.rmtree(ndir)
@@ -336,7 +339,8 @@ class Lab:
             f"ForceCommand {self.dir / 'shims' / 'count-command'}\n"
         )
         (ndir / "profile.json").write_text(json.dumps(
-            {"profile": profile.model_dump(), "faults": [str(f) for f in faults], "index": node.index}))
+            {"profile": profile.model_dump(), "faults": [str(f) for f in faults], "index": node.index,
+             "identity_offset": offset}))
 
         host_if = f"ccr{state.name}{node.index}h"
         mgmt = profile.nics[0].netdev if any(f.kind == "ssh_on_fabric" for f in faults) else "eth0"
@@ -349,7 +353,10 @@ class Lab:
             mgmt = stacked[1]  # a real bridge or macvlan on a link named like the RoCE netdev
         _run("ip", "netns", "add", node.netns)
         node.mgmt = mgmt
-        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", mgmt, "netns", node.netns)
+        # A fixed MAC per lab and node: the node's link-local address is the
+        # same on every boot, so two runs of a lab read the same.
+        mac = f"02:cc:{state.subnet:02x}:{len(state.name):02x}:{node.index >> 8:02x}:{node.index & 0xff:02x}"
+        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", mgmt, "address", mac, "netns", node.netns)
         _run("ip", "link", "set", host_if, "master", state.bridge, "up")
         _run("ip", "-n", node.netns, "link", "set", "lo", "up")
         _run("ip", "-n", node.netns, "link", "set", mgmt, "up")
@@ -411,7 +418,7 @@ class Lab:
 
         ndir = self.node_dir(node)
         saved = json.loads((ndir / "profile.json").read_text())
-        profile = Profile(**saved["profile"])
+        profile = Profile(**saved["profile"]).for_node(saved.get("identity_offset", 0))
         faults = [parse_fault(f"{node.name}:{f}")[1] for f in saved["faults"]]
         for sub in ("image", "boot", "shims", "kernel", "share"):
             if (ndir / sub).exists():
@@ -474,6 +481,7 @@ class Lab:
             "ofed": profile.ofed,
             "module_versions": versions,
             "link_flap": built["flap"],
+            "qos_boot": built["qos"],  # each netdev's DCB state at power-on
         }))
 
     @staticmethod
@@ -712,6 +720,16 @@ def _same_target(a: Fault, b: Fault) -> bool:
     if a.kind in ("port_rate", "pcie_width", "gid_index"):
         return (a.value or "").split(":")[0] == (b.value or "").split(":")[0]
     return a.kind == "link_slow" or a.value == b.value
+
+
+def identity_offsets(profiles: list[str]) -> list[int]:
+    """Each node's position among the nodes booted from the same profile."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in profiles:
+        out.append(seen.get(name, 0))
+        seen[name] = out[-1] + 1
+    return out
 
 
 def parse_faults(specs: list[str]) -> dict[str, list[Fault]]:

@@ -52,6 +52,8 @@ class Function:
     devctl: int = DEVCTL_BRIDGE
     buses: tuple[int, int, int] | None = None  # primary, secondary, subordinate (bridges)
     name: str | None = None             # GPU index or NIC name
+    acs_cap: int = ACS_CAP              # ACS Capability register, when acs_ctl is not None
+    iommu_group: str | None = None      # None: one group per host bridge
 
     @property
     def exp_type(self) -> int:
@@ -77,5 +79,5 @@ def config(fn: Function) -> bytes:
     endpoint = fn.kind in ("gpu", "nic")
     struct.pack_into("<IHH", b, CAP_EXP + 4, DEVCAP_ENDPOINT if endpoint else DEVCAP_BRIDGE, fn.devctl, 0)
     if fn.acs_ctl is not None:
-        struct.pack_into("<IHH", b, ECAP_ACS, 0x000d | 1 << 16, ACS_CAP, fn.acs_ctl)
+        struct.pack_into("<IHH", b, ECAP_ACS, 0x000d | 1 << 16, fn.acs_cap, fn.acs_ctl)
     return bytes(b)

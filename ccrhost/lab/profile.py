@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import uuid
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Version 1 is the format before versioning (no format_version key); 2 adds
+# what a capture of a real node needs (see FORMAT_2_KEYS). A profile written
+# by a newer ccrhost is refused rather than half understood.
+FORMAT_VERSION = 2
+FORMAT_2_KEYS = {
+    "": {"capture", "pci_functions", "iommu_units", "kernel_cmdline"},
+    "nic_defaults": {"hca_type", "mtu", "rate", "qos"},
+    "nics": {"link_layer", "rate_gbps", "rate", "pcie", "fw_ver", "board_id", "hca_type", "mtu", "qos",
+             "gids"},
+    "gpus": {"uuids"},
+}
+
+
 class Pcie(_Model):
     speed_gts: float = Field(32.0, gt=0)
     width: int = Field(16, ge=1, le=32)
@@ -38,12 +52,60 @@ class Pcie(_Model):
     relaxed_ordering: bool = True
 
 
+DEFAULT_BUFFERS = [262016, 0, 0, 0, 0, 0, 0, 0]  # mlx5 at power-on, as the lab's shims start
+
+
+class QosBoot(_Model):
+    """A port's DCB state at power-on: the driver's defaults, or what DCBX
+    or the firmware configured. The lab's mlnx_qos and dcb start from it."""
+    dscp2prio: dict[int, int] = {}         # DSCP app entries; empty: trust pcp
+    pfc: list[int] = [0] * 8               # PFC enabled per priority
+    cable_len: int = Field(7, ge=0, lt=1000)  # metres (dcb pfc delay)
+    buffer_size: list[int] = DEFAULT_BUFFERS
+    prio2buffer: list[int] = [0] * 8
+    port_buffer: int = Field(4151520, gt=0)   # mlnx_qos max_buffer_size / dcb buffer total-size
+    # OFED ecn/ files (roce_rp/..., roce_np/...) and their values; None: the lab's default set
+    ecn: dict[str, int] | None = None
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        for key, top in (("pfc", 1), ("prio2buffer", 7), ("buffer_size", 1 << 30)):
+            values = getattr(self, key)
+            if len(values) != 8 or not all(0 <= v <= top for v in values):
+                raise ValueError(f"{key} needs 8 values, each 0..{top}")
+        for dscp, prio in self.dscp2prio.items():
+            if not (0 <= dscp <= 63 and 0 <= prio <= 7):
+                raise ValueError(f"dscp2prio {dscp}: {prio}: DSCP 0..63 to priority 0..7")
+        for key in self.ecn or {}:
+            if not re.fullmatch(r"roce_(rp|np)/[a-z0-9_]+(/[0-7])?", key):
+                raise ValueError(f"ecn file {key!r}: expected roce_rp/NAME, roce_np/NAME or roce_xx/enable/PRIO")
+        return self
+
+
+RATE_RE = r"^\d+(\.\d+)? Gb/sec \(\d+X [A-Z]+\)$"
+
+
 class NicDefaults(_Model):
     link_layer: Literal["Ethernet", "InfiniBand"] = "Ethernet"
     rate_gbps: int = 400
+    rate: str | None = Field(None, pattern=RATE_RE)  # the port's rate file verbatim; None: from rate_gbps
     pcie: Pcie = Pcie()
     fw_ver: str = Field("28.39.3560", pattern=r"^\d+\.\d+\.\d+$")
     board_id: str = Field("MT_0000000838", pattern=r"^[A-Za-z0-9_]{1,32}$")
+    hca_type: str = Field("MT4129", pattern=r"^[A-Za-z0-9_]{1,32}$")
+    mtu: int | None = Field(None, ge=68, le=65536)  # None: 4200 on Ethernet, 4092 on InfiniBand
+    qos: QosBoot = QosBoot()
+
+    def rate_text(self) -> str:
+        if self.rate is not None:
+            return self.rate
+        if self.rate_gbps not in RATE_STRINGS:
+            raise ProfileError(f"rate_gbps {self.rate_gbps}: allowed {sorted(RATE_STRINGS)}, "
+                               "or give the port's rate file as rate (e.g. '200 Gb/sec (2X NDR)')")
+        return RATE_STRINGS[self.rate_gbps]
+
+    def mtu_value(self) -> int:
+        return self.mtu or (4200 if self.link_layer == "Ethernet" else 4092)
 
 
 class NvidiaDriver(_Model):
@@ -51,7 +113,8 @@ class NvidiaDriver(_Model):
     versions, and which peer-memory module ships with the stack."""
     version: str = Field("535.183.01", pattern=r"^\d+\.\d+(\.\d+)?$")
     open: bool = False  # the open GPU kernel module (dma-buf capable from 515)
-    peermem: Literal["nvidia_peermem", "nv_peer_mem"] = "nvidia_peermem"
+    # the peer-memory module modules.dep lists; None: none ships with this stack
+    peermem: Literal["nvidia_peermem", "nv_peer_mem"] | None = "nvidia_peermem"
     # a loader (DGX OS nvidia-peermem-loader) inserts it at boot; only with
     # MLNX_OFED, whose peer-memory symbols the module needs
     peermem_at_boot: bool = True
@@ -64,10 +127,84 @@ class PcieTopology(_Model):
     iommu: Literal["off", "passthrough", "translated"] = "passthrough"
 
 
+class Gid(_Model):
+    """One populated entry of ports/1/gids/ (format 2)."""
+    index: int = Field(ge=0, le=255)
+    gid: str                                              # any IPv6 form; rendered as %pI6 does
+    type: Literal["IB/RoCE v1", "RoCE v2"] | None = None  # gid_attrs/types/<index>
+    ndev: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,15}$")  # gid_attrs/ndevs/<index>
+
+    @model_validator(mode="after")
+    def _ipv6(self):
+        try:
+            ipaddress.IPv6Address(self.gid)
+        except ValueError:
+            raise ValueError(f"gid {self.gid!r} is not an IPv6 address") from None
+        return self
+
+
 class Nic(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_]{1,31}$")
     netdev: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
     pci: str = Field(pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+    # Format 2: this NIC's own values where they differ from nic_defaults.
+    link_layer: Literal["Ethernet", "InfiniBand"] | None = None
+    rate_gbps: int | None = None
+    rate: str | None = Field(None, pattern=RATE_RE)
+    pcie: Pcie | None = None
+    fw_ver: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$")
+    board_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_]{1,32}$")
+    hca_type: str | None = Field(None, pattern=r"^[A-Za-z0-9_]{1,32}$")
+    mtu: int | None = Field(None, ge=68, le=65536)
+    qos: QosBoot | None = None
+    # The port's GID table (format 2). None: generated from the lab node's
+    # number. Given, a lab's first node booted from this profile carries it
+    # as is; each further one adds its position to the last 16 bits.
+    gids: list[Gid] | None = None
+
+    def settings(self, defaults: NicDefaults) -> NicDefaults:
+        """nic_defaults with this NIC's own values laid over them."""
+        keys = NicDefaults.model_fields.keys()
+        mine = {k: getattr(self, k) for k in keys if k in type(self).model_fields and getattr(self, k) is not None}
+        if "rate_gbps" in mine and "rate" not in mine:
+            mine["rate"] = None
+        return defaults.model_copy(update=mine)
+
+
+class PciFn(_Model):
+    """One PCI function of an explicit tree (format 2, what a capture
+    writes): the GPUs, the RDMA NICs and every bridge on their paths."""
+    bdf: str = Field(pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+    kind: Literal["root_port", "upstream", "downstream", "gpu", "nic"]
+    host: str = Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")  # the host bridge, /sys/devices/<host>
+    parent: str | None = None   # the bridge above; None: right under the host bridge
+    numa: int = Field(-1, ge=-1, le=63)
+    vendor: int = Field(ge=0, le=0xffff)
+    device: int = Field(ge=0, le=0xffff)
+    class_code: int = Field(ge=0, le=0xffffff)
+    revision: int = Field(0, ge=0, le=0xff)
+    driver: str = Field("", pattern=r"^[A-Za-z0-9_-]{0,32}$")
+    acs_cap: int | None = Field(None, ge=0, le=0xffff)  # None: no ACS capability
+    acs_ctl: int | None = Field(None, ge=0, le=0xffff)
+    devctl: int | None = Field(None, ge=0, le=0xffff)   # PCIe Device Control; None: the lab's default
+    name: str | None = None         # the NIC's RDMA device name; GPUs are numbered in PCI order
+    iommu_group: str | None = Field(None, pattern=r"^\d+$")
+
+    @model_validator(mode="after")
+    def _acs(self):
+        if (self.acs_cap is None) != (self.acs_ctl is None):
+            raise ValueError(f"{self.bdf}: give acs_cap and acs_ctl together (or neither: no ACS)")
+        return self
+
+
+class CaptureInfo(_Model):
+    """Where a profile was captured (``ccrhost lab capture``)."""
+    host: str                      # the node's host name ("node-1" when anonymized)
+    date: str                      # UTC, ISO 8601
+    ccrhost: str                   # the version that wrote it
+    anonymized: bool = False
+    # what the node showed that this profile does not replay, and why
+    not_replayed: list[str] = []
 
 
 class Modules(_Model):
@@ -78,8 +215,8 @@ class Modules(_Model):
     @model_validator(mode="after")
     def _known(self):
         for name in self.boot:
-            if name not in self.available:
-                raise ValueError(f"boot module {name!r} is not in available")
+            if name not in self.available and name not in self.builtin:
+                raise ValueError(f"boot module {name!r} is not in available or builtin")
         for name, deps in self.available.items():
             for dep in deps:
                 if dep not in self.available and dep not in self.builtin:
@@ -93,14 +230,23 @@ class Gpus(_Model):
     max_sm_clock_mhz: int = Field(gt=0)
     pcie: dict[str, int] = {"gen": 5, "width": 16}
     pci_device: int = Field(0x2330, ge=0, le=0xffff)  # H100 SXM5, as NCCL's topology dump shows it
+    uuids: list[str] = []  # format 2: nvidia-smi's uuid per GPU index; empty: generated per lab node
+
+    @model_validator(mode="after")
+    def _uuids(self):
+        if self.uuids and len(self.uuids) != self.count:
+            raise ValueError(f"uuids lists {len(self.uuids)} GPUs, count is {self.count}")
+        return self
 
 
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 
 class Profile(_Model):
+    format_version: int = 1
     name: str
     description: str = ""
+    capture: CaptureInfo | None = None
     ofed: bool
     credit_threshold_attr: bool = False  # a driver with the seed's per-port credit_threshold file
     configfs_mounted: bool = True
@@ -111,12 +257,78 @@ class Profile(_Model):
     nvidia_driver: NvidiaDriver | None = NvidiaDriver()
     ofed_version: str = Field("23.10-1.1.9", pattern=r"^[0-9][0-9A-Za-z.-]{0,31}$")  # /sys/module/mlx5_core/version
     pcie_topology: PcieTopology = PcieTopology()
+    # Format 2: the node's own PCI tree, IOMMU units and kernel command line
+    # (a capture writes them); None: the HGX layout of pcie.py, dmar<n> per
+    # host bridge, and a command line from pcie_topology.iommu.
+    pci_functions: list[PciFn] | None = None
+    iommu_units: list[str] | None = None
+    kernel_cmdline: str | None = Field(None, pattern=r"^[^\n]*$")
 
     @model_validator(mode="after")
     def _peermem_needs_driver(self):
         if self.nvidia_driver is None and set(self.modules.boot) & set(PEERMEM_MODULES):
             raise ValueError("modules.boot loads a peer-memory module but the profile has no nvidia_driver")
         return self
+
+    @model_validator(mode="after")
+    def _tree(self):
+        if self.pci_functions is None:
+            return self
+        seen: dict[str, PciFn] = {}
+        for fn in self.pci_functions:
+            if fn.bdf in seen:
+                raise ValueError(f"pci_functions: {fn.bdf} is listed twice")
+            if fn.parent is not None:
+                parent = seen.get(fn.parent)
+                if parent is None or parent.kind in ("gpu", "nic"):
+                    raise ValueError(f"pci_functions: the parent {fn.parent} of {fn.bdf} must be a bridge "
+                                     "listed before it")
+                if parent.host != fn.host:
+                    raise ValueError(f"pci_functions: {fn.bdf} is under host {fn.host}, its parent under {parent.host}")
+            seen[fn.bdf] = fn
+        nics = {f.bdf: f for f in self.pci_functions if f.kind == "nic"}
+        for nic in self.nics:
+            if nic.pci not in nics or nics[nic.pci].name != nic.name:
+                raise ValueError(f"pci_functions: no nic function {nic.pci} named {nic.name}")
+        gpus = sum(1 for f in self.pci_functions if f.kind == "gpu")
+        if gpus != self.gpus.count:
+            raise ValueError(f"pci_functions has {gpus} GPU functions, gpus.count is {self.gpus.count}")
+        return self
+
+    def nic_settings(self, nic: Nic) -> NicDefaults:
+        return nic.settings(self.nic_defaults)
+
+    def for_node(self, offset: int) -> Profile:
+        """This profile as the lab node ``offset`` places after the first one
+        booted from it sees it: given GIDs and GPU UUIDs move by
+        ``offset`` in their last 16 bits, so no two nodes share an identity.
+        Offset 0 is the profile as written."""
+        if offset == 0:
+            return self
+        nics = []
+        for nic in self.nics:
+            update = {}
+            if nic.gids:
+                update["gids"] = [g.model_copy(update={"gid": shift_gid(g.gid, offset)}) for g in nic.gids]
+            nics.append(nic.model_copy(update=update))
+        gpus = self.gpus.model_copy(update={"uuids": [shift_uuid(u, offset) for u in self.gpus.uuids]})
+        return self.model_copy(update={"nics": nics, "gpus": gpus})
+
+
+def shift_gid(gid: str, offset: int) -> str:
+    raw = int(ipaddress.IPv6Address(gid))
+    return ipaddress.IPv6Address((raw & ~0xffff) | ((raw + offset) & 0xffff)).exploded
+
+
+def shift_uuid(text: str, offset: int) -> str:
+    """``GPU-<uuid>``: the last 16 bits of the UUID move by ``offset``."""
+    prefix, _, rest = text.rpartition("-") if not text.startswith("GPU-") else ("GPU", "-", text[4:])
+    try:
+        value = uuid.UUID(rest)
+    except ValueError:
+        return f"{text}-{offset}"
+    moved = uuid.UUID(int=(value.int & ~0xffff) | ((value.int + offset) & 0xffff))
+    return f"{prefix}-{moved}"
 
 
 # Speeds the kernel names for a RoCE or IB port at each rate (4 lanes except
@@ -242,12 +454,38 @@ def load_profile(name_or_path: str) -> Profile:
         raise ProfileError(f"profile {name_or_path!r} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ProfileError(f"profile {name_or_path!r}: expected a mapping at the top level")
+    check_format(name_or_path, data)
     try:
         return Profile(**data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         raise ProfileError(f"profile {name_or_path!r}: {where}: {err['msg']}") from None
+
+
+def check_format(name: str, data: dict) -> None:
+    """Refuse a format this ccrhost does not read, and format-2 keys in a
+    profile that says it is format 1, with what is supported."""
+    version = data.get("format_version", 1)
+    if type(version) is not int or version < 1:
+        raise ProfileError(f"profile {name!r}: format_version {version!r}: expected a whole number, "
+                           f"1 to {FORMAT_VERSION}")
+    if version > FORMAT_VERSION:
+        raise ProfileError(
+            f"profile {name!r} has format_version {version}; this ccrhost reads format versions 1 to "
+            f"{FORMAT_VERSION}: upgrade ccrhost, or capture the node again with this version")
+    if version >= 2:
+        return
+    nics = data.get("nics") if isinstance(data.get("nics"), list) else []
+    where = {"": data, "nic_defaults": data.get("nic_defaults"), "gpus": data.get("gpus"),
+             **{f"nics.{i}": nic for i, nic in enumerate(nics)}}
+    for place, block in where.items():
+        keys = FORMAT_2_KEYS["nics" if place.startswith("nics.") else place]
+        newer = sorted(keys & set(block)) if isinstance(block, dict) else []
+        if newer:
+            at = f"{place}." if place else ""
+            raise ProfileError(f"profile {name!r}: {at}{newer[0]} needs format_version: 2 (the profile says "
+                               f"{version}{'' if 'format_version' in data else ', by leaving it out'})")
 
 
 def _write(path: Path, text: str) -> None:
@@ -304,6 +542,8 @@ def pci_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
     """Every PCI function of the node, bridges before what hangs below them
     (layout in :mod:`ccrhost.lab.pcie`). Faults that move or reconfigure
     functions are resolved here, so a bad value fails before any file."""
+    if profile.pci_functions is not None:
+        return _explicit_tree(profile, faults)
     names = [n.name for n in profile.nics]
     far = set()
     for value in _fault_values(faults, "nic_numa_far"):
@@ -313,7 +553,6 @@ def pci_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
         far.add(dev)
     topo = profile.pcie_topology
     d = profile.nic_defaults
-    nic_class = 0x020000 if d.link_layer == "Ethernet" else 0x020700
     out: list[pcie.Function] = []
     used: dict[tuple[str, int], str] = {}
 
@@ -332,6 +571,8 @@ def pci_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
                              buses=(bus, secondary, subordinate))
 
     gpu_count = profile.gpus.count
+    nic_class = {n.name: 0x020000 if profile.nic_settings(n).link_layer == "Ethernet" else 0x020700
+                 for n in profile.nics}
     for i in range(max(len(profile.nics), gpu_count)):
         nic = profile.nics[i] if i < len(profile.nics) else None
         if nic is not None:
@@ -363,10 +604,63 @@ def pci_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
             far_rp = bridge(domain, b - 1, 1, "root_port", nic_host, None, nic_numa, b, b)
             out.append(far_rp)
             parent = far_rp.bdf
-        out.append(pcie.Function(nic.pci, "nic", nic_host, parent, nic_numa, 0x15b3, 0x1021, nic_class, 0,
-                                 "mlx5_core", devctl=pcie.devctl(d.pcie.max_read_req, d.pcie.relaxed_ordering),
+        nd = profile.nic_settings(nic)
+        out.append(pcie.Function(nic.pci, "nic", nic_host, parent, nic_numa, 0x15b3, 0x1021, nic_class[nic.name], 0,
+                                 "mlx5_core", devctl=pcie.devctl(nd.pcie.max_read_req, nd.pcie.relaxed_ordering),
                                  name=nic.name))
+    return _acs_faults(profile, faults, out)
 
+
+def _explicit_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
+    """A profile's own tree (a capture's): functions as listed, GPUs named
+    by PCI order as nvidia-smi numbers them, bridges' bus ranges from what
+    hangs below them."""
+    for kind in ("nic_numa_far",):
+        if _fault_values(faults, kind):
+            raise ProfileError(f"fault {kind}: {profile.name} lists its own PCI tree (pci_functions), "
+                               "where the lab cannot move a NIC; edit the tree instead")
+    fns = profile.pci_functions or []
+    gpu_index = {f.bdf: i for i, f in enumerate(sorted((f for f in fns if f.kind == "gpu"), key=lambda f: f.bdf))}
+    by_nic = {n.pci: profile.nic_settings(n) for n in profile.nics}
+
+    def bus(bdf: str) -> int:
+        return int(bdf.split(":")[1], 16)
+
+    below: dict[str, list[str]] = {}
+    for fn in fns:
+        if fn.parent:
+            below.setdefault(fn.parent, []).append(fn.bdf)
+
+    def subtree(bdf: str) -> list[str]:
+        out = []
+        for child in below.get(bdf, []):
+            out += [child, *subtree(child)]
+        return out
+
+    out: list[pcie.Function] = []
+    for fn in fns:
+        if fn.devctl is not None:
+            dc = fn.devctl
+        elif fn.kind in ("gpu", "nic"):
+            p = (by_nic.get(fn.bdf) or profile.nic_defaults).pcie
+            dc = pcie.devctl(p.max_read_req, p.relaxed_ordering)
+        else:
+            dc = pcie.DEVCTL_BRIDGE
+        buses = None
+        if fn.kind in ("root_port", "upstream", "downstream"):
+            kids = [bus(b) for b in below.get(fn.bdf, [])]
+            every = [bus(b) for b in subtree(fn.bdf)]
+            secondary = min(kids) if kids else bus(fn.bdf) + 1
+            buses = (bus(fn.bdf), secondary, max(every + [secondary]))
+        name = str(gpu_index[fn.bdf]) if fn.kind == "gpu" else fn.name
+        out.append(pcie.Function(fn.bdf, fn.kind, fn.host, fn.parent, fn.numa, fn.vendor, fn.device, fn.class_code,
+                                 fn.revision, fn.driver, acs_ctl=fn.acs_ctl, devctl=dc, buses=buses, name=name,
+                                 acs_cap=fn.acs_cap if fn.acs_cap is not None else pcie.ACS_CAP,
+                                 iommu_group=fn.iommu_group))
+    return _acs_faults(profile, faults, out)
+
+
+def _acs_faults(profile: Profile, faults: list[Fault], out: list[pcie.Function]) -> list[pcie.Function]:
     by_bdf = {f.bdf: f for f in out}
     on_paths = [b for b in gpu_nic_bridges(out) if by_bdf[b].acs_ctl is not None]
     for value in _fault_values(faults, "acs_redirect"):
@@ -419,9 +713,10 @@ def module_table(profile: Profile, faults: list[Fault]) -> tuple[dict[str, list[
         deps.pop(name, None)
     if drv is not None:
         deps["nvidia"] = []
+        boot.append("nvidia")
+    if drv is not None and drv.peermem is not None:
         deps[drv.peermem] = ["ib_core", "nvidia"]
         versions[drv.peermem] = drv.version  # nvidia-peermem.c: MODULE_VERSION(NV_VERSION_STRING)
-        boot.append("nvidia")
         if drv.peermem_at_boot and not _fault_values(faults, "no_peermem") and profile.ofed:
             boot.append(drv.peermem)
     return deps, boot, versions
@@ -439,6 +734,8 @@ def nvidia_proc_version(drv: NvidiaDriver) -> str:
 
 
 def kernel_cmdline(profile: Profile) -> str:
+    if profile.kernel_cmdline is not None:
+        return profile.kernel_cmdline + "\n"
     extra = {"off": "", "passthrough": " intel_iommu=on iommu=pt", "translated": " intel_iommu=on"}
     return "BOOT_IMAGE=/boot/vmlinuz ro quiet" + extra[profile.pcie_topology.iommu] + "\n"
 
@@ -451,8 +748,9 @@ def effective_driver(profile: Profile, faults: list[Fault]) -> NvidiaDriver | No
 
 
 def _render_pci(tree: list[pcie.Function], root: Path, profile: Profile) -> None:
-    d = profile.nic_defaults
+    by_nic = {n.pci: profile.nic_settings(n) for n in profile.nics}
     for fn in tree:
+        d = by_nic.get(fn.bdf, profile.nic_defaults)
         rel = path_of(tree, fn.bdf)
         path = root / "devices" / rel
         path.mkdir(parents=True, exist_ok=True)
@@ -474,24 +772,67 @@ def _render_pci(tree: list[pcie.Function], root: Path, profile: Profile) -> None
             _link(path / "driver", os.path.relpath(root / "bus" / "pci" / "drivers" / fn.driver, path))
 
 
-def _render_iommu(tree: list[pcie.Function], root: Path, mode: str) -> None:
+def _render_iommu(tree: list[pcie.Function], root: Path, mode: str, units: list[str] | None = None) -> None:
     (root / "kernel" / "iommu_groups").mkdir(parents=True, exist_ok=True)
     (root / "class" / "iommu").mkdir(parents=True, exist_ok=True)
     if mode == "off":
         return
     hosts = sorted({f.host for f in tree})
-    for unit, host in enumerate(hosts):
-        (root / "devices" / "virtual" / "iommu" / f"dmar{unit}").mkdir(parents=True, exist_ok=True)
-        _link(root / "class" / "iommu" / f"dmar{unit}", f"../../devices/virtual/iommu/dmar{unit}")
+    for unit in units if units is not None else [f"dmar{i}" for i in range(len(hosts))]:
+        (root / "devices" / "virtual" / "iommu" / unit).mkdir(parents=True, exist_ok=True)
+        _link(root / "class" / "iommu" / unit, f"../../devices/virtual/iommu/{unit}")
+    for fn in tree:
         # without ACS isolation below the root port, one group per host bridge
-        group = root / "kernel" / "iommu_groups" / str(unit)
-        _write(group / "type", ("identity" if mode == "passthrough" else "DMA-FQ") + "\n")
-        for fn in tree:
-            if fn.host == host:
-                rel = path_of(tree, fn.bdf)
-                _link(group / "devices" / fn.bdf, f"../../../../devices/{rel}")
-                _link(root / "devices" / rel / "iommu_group",
-                      os.path.relpath(group, root / "devices" / rel))
+        name = fn.iommu_group if fn.iommu_group is not None else str(hosts.index(fn.host))
+        group = root / "kernel" / "iommu_groups" / name
+        if not (group / "type").exists():
+            _write(group / "type", ("identity" if mode == "passthrough" else "DMA-FQ") + "\n")
+        rel = path_of(tree, fn.bdf)
+        _link(group / "devices" / fn.bdf, f"../../../../devices/{rel}")
+        _link(root / "devices" / rel / "iommu_group", os.path.relpath(group, root / "devices" / rel))
+
+
+# The OFED ecn/ files a lab NIC starts with, and their values.
+DEFAULT_ECN = {
+    **{f"{point}/enable/{prio}": 0 for point in ("roce_rp", "roce_np") for prio in range(8)},
+    "roce_np/cnp_dscp": 48, "roce_np/cnp_802p_prio": 6, "roce_np/min_time_between_cnps": 4,
+    "roce_rp/rate_reduce_monitor_period": 4,
+}
+
+
+def ofed_buffer_size(qos: QosBoot, speed_gbps: int, mtu: int) -> str:
+    """OFED qos/buffer_size for a DCB state, with xoff/xon as the lab's
+    shims compute them after a change (mlx5 port_buffer.c)."""
+    lossless = {qos.prio2buffer[p] for p in range(8) if qos.pfc[p]}
+    headroom = (301 + 216 * qos.cable_len // 100) * max(speed_gbps, 40) // 1000 + 272 * mtu // 100
+    rows = []
+    for i, size in enumerate(qos.buffer_size):
+        x_off = size - headroom if i in lossless and size else 0
+        rows.append(f"{i}\t{size}\t{x_off}\t\t{x_off - mtu if x_off else 0}\n")
+    return (f"Port buffer size = {qos.port_buffer}\nSpare buffer size = {qos.port_buffer - sum(qos.buffer_size)}\n"
+            "Buffer\tSize\txoff_threshold\txon_threshold\n" + "".join(rows))
+
+
+def gid_table(nic: Nic, node_index: int, nic_index: int, ethernet: bool) -> list[Gid]:
+    """The port's populated GIDs: the profile's, else a link-local GID from
+    the node GUID and, on RoCE, the fabric address (v1 and v2 each)."""
+    if nic.gids is not None:
+        return list(nic.gids)
+    guid = _guid(node_index, nic_index).replace(":", "")
+    link_local = ipaddress.IPv6Address(bytes.fromhex("fe80000000000000" + guid)).exploded
+    if not ethernet:
+        return [Gid(index=0, gid=link_local, type="IB/RoCE v1")]
+    mapped = _gid_from_ipv4(fabric_ipv4(node_index, nic_index))
+    return [Gid(index=i, gid=g, type=t, ndev=nic.netdev) for i, (g, t) in enumerate(
+        [(link_local, "IB/RoCE v1"), (link_local, "RoCE v2"), (mapped, "IB/RoCE v1"), (mapped, "RoCE v2")])]
+
+
+def _move_gid(table: list[Gid], index: int, what: str) -> list[Gid]:
+    """The RoCE v2 IPv4 GID moved to ``index`` (as in containers)."""
+    v2 = [g for g in table if g.type == "RoCE v2" and ipaddress.IPv6Address(g.gid).ipv4_mapped]
+    if not v2 or any(g.index == index for g in table if g is not v2[0]):
+        raise ProfileError(f"{what}: the port has {'no RoCE v2 IPv4 GID' if not v2 else f'a GID at index {index}'}")
+    return [g.model_copy(update={"index": index}) if g is v2[0] else g for g in table]
 
 
 def _link_faults(profile: Profile, faults: list[Fault]) -> tuple[set, set, dict, dict]:
@@ -530,20 +871,20 @@ def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
     port state, physical state, rate, the netdev's operstate and the NIC's
     trained PCIe width. Boot writes them; a live fault rewrites them."""
     down, missing, rates, widths = _link_faults(profile, faults)
-    defaults = profile.nic_defaults
     tree = pci_tree(profile, faults)
     files = {}
     for nic in profile.nics:
+        nd = profile.nic_settings(nic)
         pci = f"devices/{path_of(tree, nic.pci)}"
         is_down = nic.name in down
-        files[f"{pci}/current_link_width"] = f"{widths.get(nic.name, defaults.pcie.width)}\n"
+        files[f"{pci}/current_link_width"] = f"{widths.get(nic.name, nd.pcie.width)}\n"
         files[f"{pci}/net/{nic.netdev}/operstate"] = ("down" if is_down else "up") + "\n"
         if nic.name in missing:
             continue
         port = f"{pci}/infiniband/{nic.name}/ports/1"
         files[f"{port}/state"] = "1: DOWN\n" if is_down else "4: ACTIVE\n"
         files[f"{port}/phys_state"] = "3: Disabled\n" if is_down else "5: LinkUp\n"
-        files[f"{port}/rate"] = RATE_STRINGS[rates.get(nic.name, defaults.rate_gbps)] + "\n"
+        files[f"{port}/rate"] = (RATE_STRINGS[rates[nic.name]] if nic.name in rates else nd.rate_text()) + "\n"
     return files
 
 
@@ -554,7 +895,7 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
     (``nvidia-smi``) and for tests.
     """
     names = {nic.name for nic in profile.nics}
-    missing = _link_faults(profile, faults)[1]
+    _, missing, rates, _ = _link_faults(profile, faults)
     live = link_files(profile, faults)
 
     gid_moves = {}
@@ -581,34 +922,35 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
 
     tree = pci_tree(profile, faults)
     _render_pci(tree, root, profile)
-    _render_iommu(tree, root, profile.pcie_topology.iommu)
-    defaults = profile.nic_defaults
+    _render_iommu(tree, root, profile.pcie_topology.iommu, profile.iommu_units)
     built = {"nics": [], "netdevs": {}, "flap": flapping,
              "gpus": [{"index": int(f.name), "bdf": f.bdf} for f in tree if f.kind == "gpu"]}
+    built["qos"] = {}
     for i, nic in enumerate(profile.nics):
+        nd = profile.nic_settings(nic)
+        ethernet = nd.link_layer == "Ethernet"
         rel = path_of(tree, nic.pci)
         pci = root / "devices" / rel
         _write(pci / "current_link_width", live[f"devices/{rel}/current_link_width"])
 
         netdir = pci / "net" / nic.netdev
-        _write(netdir / "mtu", "4200\n" if defaults.link_layer == "Ethernet" else "4092\n")
+        _write(netdir / "mtu", f"{nd.mtu_value()}\n")
         _write(netdir / "operstate", live[f"devices/{rel}/net/{nic.netdev}/operstate"])
         _link(root / "class" / "net" / nic.netdev, f"../../devices/{rel}/net/{nic.netdev}")
         _link(netdir / "device", "../../../" + nic.pci)
-        if profile.ofed and defaults.link_layer == "Ethernet":
-            for point in ("roce_rp", "roce_np"):
-                for prio in range(8):
-                    _write(netdir / "ecn" / point / "enable" / str(prio), "0\n")
-            _write(netdir / "ecn" / "roce_np" / "cnp_dscp", "48\n")
-            _write(netdir / "ecn" / "roce_np" / "cnp_802p_prio", "6\n")
-            _write(netdir / "ecn" / "roce_np" / "min_time_between_cnps", "4\n")
-            _write(netdir / "ecn" / "roce_rp" / "rate_reduce_monitor_period", "4\n")
+        rate = RATE_STRINGS[rates[nic.name]] if nic.name in rates else nd.rate_text()
+        qos = nd.qos
+        built["qos"][nic.netdev] = {"pfc": list(qos.pfc), "delay": qos.cable_len,
+                                    "app": {str(d): p for d, p in sorted(qos.dscp2prio.items())},
+                                    "buffer_size": list(qos.buffer_size), "prio2buffer": list(qos.prio2buffer),
+                                    "macsec_bypass": "off", "port_buffer": qos.port_buffer}
+        if profile.ofed and ethernet:
+            for name, value in (DEFAULT_ECN if qos.ecn is None else qos.ecn).items():
+                _write(netdir / "ecn" / name, f"{value}\n")
             _write(netdir / "qos" / "tc_num", "8\n")
-            _write(netdir / "qos" / "buffer_size",
-                   "Port buffer size = 4151520\nSpare buffer size = 3889504\n"
-                   "Buffer\tSize\txoff_threshold\txon_threshold\n"
-                   + "".join(f"{b}\t{262016 if b == 0 else 0}\t0\t\t0\n" for b in range(8)))
-            _write(netdir / "qos" / "prio2buffer", "Priority\tBuffer\n" + "".join(f"{p}\t\t0\n" for p in range(8)))
+            _write(netdir / "qos" / "buffer_size", ofed_buffer_size(qos, int(float(rate.split()[0])), nd.mtu_value()))
+            _write(netdir / "qos" / "prio2buffer",
+                   "Priority\tBuffer\n" + "".join(f"{p}\t\t{b}\n" for p, b in enumerate(qos.prio2buffer)))
         built["netdevs"][nic.netdev] = nic.name
 
         if nic.name in missing:
@@ -616,17 +958,17 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         ib = pci / "infiniband" / nic.name
         _link(root / "class" / "infiniband" / nic.name, f"../../devices/{rel}/infiniband/{nic.name}")
         _link(ib / "device", "../../../" + nic.pci)
-        _write(ib / "fw_ver", fw.get(nic.name, defaults.fw_ver) + "\n")
-        _write(ib / "board_id", defaults.board_id + "\n")
+        _write(ib / "fw_ver", fw.get(nic.name, nd.fw_ver) + "\n")
+        _write(ib / "board_id", nd.board_id + "\n")
         _write(ib / "node_type", "1: CA\n")
-        _write(ib / "hca_type", "MT4129\n")
+        _write(ib / "hca_type", nd.hca_type + "\n")
         _write(ib / "node_guid", _guid(node_index, i) + "\n")
         port = ib / "ports" / "1"
         for name in ("state", "phys_state", "rate"):
             _write(port / name, live[f"devices/{rel}/infiniband/{nic.name}/ports/1/{name}"])
-        _write(port / "link_layer", defaults.link_layer + "\n")
-        _write(port / "lid", "0x0\n" if defaults.link_layer == "Ethernet" else f"0x{node_index * 16 + i + 1:x}\n")
-        _write(port / "sm_lid", "0x0\n" if defaults.link_layer == "Ethernet" else "0x1\n")
+        _write(port / "link_layer", nd.link_layer + "\n")
+        _write(port / "lid", "0x0\n" if ethernet else f"0x{node_index * 16 + i + 1:x}\n")
+        _write(port / "sm_lid", "0x0\n" if ethernet else "0x1\n")
         for counter in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
                         "port_xmit_data_64", "port_rcv_data_64"):
             _write(port / "counters" / counter, "0\n")
@@ -635,29 +977,22 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         if profile.ofed:
             for counter in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets"):
                 _write(port / "hw_counters" / counter, "0\n")
-        guid = _guid(node_index, i).replace(":", "")
-        link_local = ipaddress.IPv6Address(bytes.fromhex("fe80000000000000" + guid)).exploded
-        if defaults.link_layer == "Ethernet":
-            ip = fabric_ipv4(node_index, i)
-            table = [
-                (link_local, "IB/RoCE v1"), (link_local, "RoCE v2"),
-                (_gid_from_ipv4(ip), "IB/RoCE v1"), (_gid_from_ipv4(ip), "RoCE v2"),
-            ]
-        else:
-            ip = None
-            table = [(link_local, "IB/RoCE v1")]
-        zero = ipaddress.IPv6Address("::").exploded
+        table = gid_table(nic, node_index, i, ethernet)
+        ip = next((str(ipaddress.IPv6Address(g.gid).ipv4_mapped) for g in table
+                   if g.type == "RoCE v2" and ipaddress.IPv6Address(g.gid).ipv4_mapped), None)
         if nic.name in gid_moves:
-            table = table[:3] + [(zero, None)] * (gid_moves[nic.name] - 3) + table[3:]
-        for index in range(16):
-            gid, gid_type = table[index] if index < len(table) else (zero, None)
-            _write(port / "gids" / str(index), gid + "\n")
+            table = _move_gid(table, gid_moves[nic.name], f"fault gid_index={nic.name}:{gid_moves[nic.name]}")
+        by_index = {g.index: g for g in table}
+        zero = ipaddress.IPv6Address("::").exploded
+        for index in range(max([15, *by_index]) + 1):
+            entry = by_index.get(index)
+            _write(port / "gids" / str(index), (ipaddress.IPv6Address(entry.gid).exploded if entry else zero) + "\n")
             # Unpopulated entries fail to read (EINVAL) on a real kernel; an
             # absent file reads the same to `grep -s`.
-            if gid_type:
-                _write(port / "gid_attrs" / "types" / str(index), gid_type + "\n")
-                if defaults.link_layer == "Ethernet":
-                    _write(port / "gid_attrs" / "ndevs" / str(index), nic.netdev + "\n")
+            if entry and entry.type:
+                _write(port / "gid_attrs" / "types" / str(index), entry.type + "\n")
+                if entry.ndev:
+                    _write(port / "gid_attrs" / "ndevs" / str(index), entry.ndev + "\n")
         if profile.ofed:
             _write(ib / "tc" / "1" / "traffic_class", "")
         if profile.credit_threshold_attr:

@@ -7,9 +7,9 @@ from pyinfra import host
 from pyinfra.api import StringCommand
 
 from ccrhost.model.boot import BOOT_SCRIPT, UNIT, UNIT_PATH, render_boot
+from ccrhost.model.managed import PEERMEM_FILE
 from ccrhost.model.ports import roce_netdevs
 from ccrhost.operations import cache as fact_cache
-from ccrhost.model.managed import PEERMEM_FILE
 from ccrhost.operations.base import operation
 from ccrhost.operations.datapath import boot_plan, peermem_module
 from ccrhost.operations.files import MANAGED_HEADER, converge

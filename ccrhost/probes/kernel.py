@@ -43,3 +43,19 @@ def parse_modules(lines: list[str]) -> Modules:
     sections = by_tag(lines)
     return Modules(*(sorted({module_name(x) for x in sections.get(key, []) if x.strip()})
                      for key in ("loaded", "builtin")))
+
+
+# What modprobe could load, with each module's dependencies (kmod's
+# modules.dep: ``kernel/.../mlx5_ib.ko.zst: kernel/.../ib_uverbs.ko.zst ...``).
+DEP_COMMAND = 'cat "/lib/modules/$(uname -r)/modules.dep" 2>/dev/null; true'
+
+
+def parse_modules_dep(lines: list[str]) -> dict[str, list[str]]:
+    """``{module: [dependencies]}``, names as /sys/module shows them."""
+    deps: dict[str, list[str]] = {}
+    for line in lines:
+        target, sep, rest = line.partition(":")
+        if not sep or not target.strip():
+            continue
+        deps[module_name(target)] = [module_name(p) for p in rest.split()]
+    return deps

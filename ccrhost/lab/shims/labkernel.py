@@ -105,8 +105,16 @@ def dcb_state(ifname: str) -> dict:
         with open(_dcb_path(ifname)) as f:
             return json.load(f)
     except FileNotFoundError:
+        boot = node().get("qos_boot", {}).get(ifname)  # the profile's power-on state
+        if boot:
+            return {k: v for k, v in boot.items() if k != "port_buffer"}
         return {"pfc": [0] * 8, "delay": DEFAULT_CABLE_LEN, "app": {}, "buffer_size": list(DEFAULT_BUFFERS),
                 "prio2buffer": [0] * 8, "macsec_bypass": "off"}
+
+
+def port_buffer(ifname: str) -> int:
+    """The port's whole receive buffer (CX-7's unless the profile says)."""
+    return node().get("qos_boot", {}).get(ifname, {}).get("port_buffer", PORT_BUFFER)
 
 
 def port_speed_mtu(ifname: str) -> tuple[int, int]:
@@ -130,8 +138,8 @@ def lossless_error(ifname: str, st: dict) -> str | None:
     for buf in sorted({st["prio2buffer"][p] for p in range(8) if st["pfc"][p]}):
         if st["buffer_size"][buf] < need:
             return f"buffer_size[{buf}]={st['buffer_size'][buf]} is not enough for lossless buffer"
-    if sum(st["buffer_size"]) > PORT_BUFFER:
-        return f"total buffer size {sum(st['buffer_size'])} exceeds the port buffer {PORT_BUFFER}"
+    if sum(st["buffer_size"]) > port_buffer(ifname):
+        return f"total buffer size {sum(st['buffer_size'])} exceeds the port buffer {port_buffer(ifname)}"
     return None
 
 
@@ -156,7 +164,8 @@ def save_dcb(ifname: str, st: dict) -> None:
             x_on = x_off - mtu if x_off else 0
             rows.append(f"{i}\t{size}\t{x_off}\t\t{x_on}\n")
         with open(f"{qos}/buffer_size", "w") as f:
-            f.write(f"Port buffer size = {PORT_BUFFER}\nSpare buffer size = {PORT_BUFFER - sum(st['buffer_size'])}\n"
+            total = port_buffer(ifname)
+            f.write(f"Port buffer size = {total}\nSpare buffer size = {total - sum(st['buffer_size'])}\n"
                     "Buffer\tSize\txoff_threshold\txon_threshold\n" + "".join(rows))
         with open(f"{qos}/prio2buffer", "w") as f:
             f.write("Priority\tBuffer\n" + "".join(f"{p}\t\t{b}\n" for p, b in enumerate(st["prio2buffer"])))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -266,7 +265,7 @@ def test_capture_round_trip(tmp_path):
     assert found and len(found) == len(hidden)
     assert set(found).isdisjoint(hidden)
     assert _canonical(_without_management(replay_anon), {}) == _canonical(_without_management(original), {})
-    assert plain["data"]["capture"]["host"] == socket.gethostname()
+    assert plain["data"]["capture"]["host"] == "node1"  # the lab node's own host name (its UTS namespace)
     assert anon["data"]["capture"]["host"] == "node-1" and anon["data"]["capture"]["anonymized"] is True
 
     # ... and a second node from the same capture: every GID and GPU UUID moved by one

@@ -79,7 +79,12 @@ def assert_contained(lab, run, hosts, bad: str, message: str, stage: str | None)
     verdicts = hosts()
     assert sorted(verdicts) == sorted(node_address(i) for i in (1, 2, 3))  # every host is in the report
     for good in {"node1", "node2", "node3"} - {bad}:
-        assert verdicts[node_address(index(good))]["status"] == "OK", (good, verdicts)
+        verdict = verdicts[node_address(index(good))]
+        codes = {r["code"] for r in verdict["reasons"]}
+        # node3's inbox mlx5 and newer NVIDIA driver differ from the two OFED
+        # nodes: whenever both of those are read, the fleet comparison WARNs it
+        assert codes <= ({"mlx5_mismatch", "nvidia_mismatch"} if good == "node3" else set()), (good, verdict)
+        assert verdict["status"] == ("WARN" if codes else "OK"), (good, verdict)
         root = lab.root(good)
         for path in ("etc/nccl.conf", "etc/ccrhost/boot-apply.sh", "etc/ccrhost/qos-interfaces"):
             assert (root / path).exists(), (good, path)

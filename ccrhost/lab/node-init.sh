@@ -31,6 +31,14 @@ if [ -e "$N/boot/etc_full" ]; then
 else
     mount -t overlay overlay -o "lowerdir=/etc,upperdir=$N/etc/upper,workdir=$N/etc/work" /etc
 fi
+# Name service as a container gets it: the node resolves its own name
+# (sudo looks it up on every run) and has no DNS server, so no query ever
+# leaves the lab (glibc falls back to a resolver on loopback).
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+    "$(basename "$N")" > "$N/boot/hosts"
+: > "$N/boot/resolv.conf"
+mount --bind "$N/boot/hosts" /etc/hosts
+mount --bind "$N/boot/resolv.conf" /etc/resolv.conf
 [ -e "$N/boot/etc_readonly" ] && mount -o remount,ro /etc
 mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$N/usrlib/upper,workdir=$N/usrlib/work" /usr/lib
 mount --bind "$2" /usr/local/sbin

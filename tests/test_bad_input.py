@@ -117,20 +117,28 @@ def test_the_table_covers_forty_distinct_inputs_and_every_key_family():
 
 @pytest.mark.lab
 def test_bad_input_through_the_pyinfra_cli_changes_no_node(make_lab, tmp_path):
+    """Every case of the table in one pyinfra run: one inventory host per case,
+    all reaching node2 (``ssh_hostname``), next to the good node1. Each bad
+    host is named with its key and what is allowed, and no node changes."""
     lab = make_lab(nodes=2)
     before = {n: (tree_snapshot(lab.root(n) / "sys"), tree_snapshot(lab.root(n) / "etc")) for n in ("node1", "node2")}
-    for key, value, allowed in CASES:
-        inventory = tmp_path / "inventory.py"
-        inventory.write_text(
-            "from ccrhost.lab.inventory import lab_hosts\n"
-            "inf, nan = float('inf'), float('nan')  # repr() of the infinite cases\n"
-            f"nodes = [(n, {{**d, **({{{key!r}: {value!r}}} if d['lab_node'] == 'node2' else {{}})}}) "
-            "for n, d in lab_hosts()]\n")
-        run = run_pyinfra("deploys/rdma.py", inventory=str(inventory), timeout=60)
-        assert run.rc == 2, (key, run.out)
-        assert "no host was changed" in run.out
-        assert f"{node_address(2)}: {key}" in run.out and allowed in run.out, (key, run.out)
-        assert f"{node_address(1)}:" not in run.out  # the good host is not blamed
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(
+        "from ccrhost.lab.inventory import lab_hosts\n"
+        "inf, nan = float('inf'), float('nan')  # repr() of the infinite cases\n"
+        "def _nodes():  # every top-level list of an inventory is a group\n"
+        f"    cases = {[(key, value) for key, value, _ in CASES]!r}\n"
+        "    good, bad = lab_hosts()\n"
+        "    return [good] + [(f'case{i:02d}', {**bad[1], 'ssh_hostname': bad[0], key: value})\n"
+        "                     for i, (key, value) in enumerate(cases)]\n"
+        "nodes = _nodes()\n")
+    run = run_pyinfra("deploys/rdma.py", inventory=str(inventory), timeout=120)
+    assert run.rc == 2, run.out
+    assert "no host was changed" in run.out
+    for i, (key, _, allowed) in enumerate(CASES):
+        line = next((x for x in run.out.splitlines() if x.strip().startswith(f"case{i:02d}: ")), "")
+        assert line.strip().startswith(f"case{i:02d}: {key}") and allowed in line, (i, key, run.out)
+    assert f"{node_address(1)}:" not in run.out  # the good host is not blamed
     after = {n: (tree_snapshot(lab.root(n) / "sys"), tree_snapshot(lab.root(n) / "etc")) for n in ("node1", "node2")}
     assert after == before
 

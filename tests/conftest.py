@@ -25,9 +25,13 @@ settings.register_profile("deep", max_examples=2000, **_FUZZ)
 settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
-LAB_DIR = Path("/var/tmp/ccrhost-test-lab")
-LAB_NAME = "t"
-LAB_SUBNET = 200
+# pytest-xdist runs a module per worker (--dist loadfile): each worker gets
+# its own lab (folder, link names, 198.18.<subnet>.0/24), so two labs run at
+# once without touching each other. Without xdist: worker 0.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+LAB_DIR = Path(f"/var/tmp/ccrhost-test-lab{_WORKER or ''}")
+LAB_NAME = "tuvwxyz"[_WORKER]  # a letter each: no lab's link names are a prefix of another's
+LAB_SUBNET = 200 + _WORKER
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import LAB_DIR, LAB_SUBNET, REPO
+from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, REPO
 
 from ccrhost.lab.ci import PyinfraRun, Step, changed_operations, junit, why_failed
 from ccrhost.lab.fleet import Lab, LabError
@@ -214,7 +214,7 @@ def test_lab_from_inventory_measures_between_the_sites_hosts(tmp_path):
         up = subprocess.run(
             [sys.executable, "-m", "ccrhost", "lab", "up", "--inventory", str(site / "example.py"),
              "--profile", f"compute={REPO / PROFILE}", "--profile", "storage=hgx-h100-8x400-upstream",
-             "--per-group", "2", "--dir", str(LAB_DIR), "--name", "t", "--subnet", str(LAB_SUBNET)],
+             "--per-group", "2", "--dir", str(LAB_DIR), "--name", LAB_NAME, "--subnet", str(LAB_SUBNET)],
             capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert up.returncode == 0, up.stderr
         lines = up.stdout.splitlines()

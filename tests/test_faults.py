@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import LAB_DIR, REPO, lab_inventory, node_address, run_pyinfra
+from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, REPO, lab_inventory, node_address, run_pyinfra
 
 from ccrhost.settings import InventoryDataError, validate_host
 
@@ -154,7 +154,7 @@ def test_host_key_checking_stays_strict():
 
     lab = Lab(LAB_DIR)
     lab.down()
-    lab.up(1, "hgx-h100-8x400", {}, name="t", subnet=200)
+    lab.up(1, "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET)
     try:
         (_, node), = lab_hosts(LAB_DIR)
         assert node["ssh_strict_host_key_checking"] == "yes"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,24 +35,54 @@ class Placement:
     address: str = ""   # ... and its address
 
 
-def _load(inventory: str):
-    """pyinfra's own reading of the inventory, group_data included."""
-    from pyinfra_cli.inventory import make_inventory_from_files
+# Run in a child Python: an inventory is the site's code, and importing
+# pyinfra_cli monkey-patches the whole process for gevent. The child prints
+# what plan() needs, hosts and their groups in pyinfra's order.
+_LOADER = """
+import json, os, sys
+from pyinfra_cli.inventory import make_inventory_from_files
+from pyinfra.api import State
+from pyinfra.context import ctx_state
+try:
+    with ctx_state.use(State()):
+        inv = make_inventory_from_files(sys.argv[1], cwd=os.getcwd())
+except SystemExit as exc:
+    out = {"exit": exc.code if isinstance(exc.code, int) else 1}
+except Exception as exc:
+    out = {"error": str(exc)}
+else:
+    out = {"hosts": [h.name for h in inv],
+           "groups": {g: [h.name for h in members] for g, members in inv.groups.items()}}
+sys.stdout.write("\\n@@ccrhost-inventory " + json.dumps(out) + "\\n")
+"""
 
+
+@dataclass
+class LoadedInventory:
+    hosts: list[str]              # host names, in the inventory's order
+    groups: dict[str, list[str]]  # group -> its hosts, pyinfra's groups ("all" and the file group included)
+
+
+def _load(inventory: str) -> LoadedInventory:
+    """pyinfra's own reading of the inventory, group_data included."""
     path = Path(inventory)
     if not path.is_file():
         raise LabError(f"inventory {inventory!r} does not exist")
-    from pyinfra.api import State
-    from pyinfra.context import ctx_state
-
-    try:
-        # pyinfra executes inventory files inside a run's state
-        with ctx_state.use(State()):
-            return make_inventory_from_files(str(path), cwd=os.getcwd())
-    except SystemExit as exc:  # ccrhost.inventory.require_hosts on an empty group, after saying why
-        raise LabError(f"inventory {inventory} stopped with exit code {exc.code}") from None
-    except Exception as exc:
-        raise LabError(f"inventory {inventory} cannot be read: {exc}") from None
+    proc = subprocess.run([sys.executable, "-c", _LOADER, str(path)], capture_output=True, text=True,
+                          cwd=os.getcwd(), timeout=120)
+    # the site's inventory may print; what ccrhost reads is its own last line
+    mark = "@@ccrhost-inventory "
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(mark)), None)
+    if line is None:
+        why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise LabError(f"inventory {inventory} cannot be read: {why}")
+    out = json.loads(line[len(mark):])
+    if "exit" in out:  # ccrhost.inventory.require_hosts on an empty group, after saying why
+        sys.stderr.write(proc.stderr)
+        raise LabError(f"inventory {inventory} stopped with exit code {out['exit']}")
+    if "error" in out:
+        raise LabError(f"inventory {inventory} cannot be read: {out['error']}")
+    return LoadedInventory(out["hosts"], out["groups"])
 
 
 def plan(inventory: str, profiles: dict[str, str], per_group: int | None = None) -> list[Placement]:
@@ -58,11 +90,10 @@ def plan(inventory: str, profiles: dict[str, str], per_group: int | None = None)
     found before anything starts."""
     inv = _load(inventory)
     file_group = Path(inventory).name.rsplit(".", 1)[0]
-    hosts = list(inv)
+    hosts = inv.hosts
     if not hosts:
         raise LabError(f"inventory {inventory}: no hosts")
-    groups = {name: [h.name for h in members] for name, members in inv.groups.items()
-              if name not in ("all", file_group)}
+    groups = {name: members for name, members in inv.groups.items() if name not in ("all", file_group)}
     unknown = sorted(set(profiles) - set(groups) - {"all", file_group})
     if unknown:
         raise LabError(f"--profile {unknown[0]}=...: the inventory has no group {unknown[0]!r}; "
@@ -72,26 +103,26 @@ def plan(inventory: str, profiles: dict[str, str], per_group: int | None = None)
             load_profile(path)
         except ProfileError as exc:
             raise LabError(f"--profile {group}={path}: {exc}") from None
-    chosen = {h.name for h in hosts}
+    chosen = set(hosts)
     if per_group is not None:
         chosen = {name for members in groups.values() for name in members[:per_group]}
-        chosen |= {h.name for h in hosts if not any(h.name in m for m in groups.values())}
+        chosen |= {h for h in hosts if not any(h in m for m in groups.values())}
     out, problems = [], []
     for host in hosts:
-        if host.name not in chosen:
+        if host not in chosen:
             continue
-        mine = [g for g in groups if host.name in groups[g]]
+        mine = [g for g in groups if host in groups[g]]
         picks = {profiles[g] for g in mine if g in profiles}
         if len(picks) > 1:
-            problems.append(f"{host.name}: its groups {', '.join(g for g in mine if g in profiles)} give "
+            problems.append(f"{host}: its groups {', '.join(g for g in mine if g in profiles)} give "
                             f"different profiles ({', '.join(sorted(picks))})")
             continue
         pick = picks.pop() if picks else profiles.get(file_group) or profiles.get("all")
         if pick is None:
-            problems.append(f"{host.name} (groups: {', '.join(mine) or 'none'}): no --profile for any of its groups "
+            problems.append(f"{host} (groups: {', '.join(mine) or 'none'}): no --profile for any of its groups "
                             "(give GROUP=FILE, or all=FILE for every host)")
             continue
-        out.append(Placement(host.name, mine, pick))
+        out.append(Placement(host, mine, pick))
     if problems:
         raise LabError("cannot place every host on a lab node:\n  " + "\n  ".join(problems))
     return out

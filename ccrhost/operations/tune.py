@@ -19,6 +19,12 @@ from ccrhost.operations import modules as rdma_modules
 from ccrhost.operations.base import DRY, planned
 
 
+# what each stage's log line is headed with ("[host] QoS: 1 command"); the
+# bench counts changed stages from these lines
+STAGE_LABELS = ("modules", "RoCE", "boot unit", "MTU", "QoS", "PFC headroom", "GPUDirect", "PCIe ACS",
+                "NIC PCIe", "NCCL")
+
+
 def _stages(settings):
     """(label, generator) per stage, in order; generators are lazy, so each
     is planned only when its turn comes."""

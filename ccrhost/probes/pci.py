@@ -68,7 +68,7 @@ echo @@iommu_units
 ls -1 /sys/class/iommu 2>/dev/null
 echo @@iommu_groups
 for g in /sys/kernel/iommu_groups/*; do
-[ -d "$g" ] && echo "${{g##*/}} $(cat "$g/type" 2>/dev/null)"
+[ -d "$g" ] || continue; _t=; {{ read -r _t < "$g/type"; }} 2>/dev/null; echo "${{g##*/}} $_t"
 done
 echo @@tools
 S=; L=
@@ -101,7 +101,8 @@ dev "$1" "$2"
 }}
 for x in $P/*; do
 [ -e "$x/class" ] || continue
-case "$(cat "$x/vendor" 2>/dev/null):$(cat "$x/class" 2>/dev/null)" in
+_v=; _c=; {{ read -r _v < "$x/vendor"; }} 2>/dev/null; {{ read -r _c < "$x/class"; }} 2>/dev/null
+case "$_v:$_c" in
 0x10de:0x0302*|0x10de:0x0300*) chain "${{x##*/}}" gpu;;
 esac
 done

@@ -75,15 +75,17 @@ S=; L=
 command -v setpci >/dev/null 2>&1 && S=1 && echo setpci
 command -v lspci >/dev/null 2>&1 && L=1 && echo lspci
 seen=' '; B=; N=
+# a folder's resolved path, like readlink -f, without a process per call
+rp() {{ _r=; cd -P "$1" 2>/dev/null && _r=$PWD; cd /; }}
 dev() {{
 case "$seen" in *" $1 "*) return 0;; esac
 seen="$seen$1 "
 _d=$P/$1
 echo "@@dev $1"
 echo "role $2"
-echo "path $(readlink -f "$_d")"
+rp "$_d"; echo "path $_r"
 for _f in class vendor device numa_node; do _v=; {{ read -r _v < "$_d/$_f"; }} 2>/dev/null; echo "$_f $_v"; done
-_g=$(readlink "$_d/iommu_group" 2>/dev/null) && echo "iommu_group ${{_g##*/}}"
+rp "$_d/iommu_group"; [ -n "$_r" ] && echo "iommu_group ${{_r##*/}}"
 if [ -n "$S" ]; then
 case "$2" in bridge) B="$B $1";; nic*) N="$N $1";; esac
 elif [ -n "$L" ]; then
@@ -92,11 +94,14 @@ lspci -D -vvv -s "$1" 2>&1
 fi
 }}
 chain() {{
-_p=$(readlink -f "$P/$1")
+rp "$P/$1"; _p=$_r
 case "$_p" in /sys/devices/pci*) ;; *) return 0;; esac
-for _c in $(echo "${{_p#/sys/devices/pci*/}}" | tr / ' '); do
+_o=$IFS; IFS=/
+for _c in ${{_p#/sys/devices/pci*/}}; do
+IFS=$_o
 [ "$_c" = "$1" ] || dev "$_c" bridge
 done
+IFS=$_o
 dev "$1" "$2"
 }}
 for x in $P/*; do
@@ -107,7 +112,7 @@ case "$_v:$_c" in
 esac
 done
 for i in {IB_ROOT}/*; do
-[ -e "$i/device" ] && chain "$(basename "$(readlink -f "$i/device")")" "nic ${{i##*/}}"
+rp "$i/device"; [ -n "$_r" ] && chain "${{_r##*/}}" "nic ${{i##*/}}"
 done
 if [ -n "$S" ]; then
 echo @@acs

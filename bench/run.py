@@ -98,7 +98,8 @@ def stage_writes(output: str) -> dict[str, dict[str, int]]:
 
 def run_pyinfra(lab, deploy: str, inventory: Path, log: Path, profile: Path | None = None) -> dict:
     """One pyinfra run: wall, controller CPU and peak RSS, lab CPU, commands per host."""
-    names = [n.name for n in lab.load().nodes]
+    nodes = lab.load().nodes
+    names = [n.name for n in nodes]
     cmds_before = {n: lab.remote_commands(n) for n in names}
     cpu_before = sum(lab.sshd_cpu_seconds(n) for n in names)
     env = {**os.environ, "CCRHOST_LAB_DIR": str(lab.dir), "PYINFRA_PROGRESS": "off", "COLUMNS": "200"}
@@ -111,7 +112,9 @@ def run_pyinfra(lab, deploy: str, inventory: Path, log: Path, profile: Path | No
         wall = time.monotonic() - start
     counts = {n: lab.remote_commands(n) - cmds_before[n] for n in names}
     per_host = list(counts.values())
-    stages = stage_writes(log.read_text())
+    # pyinfra prefixes its log lines with the inventory's host name: the node's address
+    logged = stage_writes(log.read_text())
+    stages = {n.name: logged.get(n.address, logged.get(n.name, {})) for n in nodes}
     # per host: commands beyond one read plus one write per changed stage
     excess = [counts[n] - 1 - len(stages.get(n, {})) for n in names]
     return {
@@ -389,7 +392,7 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
                  _verdict(excess <= 0)))
     if excess > 0:
         n = max(ns)
-        notes.append(f"A first deploy at {n} hosts runs {first[n]:.0f} commands per host against "
+        notes.append(f"A first deploy at {n} host{'s' * (n > 1)} runs {first[n]:.0f} commands per host against "
                      f"{1 + stages[n]:.0f} (one read + {stages[n]:.0f} changed stages: {', '.join(names)}): "
                      f"{writes[n]:.0f} writes and {first[n] - writes[n]:.0f} reads, so "
                      f"{first[n] - writes[n] - 1:.0f} re-read(s) of the node (after loading a module that can "

@@ -116,3 +116,28 @@ def test_bad_inventory_data_changes_no_host(make_lab, tmp_path):
 def test_inventory_files_exist():
     assert (REPO / "inventories/lab.py").is_file()
     assert (REPO / DEPLOY).is_file()
+
+
+def test_first_deploy_reads_once_and_writes_once_per_changed_stage(make_lab):
+    """Round trips, counted on the node by the lab sshd's ForceCommand log:
+    one snapshot read, one command per stage that changes something (the
+    last of them also reads the tuned node back for the verification, and
+    the link window's second counter reading), and a no-op is the one read
+    plus the link window's second reading."""
+    import re
+
+    lab = make_lab(nodes=1)
+    first = run_pyinfra(DEPLOY)
+    assert first.rc == 0, first.out
+    stages = re.findall(rf"^\s*\[{re.escape(node_address(1))}\]\s+([A-Za-z ]+): (\d+) commands?$", first.out, re.M)
+    assert {s for s, _ in stages} >= {"modules", "RoCE", "boot unit", "QoS", "NCCL"}, first.out
+    assert all(n == "1" for _, n in stages), stages
+    assert lab.remote_commands("node1") == 1 + len(stages)
+    assert f"[{node_address(1)}] verification OK" in first.out, first.out
+    second = run_pyinfra(DEPLOY)
+    assert second.rc == 0 and not second.changed(), second.out
+    assert lab.remote_commands("node1") == 1 + len(stages) + 2
+    # the verification alone: one read that also takes the link window
+    third = run_pyinfra("deploys/verify.py")
+    assert third.rc == 0, third.out
+    assert lab.remote_commands("node1") == 1 + len(stages) + 3

@@ -25,8 +25,8 @@ class NodeState(FactBase):
         # connection): every probe unread, so none of them acts on it
         return NodeSnapshot(errors={name: "the node's state could not be read" for name in PROBES})
 
-    def command(self, paths, wants) -> str:
-        return command(paths, wants)
+    def command(self, paths, wants, window=0) -> str:
+        return command(paths, wants, window)
 
     def process(self, output):
         return parse_snapshot(output)

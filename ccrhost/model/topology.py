@@ -19,6 +19,7 @@ for PIX and PXB pairs only (gdr.md, "NCCL_NET_GDR_LEVEL").
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ class Endpoint:
         return split_path(self.path, self.bdf)[1]
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the pairing asks for each path hundreds of times per host
 def split_path(path: str, bdf: str) -> tuple[str, tuple[str, ...]]:
     """``/sys/devices/pci0000:14/0000:14:01.0/0000:15:00.0/0000:18:00.0`` ->
     ``("pci0000:14", ("0000:14:01.0", "0000:15:00.0"))``."""

@@ -42,14 +42,23 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     read are UNKNOWN reasons of the verdict.
     """
     if gather is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from ccrhost.probes import gpu, local, pci, rdma
 
-        try:
-            rdma_state = rdma.read_local(timeout)
-        except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
-            return unknown(f"cannot read the RDMA ports: {exc}")
-        gpu_state = gpu.read_local(timeout=timeout)
-        gather_pci = gather_pci or (lambda: pci.read_local(timeout))
+        # The three probes are separate processes that only read: run at
+        # once, the check waits for the slowest rather than their sum.
+        with ThreadPoolExecutor(3) as pool:
+            rdma_read = pool.submit(rdma.read_local, timeout)
+            gpu_read = pool.submit(gpu.read_local, timeout=timeout)
+            pci_read = pool.submit(pci.read_local, timeout) if gather_pci is None else None
+            try:
+                rdma_state = rdma_read.result()
+            except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
+                return unknown(f"cannot read the RDMA ports: {exc}")
+            gpu_state = gpu_read.result()
+            if pci_read is not None:
+                gather_pci = pci_read.result
     else:
         rdma_state, gpu_state = gather()
     datapath = local_datapath(settings, gather_pci) if gather_pci is not None else None

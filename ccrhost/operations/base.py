@@ -134,6 +134,38 @@ class WriteFileCommand(StringCommand):
         self.path, self.size, self.mode = path, size, mode
 
 
+READ_BACK_MARK = "@@@@ccrhost-read-back"
+
+
+class ReadBackCommand(StringCommand):
+    """A host's last write command, then the node snapshot read again in the
+    same round trip: the verification judges the tuned node from that read
+    (``cache.store``) instead of a command of its own, and with ``window``
+    the link window's second counter reading too. The read runs only
+    when every write succeeded; a failing write fails the host with its own
+    output, as the plain command would."""
+
+    def __init__(self, command: StringCommand, window: float = 0):
+        super().__init__("{", *command.bits, ";", "} && { echo", QuoteString(READ_BACK_MARK), ";",
+                         fact_cache.read_command(window), "; }")
+        self.command = command
+
+    def execute(self, state, host, connector_arguments):
+        from pyinfra.connectors.util import CommandOutput
+
+        from ccrhost.probes.node import parse_snapshot
+
+        status, output = super().execute(state, host, connector_arguments)
+        lines = list(output)
+        marks = [i for i, line in enumerate(lines) if line.buffer_name == "stdout" and line.line == READ_BACK_MARK]
+        if not status or not marks:
+            return status, output
+        fact_cache.store(host, parse_snapshot([line.line for line in lines[marks[-1] + 1:]
+                                               if line.buffer_name == "stdout"]))
+        kept = lines[:marks[-1]] + [line for line in lines[marks[-1] + 1:] if line.buffer_name != "stdout"]
+        return status, CommandOutput(kept)
+
+
 def upload_text(content: str, path: str, mode: str = "644") -> list:
     """One command that replaces ``path`` with ``content`` atomically, root-owned.
 

@@ -5,9 +5,11 @@ remote command is a round trip (on the lab, 0.2 s of the node's sshd). The
 stages read one :class:`~ccrhost.probes.node.NodeSnapshot` instead, taken
 once per host. Stages write only what they own, and no stage reads what
 another one writes, so the snapshot stays valid across them, with two
-exceptions: loading a kernel module can create RDMA devices, so the modules
-stage drops it (:func:`drop`), and the verification must judge the node as
-tuned, so it asks for a fresh read when anything was written (:func:`fresh`).
+exceptions: loading a hardware driver's module can create RDMA devices, so
+the modules stage then drops it (:func:`drop`), and the verification must
+judge the node as tuned, so it asks for a fresh read when anything was
+written (:func:`fresh`); the tuning reads it back in its last write
+command (:func:`store`), so that read costs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -33,15 +35,47 @@ def _real(host):
     return getter(host) if getter else host
 
 
-def snapshot(host):
+def snapshot(host, window: float = 0):
+    """The host's snapshot, read now if none is held; ``window``: also read
+    the port error counters that many seconds later in the same command (see
+    :func:`link_window`)."""
     from ccrhost.facts.node import NodeState
 
     host = _real(host)
     if _ATTR not in host.__dict__:
-        host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS)
+        extra = {"window": window} if window else {}
+        host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS, **extra)
         host.__dict__[_STALE] = False
         host.__dict__[_AT] = time.monotonic()
     return host.__dict__[_ATTR]
+
+
+def cached(host) -> bool:
+    """Whether a snapshot is held (none yet, or dropped: the next use reads)."""
+    return _ATTR in _real(host).__dict__
+
+
+def store(host, snap) -> None:
+    """Keep ``snap``, read just now after this host's last write (see
+    :class:`ccrhost.operations.base.ReadBackCommand`), as the current one."""
+    host = _real(host)
+    host.__dict__[_ATTR] = snap
+    host.__dict__[_STALE] = False
+    host.__dict__[_AT] = time.monotonic()
+
+
+def read_command(window: float = 0) -> str:
+    """The snapshot's shell command, as :func:`snapshot` runs it."""
+    from ccrhost.probes.node import command
+
+    return command(list(FILES), UNIT_WANTS, window)
+
+
+def link_window(host, seconds: float):
+    """The port error counters the current snapshot's own command read again
+    at least ``seconds`` after it, or None when it did not."""
+    window = snapshot(host).window
+    return window[1] if window is not None and window[0] >= seconds else None
 
 
 def changed(host) -> None:

@@ -11,6 +11,18 @@ from ccrhost.operations import files
 from ccrhost.operations.base import operation
 from ccrhost.settings import DEFAULT_MODULES
 
+# The RDMA core and its upper layers: loading them registers no RDMA device
+# (a hardware driver does: mlx5_ib, irdma, bnxt_re, efa, ...), so the
+# snapshot's devices, ports and netdevs stay valid after loading only these.
+# rdma_cm's configfs folder appears, but the RoCE stage tests for it on the
+# node when it writes there.
+NO_DEVICE_MODULES = frozenset({"ib_core", "ib_uverbs", "ib_umad", "ib_cm", "iw_cm", "rdma_cm", "rdma_ucm"})
+
+
+def brings_devices(module: str) -> bool:
+    """Whether loading ``module`` can create RDMA devices (unknown ones: yes)."""
+    return module.replace("-", "_") not in NO_DEVICE_MODULES
+
 
 @operation
 def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
@@ -36,6 +48,9 @@ def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
     missing = [m for m in modules if not present.present(m)]
     for module in missing:
         yield StringCommand("modprobe", QuoteString(module))
-    if missing:
-        fact_cache.drop(host)  # a driver just loaded can bring RDMA devices the snapshot lacks
     yield from files.managed._inner(path, "".join(f"{m}\n" for m in modules))
+    # Last, once this stage's own reads are done: a driver loaded now can
+    # bring RDMA devices the snapshot lacks, so the next stage, planned after
+    # these commands ran, reads the node again.
+    if any(brings_devices(m) for m in missing):
+        fact_cache.drop(host)

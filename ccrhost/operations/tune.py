@@ -5,18 +5,27 @@ operation order is taken from ``inspect.stack()``), several milliseconds
 apiece; at fleet scale that, not the nodes, bounds the controller. One
 operation that runs the stages in turn costs it once. The stages stay
 separate functions (each module's own operation, usable alone), planned
-one after the other: pyinfra runs what a stage yields before the next one
-is planned, so a stage sees what the ones before it did.
+one after the other from the node's one snapshot; a stage's commands run
+before the next stage that writes does, and before any stage plans from a
+fresh read (after the modules stage loaded a driver). The host's last write
+also reads the tuned node back for the verification: one round trip.
 """
 
 from __future__ import annotations
 
 from pyinfra import host
+from pyinfra.api import StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
 from ccrhost.operations import boot, datapath, nccl, qos, roce
+from ccrhost.operations import cache as fact_cache
 from ccrhost.operations import modules as rdma_modules
-from ccrhost.operations.base import DRY, planned
+from ccrhost.operations.base import DRY, ReadBackCommand, planned
+
+# what each stage's log line is headed with ("[host] QoS: 1 command"); the
+# bench counts changed stages from these lines
+STAGE_LABELS = ("modules", "RoCE", "boot unit", "MTU", "QoS", "PFC headroom", "GPUDirect", "PCIe ACS",
+                "NIC PCIe", "NCCL")
 
 
 def _stages(settings):
@@ -64,17 +73,35 @@ def rdma(settings):
 
         tune.rdma(name="Tune RDMA", settings=settings)
     """
-    def plan(label, stage):
-        commands = list(planned(stage()))
-        if commands and not DRY:
-            host.log(f"{label}: {len(commands)} command{'s' if len(commands) != 1 else ''}")
-        return commands
+    def log(label, commands):
+        host.log(f"{label}: {len(commands)} command{'s' if len(commands) != 1 else ''}")
 
     if DRY:
         # nothing runs, and pyinfra's change detection stops at the first
         # command: list every stage now
-        for commands in [plan(label, stage) for label, stage in _stages(settings)]:
+        for commands in [list(planned(stage())) for _label, stage in _stages(settings)]:
             yield from commands
         return
+    # Each stage's commands are held until the next stage that writes has
+    # been planned, so that the host's last write is known and can carry the
+    # read-back of the tuned node for the verification. Planning a stage
+    # before the previous one's commands ran is sound because the stages
+    # plan from the snapshot, which no stage's writes change, unless a stage
+    # dropped it: then what is held runs before the next plan reads the node.
+    held_label, held = None, []
     for label, stage in _stages(settings):
-        yield from plan(label, stage)
+        if held and not fact_cache.cached(host):
+            log(held_label, held)
+            yield from held
+            held = []
+        commands = list(planned(stage()))
+        if commands:
+            if held:
+                log(held_label, held)
+                yield from held
+            held_label, held = label, commands
+    if held:
+        log(held_label, held)
+        if isinstance(held[-1], StringCommand):
+            held[-1] = ReadBackCommand(held[-1], settings.verify_link_window)
+        yield from held

@@ -17,13 +17,18 @@ def link_window(settings, pci) -> dp.LinkWindow | None:
     reading, then a second one once that long has passed since it was read
     (the wait happens on the node, every host at once). In the tuning deploy
     the snapshot is re-read once the stages changed anything, so the window
-    opens after the tuning, not during it."""
+    opens after the tuning, not during it. Where the snapshot's own command
+    read the counters again (the tuning's read-back, or the verification's
+    own read), no second command is needed."""
     seconds = settings.verify_link_window
     if not seconds:
         return None
     from ccrhost.facts.pci import PortErrorCounters
 
     exclude = settings.rdma_exclude_devices
+    after = fact_cache.link_window(host, seconds)  # read by the snapshot's own command
+    if after is not None:
+        return dp.LinkWindow(pci.compute_counters(exclude), only_compute(after, exclude), round(seconds, 1))
     age = fact_cache.snapshot_age(host) or 0.0
     after = fact_cache._real(host).get_fact(PortErrorCounters, delay=max(seconds - age, 0.0))
     return dp.LinkWindow(pci.compute_counters(exclude), only_compute(after, exclude),
@@ -60,6 +65,8 @@ def ccr(settings, report=None, measured=None, gpudirect=None):
         verify.ccr(name="Verify CCR", settings=settings, report=report)
     """
     fact_cache.fresh(host)  # judge the node as the stages before left it
+    # a read now (nothing held) takes the link window in the same command
+    fact_cache.snapshot(host, window=settings.verify_link_window)
     datapath = datapath_reading(settings, gpudirect)
     readings = readings_from_facts(fact_cache.rdma(host), fact_cache.gpus(host),
                                    settings.rdma_exclude_devices, measured, datapath)

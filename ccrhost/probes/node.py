@@ -18,6 +18,7 @@ from ccrhost.probes.sections import split
 
 PROBE_MARK = "@@@"
 PACKED_MARK = "@@@@packed"
+WINDOW_MARK = "@@@@window"
 
 
 @dataclass
@@ -30,6 +31,10 @@ class NodeSnapshot:
     # probes/pci.py: GPU/NIC PCI paths, ACS, Device Control, peer memory, versions, error counters
     pci: pci.PciSnapshot = field(default_factory=lambda: pci.parse_pci_dump([]))
     errors: dict[str, str] = field(default_factory=dict)  # probe -> why its output could not be read
+    # probes/pci.py counters_command(): the port error counters read again
+    # ``seconds`` after the snapshot, in the same command; None: not asked for
+    # (or unreadable), and whoever needs it reads them on its own
+    window: tuple[float, dict[str, dict[str, int]]] | None = None
 
 
 # probe name -> (what it reads, for messages; parser)
@@ -46,9 +51,11 @@ _PARSERS = {
 PROBES = tuple(_PARSERS)
 
 
-def command(paths, wants: str) -> str:
+def command(paths, wants: str, window: float = 0) -> str:
     """One shell command printing every probe; ``paths``: managed files,
-    ``wants``: the boot unit's enable link.
+    ``wants``: the boot unit's enable link; ``window``: seconds after which
+    the port error counters are read a second time (the verification's link
+    window, in the same round trip).
 
     The output travels as one line: gzip (where the node has it) then
     base64. pyinfra hands every output line through a thread queue, and at
@@ -64,8 +71,11 @@ def command(paths, wants: str) -> str:
         "pci": pci.COMMAND,
     }
     body = "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items())
-    return (f"if command -v gzip >/dev/null 2>&1; then z='gzip -1'; m=gz; else z=cat; m=raw; fi; "
+    read = (f"if command -v gzip >/dev/null 2>&1; then z='gzip -1'; m=gz; else z=cat; m=raw; fi; "
             f"echo \"{PACKED_MARK} $m\"; {{ {body}; }} 2>/dev/null | $z | base64 -w0; echo")
+    if window <= 0:
+        return read
+    return f"{read}; echo '{WINDOW_MARK} {window:.1f}'; ( {pci.counters_command(window)}\n) 2>/dev/null"
 
 
 def unpack(lines: list[str]) -> list[str]:
@@ -90,6 +100,13 @@ def parse_snapshot(lines: list[str]) -> NodeSnapshot:
     """Never raises: a probe whose output cannot be parsed is recorded in
     ``errors`` and keeps its empty default."""
     snap = NodeSnapshot()
+    marks = [i for i, line in enumerate(lines) if line.startswith(WINDOW_MARK + " ")]
+    if marks:
+        lines, window = lines[:marks[0]], lines[marks[0]:]
+        try:
+            snap.window = (float(window[0].split()[1]), pci.parse_counters(window[1:]))
+        except Exception:  # unreadable: the verification reads the counters on its own
+            snap.window = None
     try:
         lines = unpack(lines)
     except SnapshotFormatError as exc:

@@ -68,22 +68,24 @@ echo @@iommu_units
 ls -1 /sys/class/iommu 2>/dev/null
 echo @@iommu_groups
 for g in /sys/kernel/iommu_groups/*; do
-[ -d "$g" ] && echo "${{g##*/}} $(cat "$g/type" 2>/dev/null)"
+[ -d "$g" ] || continue; _t=; {{ read -r _t < "$g/type"; }} 2>/dev/null; echo "${{g##*/}} $_t"
 done
 echo @@tools
 S=; L=
 command -v setpci >/dev/null 2>&1 && S=1 && echo setpci
 command -v lspci >/dev/null 2>&1 && L=1 && echo lspci
 seen=' '; B=; N=
+# a folder's resolved path, like readlink -f, without a process per call
+rp() {{ _r=; cd -P "$1" 2>/dev/null && _r=$PWD; cd /; }}
 dev() {{
 case "$seen" in *" $1 "*) return 0;; esac
 seen="$seen$1 "
 _d=$P/$1
 echo "@@dev $1"
 echo "role $2"
-echo "path $(readlink -f "$_d")"
+rp "$_d"; echo "path $_r"
 for _f in class vendor device numa_node; do _v=; {{ read -r _v < "$_d/$_f"; }} 2>/dev/null; echo "$_f $_v"; done
-_g=$(readlink "$_d/iommu_group" 2>/dev/null) && echo "iommu_group ${{_g##*/}}"
+rp "$_d/iommu_group"; [ -n "$_r" ] && echo "iommu_group ${{_r##*/}}"
 if [ -n "$S" ]; then
 case "$2" in bridge) B="$B $1";; nic*) N="$N $1";; esac
 elif [ -n "$L" ]; then
@@ -92,21 +94,25 @@ lspci -D -vvv -s "$1" 2>&1
 fi
 }}
 chain() {{
-_p=$(readlink -f "$P/$1")
+rp "$P/$1"; _p=$_r
 case "$_p" in /sys/devices/pci*) ;; *) return 0;; esac
-for _c in $(echo "${{_p#/sys/devices/pci*/}}" | tr / ' '); do
+_o=$IFS; IFS=/
+for _c in ${{_p#/sys/devices/pci*/}}; do
+IFS=$_o
 [ "$_c" = "$1" ] || dev "$_c" bridge
 done
+IFS=$_o
 dev "$1" "$2"
 }}
 for x in $P/*; do
 [ -e "$x/class" ] || continue
-case "$(cat "$x/vendor" 2>/dev/null):$(cat "$x/class" 2>/dev/null)" in
+_v=; _c=; {{ read -r _v < "$x/vendor"; }} 2>/dev/null; {{ read -r _c < "$x/class"; }} 2>/dev/null
+case "$_v:$_c" in
 0x10de:0x0302*|0x10de:0x0300*) chain "${{x##*/}}" gpu;;
 esac
 done
 for i in {IB_ROOT}/*; do
-[ -e "$i/device" ] && chain "$(basename "$(readlink -f "$i/device")")" "nic ${{i##*/}}"
+rp "$i/device"; [ -n "$_r" ] && chain "${{_r##*/}}" "nic ${{i##*/}}"
 done
 if [ -n "$S" ]; then
 echo @@acs

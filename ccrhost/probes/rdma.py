@@ -64,10 +64,9 @@ if [ -z "${{SSH_CONNECTION:-}}" ]; then
 echo @@session
 p=$$; socks=" "
 while [ "${{p:-0}}" -gt 1 ]; do
-echo "pid $p $(cat /proc/$p/comm 2>/dev/null)"
-for f in /proc/$p/fd/*; do l=$(readlink "$f" 2>/dev/null) || continue
-case $l in socket:*) i=${{l#socket:?}}; socks="$socks${{i%?}} ";; esac; done
-p=$(awk '/^PPid:/ {{print $2}}' /proc/$p/status 2>/dev/null)
+c=; {{ read -r c < /proc/$p/comm; }} 2>/dev/null; echo "pid $p $c"
+for i in $(ls -l /proc/$p/fd 2>/dev/null | sed -n 's/.* -> socket:\\[\\([0-9]*\\)\\]$/\\1/p'); do socks="$socks$i "; done
+q=; while read -r k v; do [ "$k" = PPid: ] && q=$v && break; done 2>/dev/null < /proc/$p/status; p=$q
 done
 awk -v s="$socks" '$4 == "01" && index(s, " " $10 " ") {{print "tcp", $2, $3}}' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 fi

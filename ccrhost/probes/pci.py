@@ -249,6 +249,9 @@ class PciSnapshot:
     nvidia: NvidiaDriver | None
     mlx5_version: str | None             # /sys/module/mlx5_core/version (MLNX_OFED); None: inbox driver
     nics: dict[str, NicInfo]             # per RDMA device
+    # pairs() by exclude list: the ACS stage, the boot unit and the
+    # verification each ask, and the pairing is the dearest part of a host
+    _pairs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def gpus(self) -> list[Endpoint]:
         """GPUs in PCI order, named as nvidia-smi numbers them (GPU0...)."""
@@ -263,7 +266,10 @@ class PciSnapshot:
         return [f.endpoint() for f in sorted(found, key=lambda f: natural_key(f.ibdev or f.bdf))]
 
     def pairs(self, exclude: tuple[str, ...] = ()) -> list[Pair]:
-        return pair(self.gpus(), self.nic_endpoints(exclude))
+        key = tuple(exclude)
+        if key not in self._pairs:
+            self._pairs[key] = pair(self.gpus(), self.nic_endpoints(exclude))
+        return list(self._pairs[key])
 
     def acs_ctl(self) -> dict[str, int | None]:
         """Function -> ACS Control for those with the capability; None where

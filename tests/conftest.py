@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from ccrhost.lab import ci
 
 # Property-based fuzzing (tests/test_fuzz.py, marked `fuzz`). "ci" keeps the
 # suite's share bounded: 200 examples per target, derandomized so a run is
@@ -34,28 +34,12 @@ LAB_NAME = "tuvwxyz"[_WORKER]  # a letter each: no lab's link names are a prefix
 LAB_SUBNET = 200 + _WORKER
 
 
-@dataclass
-class PyinfraRun:
-    rc: int
-    out: str
-
-    def results(self) -> dict[str, dict[str, str]]:
-        """The final results table: {operation: {hosts, success, error, no_change}}."""
-        rows, in_table = {}, False
-        for line in self.out.splitlines():
-            if line.startswith("--> Results:"):
-                in_table = True
-                continue
-            if in_table:
-                if line.startswith("-->"):
-                    break
-                cells = re.split(r"\s{2,}", line.strip())
-                if len(cells) == 5 and cells[0] != "Operation":
-                    rows[cells[0]] = dict(zip(("hosts", "success", "error", "no_change"), cells[1:]))
-        return rows
+class PyinfraRun(ci.PyinfraRun):
+    """A pyinfra run's exit code and output; its results table is parsed the
+    way ``ccrhost ci run`` parses it."""
 
     def changed(self) -> bool:
-        return any(row["success"] != "-" for row in self.results().values())
+        return bool(ci.changed_operations(self))
 
 
 def run_pyinfra(*args: str, lab_dir: Path = LAB_DIR, timeout: int = 180, inventory: str = "inventories/lab.py") -> PyinfraRun:

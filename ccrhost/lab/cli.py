@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from ccrhost.lab.fleet import Lab, LabError, parse_faults
@@ -10,6 +12,15 @@ from ccrhost.lab.profile import FAULT_KINDS, ProfileError, profile_names
 
 def _lab(directory):
     return Lab(directory)
+
+
+@contextlib.contextmanager
+def _refused():
+    """A lab or profile error ends the command with its one-line message."""
+    try:
+        yield
+    except (LabError, ProfileError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.group()
@@ -59,11 +70,9 @@ def up(nodes, profile_args, inventory, per_group, node_profiles, faults, name, s
         if not sep or not node or not prof:
             raise click.BadParameter(f"{item!r}: expected NODE=PROFILE", param_hint="--node-profile")
         profiles[node] = prof
-    try:
+    with _refused():
         state = _lab(directory).up(nodes, profile, parse_faults(list(faults)), name=name,
                                    subnet=subnet, profiles=profiles, link_mbit=link_mbit, slurm=slurm)
-    except (LabError, ProfileError) as exc:
-        raise click.ClickException(str(exc)) from None
     for node in state.nodes:
         extra = f"  faults: {', '.join(node.faults)}" if node.faults else ""
         click.echo(f"{node.name}  {node.address}  {node.profile}{extra}")
@@ -90,11 +99,9 @@ def _up_inventory(inventory, profile_args, per_group, node_profiles, faults, nam
     if node_profiles or faults:
         raise click.BadParameter("with --inventory, profiles come from the groups (--profile GROUP=PROFILE)",
                                  param_hint="--node-profile/--fault")
-    try:
+    with _refused():
         _, placements, path = from_inventory.up(inventory, group_profiles(profile_args), per_group, directory,
                                                 name=name, subnet=subnet, link_mbit=link_mbit)
-    except (LabError, ProfileError) as exc:
-        raise click.ClickException(str(exc)) from None
     for p in placements:
         click.echo(f"{p.node}  {p.address}  {p.host}  ({', '.join(p.groups) or 'no group'})  {p.profile}")
     click.echo(f"lab inventory: {path}")
@@ -104,10 +111,8 @@ def _up_inventory(inventory, profile_args, per_group, node_profiles, faults, nam
 @_dir
 def down(directory):
     """Remove every namespace, link, process and file the lab created."""
-    try:
+    with _refused():
         removed = _lab(directory).down()
-    except LabError as exc:
-        raise click.ClickException(str(exc)) from None
     click.echo(f"removed {len(removed)} lab objects" if removed else "no lab was running")
 
 
@@ -130,10 +135,8 @@ def status(directory):
 @_dir
 def reboot(node, directory):
     """Power-cycle NODE: /sys and configfs go back to the profile's defaults; /etc stays."""
-    try:
+    with _refused():
         _lab(directory).reboot(node)
-    except LabError as exc:
-        raise click.ClickException(str(exc)) from None
     click.echo(f"{node} rebooted")
 
 
@@ -147,10 +150,8 @@ def fault(node, kind, directory):
     Live kinds: port_down[=DEV], port_rate=DEV:GBPS, pcie_width=DEV:WIDTH,
     gpu_missing[=INDEX], gpu_throttled[=INDEX], link_slow=MBIT.
     """
-    try:
+    with _refused():
         faults = _lab(directory).fault(node, kind)
-    except (LabError, ProfileError) as exc:
-        raise click.ClickException(str(exc)) from None
     click.echo(f"{node} faults: {', '.join(faults)}")
 
 
@@ -160,10 +161,8 @@ def fault(node, kind, directory):
 @_dir
 def clear(node, kind, directory):
     """Remove a fault from running NODE (KIND: every value of it)."""
-    try:
+    with _refused():
         faults = _lab(directory).clear(node, kind)
-    except (LabError, ProfileError) as exc:
-        raise click.ClickException(str(exc)) from None
     click.echo(f"{node} faults: {', '.join(faults) or 'none'}")
 
 

@@ -150,27 +150,11 @@ class Ci:
                                         for p in placements)
                 deploys = self._deploys(lab.dir)
             ccr = self.report_dir / "ccr"
-            if self._ok():
-                with self._step(1) as step:
-                    first = _pyinfra(inv, deploys["rdma.py"], ccr, self.report_dir / "deploy.log")
-                    step.detail = first.out
-                    if first.rc != 0:
-                        step.fail(why_failed(first))
-            if self._ok():
-                with self._step(2) as step:
-                    again = _pyinfra(inv, deploys["rdma.py"], ccr, self.report_dir / "deploy-again.log")
-                    step.detail = again.out
-                    changed = changed_operations(again)
-                    if again.rc != 0:
-                        step.fail(why_failed(again))
-                    elif changed or not again.results():
-                        step.fail("the second run changed " + (", ".join(changed) or "something (no results table)"))
-            if self._ok():
-                with self._step(3) as step:
-                    verify = _pyinfra(inv, deploys["verify.py"], ccr, self.report_dir / "verify.log")
-                    step.detail = verify.out
-                    if verify.rc != 0:
-                        step.fail(why_failed(verify))
+            for index, deploy, log, unchanged in ((1, "rdma.py", "deploy.log", False),
+                                                  (2, "rdma.py", "deploy-again.log", True),
+                                                  (3, "verify.py", "verify.log", False)):
+                if self._ok():
+                    self._run_deploy(index, inv, deploys[deploy], ccr, self.report_dir / log, unchanged)
         finally:
             if started:
                 lab.down()
@@ -180,6 +164,17 @@ class Ci:
             return False, f"ccrhost ci: FAIL at {failed.name}: {failed.message}"
         return True, (f"ccrhost ci: PASS: {hosts} lab node{'s' if hosts != 1 else ''} for {self.inventory}: "
                       "deployed, second run changed nothing, verified")
+
+    def _run_deploy(self, index: int, inv, deploy, ccr, log, unchanged: bool) -> None:
+        """One pyinfra step; with ``unchanged`` it must also change nothing."""
+        with self._step(index) as step:
+            run = _pyinfra(inv, deploy, ccr, log)
+            step.detail = run.out
+            changed = changed_operations(run)
+            if run.rc != 0:
+                step.fail(why_failed(run))
+            elif unchanged and (changed or not run.results()):
+                step.fail("the second run changed " + (", ".join(changed) or "something (no results table)"))
 
     def _ok(self) -> bool:
         return all(s.status == "passed" for s in self.steps if s.status != "skipped")

@@ -73,8 +73,11 @@ def rdma(settings):
 
         tune.rdma(name="Tune RDMA", settings=settings)
     """
-    def log(label, commands):
-        host.log(f"{label}: {len(commands)} command{'s' if len(commands) != 1 else ''}")
+    def release(label, commands):
+        """A stage's held commands, announced in the stage's one log line."""
+        if commands:
+            host.log(f"{label}: {len(commands)} command{'s' if len(commands) != 1 else ''}")
+        yield from commands
 
     if DRY:
         # nothing runs, and pyinfra's change detection stops at the first
@@ -90,18 +93,13 @@ def rdma(settings):
     # dropped it: then what is held runs before the next plan reads the node.
     held_label, held = None, []
     for label, stage in _stages(settings):
-        if held and not fact_cache.cached(host):
-            log(held_label, held)
-            yield from held
+        if not fact_cache.cached(host):
+            yield from release(held_label, held)
             held = []
         commands = list(planned(stage()))
         if commands:
-            if held:
-                log(held_label, held)
-                yield from held
+            yield from release(held_label, held)
             held_label, held = label, commands
-    if held:
-        log(held_label, held)
-        if isinstance(held[-1], StringCommand):
-            held[-1] = ReadBackCommand(held[-1], settings.verify_link_window)
-        yield from held
+    if held and isinstance(held[-1], StringCommand):
+        held[-1] = ReadBackCommand(held[-1], settings.verify_link_window)
+    yield from release(held_label, held)

@@ -26,13 +26,12 @@ def link_window(settings, pci) -> dp.LinkWindow | None:
     from ccrhost.facts.pci import PortErrorCounters
 
     exclude = settings.rdma_exclude_devices
-    after = fact_cache.link_window(host, seconds)  # read by the snapshot's own command
-    if after is not None:
-        return dp.LinkWindow(pci.compute_counters(exclude), only_compute(after, exclude), round(seconds, 1))
-    age = fact_cache.snapshot_age(host) or 0.0
-    after = fact_cache._real(host).get_fact(PortErrorCounters, delay=max(seconds - age, 0.0))
-    return dp.LinkWindow(pci.compute_counters(exclude), only_compute(after, exclude),
-                         round(fact_cache.snapshot_age(host) or seconds, 1))
+    after, took = fact_cache.link_window(host, seconds), seconds  # read by the snapshot's own command
+    if after is None:
+        age = fact_cache.snapshot_age(host) or 0.0
+        after = fact_cache._real(host).get_fact(PortErrorCounters, delay=max(seconds - age, 0.0))
+        took = fact_cache.snapshot_age(host) or seconds
+    return dp.LinkWindow(pci.compute_counters(exclude), only_compute(after, exclude), round(took, 1))
 
 
 def datapath_reading(settings, gpudirect=None) -> dp.DatapathReading:

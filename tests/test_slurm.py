@@ -117,12 +117,16 @@ def test_port_down_drains_the_node_and_clearing_it_resumes_it(cluster):
     assert two.returncode == 0, two.stderr
     assert sorted(two.stdout.split()) == ["node1", "node3"]
     job = slurm(lab, "sbatch", "--parsable", "-N3", "-o", "/dev/null", "--wrap", "hostname").stdout.strip()
-    time.sleep(1.5)  # a scheduler pass (bf_interval=1)
     # slurmctld words the wait by which scheduler pass saw it last; both say
-    # the job waits for the drained node
-    assert slurm(lab, "squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip() in (
-        "PENDING|ReqNodeNotAvail, UnavailableNodes:node2",
-        "PENDING|Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions")
+    # the job waits for the drained node. Until a pass has looked at the job
+    # (bf_interval=1, on a loaded machine later) it reads "Resources".
+    waiting = ("PENDING|ReqNodeNotAvail, UnavailableNodes:node2",
+               "PENDING|Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions")
+    deadline = time.monotonic() + 15
+    while (seen := slurm(lab, "squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()) == "PENDING|Resources":
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.5)
+    assert seen in waiting
 
     lab.clear("node2", "port_down")
     assert wait_for(lab, "node2", lambda s, r: s == "idle")[0] == ("idle", "none")

@@ -31,11 +31,10 @@ def test_xoff_matches_the_driver_formula():
 
 def test_ofed_plan_from_fresh_port():
     cmds, notes = qos.plan_interface("ens1np0", "ofed", wanted(), fresh_ofed())
+    # two runs of the tool: it refuses --trust with --dscp2prio in one run
     assert lines(cmds) == [
         "mlnx_qos -i ens1np0 --trust dscp",
-        "mlnx_qos -i ens1np0 --dscp2prio set,26,3",
-        "mlnx_qos -i ens1np0 --dscp2prio set,48,6",
-        "mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0",
+        "mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0 --dscp2prio set,26,3 --dscp2prio set,48,6",
         "printf '%s\\n' 1 > /sys/class/net/ens1np0/ecn/roce_rp/enable/3",
         "printf '%s\\n' 1 > /sys/class/net/ens1np0/ecn/roce_np/enable/3",
     ]
@@ -48,7 +47,7 @@ def test_ofed_plan_is_empty_when_the_port_matches():
     cur.ecn.update({"roce_rp/enable/3": 1, "roce_np/enable/3": 1})
     assert qos.plan_interface("ens1np0", "ofed", wanted(), cur) == ([], [])
     forced, _ = qos.plan_interface("ens1np0", "ofed", wanted(), cur, force=True)
-    assert len(forced) == 4 + 16 + 2  # trust, two maps, pfc; 16 ECN enables; two CNP values
+    assert len(forced) == 2 + 16 + 2  # trust; PFC and two maps; 16 ECN enables; two CNP values
 
 
 def test_upstream_plan_and_firmware_notes():
@@ -152,10 +151,11 @@ def test_each_setting_restores_the_value_read_before():
     cur = replace(fresh_ofed(), dscp2prio={48: 1}, trust="dscp")
     steps, _ = qos.plan_steps("ens1np0", "ofed", wanted(qos_cable_len=30), cur)
     restore = {s.what: [qos.shell_line(r) for r in s.restore] for s in steps}
-    assert restore["mlnx_qos -i ens1np0 --dscp2prio set,26,3"] == ["mlnx_qos -i ens1np0 --dscp2prio del,26,3"]
-    assert restore["mlnx_qos -i ens1np0 --dscp2prio set,48,6"] == ["mlnx_qos -i ens1np0 --dscp2prio set,48,1"]
-    assert restore["mlnx_qos -i ens1np0 --cable_len 30"] == ["mlnx_qos -i ens1np0 --cable_len 7"]
-    assert restore["mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0"] == ["mlnx_qos -i ens1np0 --pfc 0,0,0,0,0,0,0,0"]
+    # one run of the tool, restored option by option in the reverse of the order it applied them
+    assert restore["mlnx_qos -i ens1np0 --cable_len 30 --pfc 0,0,0,1,0,0,0,0 --dscp2prio set,26,3 "
+                   "--dscp2prio set,48,6"] == [
+        "mlnx_qos -i ens1np0 --dscp2prio set,48,1", "mlnx_qos -i ens1np0 --dscp2prio del,26,3",
+        "mlnx_qos -i ens1np0 --pfc 0,0,0,0,0,0,0,0", "mlnx_qos -i ens1np0 --cable_len 7"]
     assert restore["write 1 to /sys/class/net/ens1np0/ecn/roce_rp/enable/3"] == [
         "printf '%s\\n' 0 > /sys/class/net/ens1np0/ecn/roce_rp/enable/3"]
     up = QosInterface(backend="upstream", dscp2prio={26: 0}, pfc=[0] * 8, cable_len=7, buffer_size=[262016] + [0] * 7,
@@ -167,4 +167,24 @@ def test_each_setting_restores_the_value_read_before():
     ]
     unread = replace(fresh_ofed(), pfc=None)
     pfc = next(s for s in qos.plan_steps("ens1np0", "ofed", wanted(), unread)[0] if "--pfc" in s.what)
-    assert pfc.restore == () and pfc.unknown == "PFC"
+    assert pfc.unknown == "PFC" and not any("--pfc" in r for r in pfc.restore)
+
+
+def test_mlnx_qos_runs_keep_the_order_the_settings_need():
+    # New buffers: PFC only after them (the driver checks each lossless
+    # buffer against its xoff at every setting), and the sizes and the
+    # priority map in runs of their own (OFED's sysfs backend writes only
+    # the sizes when given both).
+    w = wanted(qos_cable_len=30, qos_buffer_size=[130944, 131072, 0, 0, 0, 0, 0, 0],
+               qos_prio2buffer=[0, 0, 0, 1, 0, 0, 0, 0])
+    steps, _ = qos.plan_steps("ens1np0", "ofed", w, fresh_ofed())
+    assert [s.what for s in steps if s.what.startswith("mlnx_qos")] == [
+        "mlnx_qos -i ens1np0 --trust dscp",
+        "mlnx_qos -i ens1np0 --cable_len 30 --dscp2prio set,26,3 --dscp2prio set,48,6 "
+        "--buffer_size 130944,131072,0,0,0,0,0,0",
+        "mlnx_qos -i ens1np0 --prio2buffer 0,0,0,1,0,0,0,0",
+        "mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0",
+    ]
+    unread = replace(fresh_ofed(), pfc=None, cable_len=None)
+    run = qos.plan_steps("ens1np0", "ofed", wanted(qos_cable_len=30), unread)[0][1]
+    assert run.unknown == "cable length, PFC"

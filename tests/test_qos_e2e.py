@@ -192,6 +192,20 @@ def test_shims_refuse_what_the_real_tools_refuse(make_lab):
     assert lab_ssh(lab, "node1", "mlnx_qos -i nope0").returncode == 1
     after = parse_mlnx_qos(lab_ssh(lab, "node1", "mlnx_qos -i ens1np0").stdout)
     assert after["pfc"] == parse_mlnx_qos(before)["pfc"] == [0] * 8
+    # one run applies cable length, PFC, the DSCP map (every --dscp2prio), trust, buffers, in
+    # that order; trust with --dscp2prio is refused after what comes before them is applied
+    both = lab_ssh(lab, "node1", "mlnx_qos -i ens2np0 --cable_len 30 --trust dscp --dscp2prio set,26,3")
+    assert both.returncode == 1 and both.stdout.strip() == "trust and dscp2prio commands cannot be used at the same time."
+    half = parse_mlnx_qos(lab_ssh(lab, "node1", "mlnx_qos -i ens2np0").stdout)
+    assert (half["cable_len"], half["trust"]) == (30, "pcp")
+    run = lab_ssh(lab, "node1", "mlnx_qos -i ens2np0 --dscp2prio set,26,3 --pfc 0,0,0,1,0,0,0,0 --dscp2prio set,48,6")
+    assert run.returncode == 0, run.stderr
+    state = parse_mlnx_qos(run.stdout)
+    assert (state["dscp2prio"], state["pfc"]) == ({26: 3, 48: 6}, [0, 0, 0, 1, 0, 0, 0, 0])
+    sizes = lab_ssh(lab, "node1", "mlnx_qos -i ens2np0 --buffer_size 130944,131072,0,0,0,0,0,0 "
+                                  "--prio2buffer 0,0,0,1,0,0,0,0")
+    state = parse_mlnx_qos(sizes.stdout)  # OFED's sysfs backend: the sizes only
+    assert (state["buffer_size"][:2], state["prio2buffer"]) == ([130944, 131072], [0] * 8)
     dcb = lab_ssh(lab, "node2", "dcb pfc set dev enp26s0np0 prio-pfc 3:maybe")
     assert dcb.returncode == 1 and dcb.stderr.strip() == 'What is "3:maybe"?'
     assert lab_ssh(lab, "node2", "dcb app show dev nope0").stderr.strip() == 'Cannot find device "nope0"'

@@ -130,6 +130,37 @@ def _step(forward, restore, unknown=None) -> Step:
     return Step(forward, tuple(r for r in restore if r is not None), what, partial, unknown)
 
 
+# The order one mlnx_qos run applies its options in (Mellanox/mlnx-tools
+# python/mlnx_qos): cable length, PFC, each --dscp2prio in turn, trust,
+# then the buffers.
+_MLNX_QOS_ORDER = {"--cable_len": 0, "--pfc": 1, "--dscp2prio": 2, "--trust": 3, "--buffer_size": 4,
+                   "--prio2buffer": 4}
+
+
+def _mlnx_qos_runs(options: list) -> list[list]:
+    """``options`` in as few mlnx_qos runs as keep them in their order.
+
+    A run takes the next option only where the tool would apply it after
+    the ones it already has; and never --trust with --dscp2prio (the tool
+    refuses the pair) nor --buffer_size with --prio2buffer (on the OFED
+    sysfs backend it then writes the sizes only). Every real round trip
+    starts a Python tool on the node: trust, the DSCP map and PFC of a
+    fresh port take two runs instead of four.
+    """
+    runs: list[list] = []
+    for option in options:
+        name = option[0]
+        run = runs[-1] if runs else None
+        names = {o[0] for o in run} if run else set()
+        if run and all(_MLNX_QOS_ORDER[n] <= _MLNX_QOS_ORDER[name] for n in names) \
+                and not ({name} | names) >= {"--trust", "--dscp2prio"} \
+                and not ({name} | names) >= {"--buffer_size", "--prio2buffer"}:
+            run.append(option)
+        else:
+            runs.append([option])
+    return runs
+
+
 def plan_steps(iface: str, backend: str, wanted: Wanted, current: QosInterface,
                force: bool = False) -> tuple[list[Step], list[str]]:
     """:func:`plan_interface` as :class:`Step` s, each with the commands that
@@ -152,26 +183,39 @@ def plan_steps(iface: str, backend: str, wanted: Wanted, current: QosInterface,
 
     if backend == "ofed":
         base = ["mlnx_qos", "-i", iface]
+        options = []  # (option, value, previous value or None, what it is called), in the order applied
 
-        def ofed(args, old, name):
-            return _step(base + args, [base + [args[0], old] if old is not None else None], known(old, name))
+        def ofed(option, value, old, name):
+            options.append((option, value, old, name))
 
         if differs(current.trust, "dscp"):
-            steps.append(ofed(["--trust", "dscp"], current.trust, "trust"))
-        for d, p in dscp_todo:
-            old = f"set,{d},{have_map[d]}" if d in have_map else f"del,{d},{p}"
-            steps.append(ofed(["--dscp2prio", f"set,{d},{p}"], old, "dscp2prio"))
+            ofed("--trust", "dscp", current.trust, "trust")
         if cable_differs:
-            steps.append(ofed(["--cable_len", str(wanted.cable_len)],
-                              None if current.cable_len is None else str(current.cable_len), "cable length"))
+            ofed("--cable_len", str(wanted.cable_len), None if current.cable_len is None else str(current.cable_len),
+                 "cable length")
+        # PFC goes after the buffers when they change: the driver refuses a
+        # lossless buffer too small for its xoff at every single setting.
+        pfc_last = size_differs or map_differs
+        pfc = (["--pfc", _pfc_list(wanted.pfc), current.pfc and _pfc_list(current.pfc), "PFC"]
+               if pfc_differs else None)
+        if pfc and not pfc_last:
+            ofed(*pfc)
+        for d, p in dscp_todo:
+            ofed("--dscp2prio", f"set,{d},{p}", f"set,{d},{have_map[d]}" if d in have_map else f"del,{d},{p}",
+                 "dscp2prio")
         if size_differs:
-            steps.append(ofed(["--buffer_size", _pfc_list(wanted.buffer_size)],
-                              current.buffer_size and _pfc_list(current.buffer_size), "buffer sizes"))
+            ofed("--buffer_size", _pfc_list(wanted.buffer_size),
+                 current.buffer_size and _pfc_list(current.buffer_size), "buffer sizes")
         if map_differs:
-            steps.append(ofed(["--prio2buffer", _pfc_list(wanted.prio2buffer)],
-                              current.prio2buffer and _pfc_list(current.prio2buffer), "prio2buffer"))
-        if pfc_differs:
-            steps.append(ofed(["--pfc", _pfc_list(wanted.pfc)], current.pfc and _pfc_list(current.pfc), "PFC"))
+            ofed("--prio2buffer", _pfc_list(wanted.prio2buffer),
+                 current.prio2buffer and _pfc_list(current.prio2buffer), "prio2buffer")
+        if pfc and pfc_last:
+            ofed(*pfc)
+        for group in _mlnx_qos_runs(options):
+            restore = [base + [option, old] for option, _v, old, _n in reversed(group) if old is not None]
+            unknown = ", ".join(name for _o, _v, old, name in group if old is None) or None
+            steps.append(_step(base + [a for option, value, _o, _n in group for a in (option, value)], restore,
+                               unknown))
     elif backend == "upstream":
         # On upstream mlx5, DSCP app entries are what switches trust to DSCP.
         if dscp_todo:

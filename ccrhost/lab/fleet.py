@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
@@ -45,8 +45,8 @@ from ccrhost.lab.profile import (
     ssh_over,
     upper_name,
 )
+from ccrhost.lab.state import LabState, Node, lab_dir, load_state
 
-DEFAULT_DIR = "/var/lib/ccrhost/lab"
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
@@ -65,41 +65,6 @@ def shim_python() -> str:
         if os.access(candidate, os.X_OK) and not candidate.startswith(("/tmp/", "/run/")):
             return candidate
     raise LabError("no python3 outside /tmp and /run for the lab's shims (install python3)")
-
-
-def lab_dir() -> Path:
-    return Path(os.environ.get("CCRHOST_LAB_DIR", DEFAULT_DIR))
-
-
-@dataclass
-class Node:
-    name: str
-    index: int
-    address: str
-    netns: str
-    profile: str
-    faults: list[str] = field(default_factory=list)
-    holder_pid: int | None = None
-    sshd_pid: int | None = None
-    slurmd_pid: int | None = None
-    mgmt: str = "eth0"  # the node's end of its management veth
-
-
-@dataclass
-class LabState:
-    name: str
-    subnet: int
-    nodes: list[Node]
-    link_mbit: int = 200
-    slurm: dict | None = None  # the lab's Slurm cluster (ccrhost.lab.slurm), when started
-
-    @property
-    def bridge(self) -> str:
-        return f"ccr{self.name}br"
-
-    @property
-    def gateway(self) -> str:
-        return f"198.18.{self.subnet}.1"
 
 
 def _run(*cmd: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
@@ -176,12 +141,7 @@ class Lab:
         return self.dir / "lab.json"
 
     def load(self) -> LabState | None:
-        try:
-            data = json.loads(self.state_file.read_text())
-        except FileNotFoundError:
-            return None
-        return LabState(data["name"], data["subnet"], [Node(**n) for n in data["nodes"]], data.get("link_mbit", 200),
-                        data.get("slurm"))
+        return load_state(self.state_file)
 
     def save(self, state: LabState) -> None:
         tmp = self.state_file.with_suffix(".tmp")

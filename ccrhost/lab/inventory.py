@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-from ccrhost.lab.fleet import Lab
+from pathlib import Path
+
+from ccrhost.lab.state import lab_dir, load_state
 
 
 def lab_hosts(directory=None) -> list[tuple[str, dict]]:
-    lab = Lab(directory)
-    state = lab.load()
+    folder = Path(directory) if directory else lab_dir()
+    state = load_state(folder / "lab.json")
     if state is None:
-        raise SystemExit(f"ccrhost: no lab is running in {lab.dir}; start one with `ccrhost lab up`")
+        raise SystemExit(f"ccrhost: no lab is running in {folder}; start one with `ccrhost lab up`")
     if not state.nodes:
-        raise SystemExit(f"ccrhost: the lab in {lab.dir} has no nodes")
+        raise SystemExit(f"ccrhost: the lab in {folder} has no nodes")
     return [
         (node.address, {
             "lab_node": node.name,
             "lab_profile": node.profile,
             "ssh_user": "root",
-            "ssh_key": str(lab.dir / "client_key"),
-            "ssh_known_hosts_file": str(lab.dir / "known_hosts"),
+            "ssh_key": str(folder / "client_key"),
+            "ssh_known_hosts_file": str(folder / "known_hosts"),
             "ssh_strict_host_key_checking": "yes",
             # every lab profile is an HGX H100 with eight 400 Gb/s ports
             "verify_profile": "hgx-h100-8x400",

@@ -7,8 +7,9 @@ operation that runs the stages in turn costs it once. The stages stay
 separate functions (each module's own operation, usable alone), planned
 one after the other from the node's one snapshot; a stage's commands run
 before the next stage that writes does, and before any stage plans from a
-fresh read (after the modules stage loaded a driver). The host's last write
-also reads the tuned node back for the verification: one round trip.
+fresh read (after the modules stage loaded a driver): the writes of every
+stage planned from one read go to the node in one command, which also
+reads the tuned node back for the verification.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pyinfra.api import operation as pyinfra_operation
 from ccrhost.operations import boot, datapath, nccl, qos, roce
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations import modules as rdma_modules
-from ccrhost.operations.base import DRY, ReadBackCommand, planned
+from ccrhost.operations.base import DRY, ReadBackCommand, batched, planned
 
 # what each stage's log line is headed with ("[host] QoS: 1 command"); the
 # bench counts changed stages from these lines
@@ -63,7 +64,8 @@ def rdma(settings):
     PCIe ACS, NIC Device Control) and the NCCL environment, in that order.
     A stage that fails
     fails the host and stops it there; each stage that changes something
-    says so in one line.
+    says so in one line. The writes of all stages planned from one read
+    of the node go to it as one command.
 
     + settings: the host's validated ``HostSettings``
 
@@ -73,33 +75,37 @@ def rdma(settings):
 
         tune.rdma(name="Tune RDMA", settings=settings)
     """
-    def release(label, commands):
-        """A stage's held commands, announced in the stage's one log line."""
-        if commands:
-            host.log(f"{label}: {len(commands)} command{'s' if len(commands) != 1 else ''}")
-        yield from commands
-
     if DRY:
         # nothing runs, and pyinfra's change detection stops at the first
         # command: list every stage now
         for commands in [list(planned(stage())) for _label, stage in _stages(settings)]:
             yield from commands
         return
-    # Each stage's commands are held until the next stage that writes has
-    # been planned, so that the host's last write is known and can carry the
-    # read-back of the tuned node for the verification. Planning a stage
-    # before the previous one's commands ran is sound because the stages
-    # plan from the snapshot, which no stage's writes change, unless a stage
-    # dropped it: then what is held runs before the next plan reads the node.
-    held_label, held = None, []
+    # The stages plan from the node's one snapshot, which no stage's writes
+    # change, so their writes go to the node together: one round trip, in
+    # stage order, stopping at the first that fails as separate commands
+    # would. A stage that dropped the snapshot (the modules stage after
+    # loading a driver) has what is planned sent before the next stage reads
+    # the node again. The host's last write also reads the tuned node back
+    # for the verification.
+    pending: list[tuple[str, list]] = []
+
+    def send() -> list:
+        """The pending stages' writes as one command (a failure stays its
+        own), each stage announced in one log line."""
+        for label, commands in pending:
+            host.log(f"{label}: {len(commands)} command{'s' if len(commands) != 1 else ''}")
+        out = batched([command for _label, commands in pending for command in commands])
+        pending.clear()
+        return out
+
     for label, stage in _stages(settings):
         if not fact_cache.cached(host):
-            yield from release(held_label, held)
-            held = []
+            yield from send()
         commands = list(planned(stage()))
         if commands:
-            yield from release(held_label, held)
-            held_label, held = label, commands
-    if held and isinstance(held[-1], StringCommand):
-        held[-1] = ReadBackCommand(held[-1], settings.verify_link_window)
-    yield from release(held_label, held)
+            pending.append((label, commands))
+    last = send()
+    if last and isinstance(last[-1], StringCommand):
+        last[-1] = ReadBackCommand(last[-1], settings.verify_link_window)
+    yield from last

@@ -256,6 +256,7 @@ class Lab:
             text = entry.read_text()
             if text.startswith("#!/usr/bin/env python3"):
                 text = f"#!{shim_python()}" + text[len("#!/usr/bin/env python3"):]
+            text = text.replace("@SHIM_PYTHON@", shim_python())  # shell shims that hand over to Python
             path = target / entry.name
             path.write_text(text)
             path.chmod(0o755 if text.startswith("#!") else 0o644)

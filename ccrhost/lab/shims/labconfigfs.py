@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
-"""Lab mkdir: in /sys/kernel/config/rdma_cm the kernel only creates a group
-for an existing RDMA device (make_cma_dev(), -ENODEV otherwise) and then
-adds ports/<n>/ with their attributes. Elsewhere it is plain mkdir."""
+"""Lab mkdir under /sys/kernel/config/rdma_cm (the ``mkdir`` shim runs
+this there): the kernel only creates a group for an existing RDMA device
+(make_cma_dev(), -ENODEV otherwise) and then adds ports/<n>/ with their
+attributes. Elsewhere it is plain mkdir."""
 
 import os
 import sys

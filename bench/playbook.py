@@ -8,6 +8,7 @@ version from PyPI into bench/.ansible-venv (git-ignored) on first use.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -201,12 +202,14 @@ def _owner_mode(path: Path) -> str | None:
     return f"{st.st_uid}:{st.st_gid} {st.st_mode & 0o7777:o}"
 
 
-def node_state(root: Path) -> dict[str, object]:
-    """What both tools set, read from a node's filesystem (``Lab.root``):
+def node_state(root: Path, dcb: Path) -> dict[str, object]:
+    """What both tools set, read from a node's filesystem (``Lab.root``)
+    and its emulated DCB state (``dcb``: the node's kernel/dcb folder):
     loaded modules, the boot-time module list, rdma_cm's RoCE mode and ToS
-    per port, ECN enable per netdev and priority, the NCCL settings. Files
-    are compared by their settings, since each tool writes its own header
-    and block markers."""
+    per port, ECN enable, trust, the DSCP map and PFC per netdev, the boot
+    script and unit (present, owner and mode: each tool renders its own),
+    the NCCL settings and shell profile. Files are compared by their
+    settings, since each tool writes its own header and block markers."""
     state: dict[str, object] = {}
     for module in MODULES:
         state[f"module {module}"] = _read(root / "sys/module" / module / "initstate")
@@ -218,9 +221,25 @@ def node_state(root: Path) -> dict[str, object]:
         state[str(attr.relative_to(root))] = _read(attr)
     for attr in sorted((root / "sys/class/net").glob("*/ecn/roce_[rn]p/enable/*")):
         state[str(attr.relative_to(root))] = _read(attr)
+    for port in sorted((root / "sys/class/net").glob("*/ecn")):
+        netdev = port.parent.name
+        try:
+            qos = json.loads((dcb / f"{netdev}.json").read_text())
+        except (OSError, ValueError):
+            qos = None
+        app = qos["app"] if qos else {}
+        state[f"{netdev} trust"] = ("dscp" if app else "pcp") if qos else None
+        for dscp in (26, 48):
+            state[f"{netdev} DSCP {dscp} priority"] = app.get(str(dscp))
+        state[f"{netdev} PFC"] = qos and qos["pfc"]
+    for path in ("etc/ccrhost/boot-apply.sh", "etc/systemd/system/ccrhost-boot.service"):
+        state[f"{path} owner mode"] = _owner_mode(root / path)
     nccl = root / "etc/nccl.conf"
     state["nccl.conf"] = _settings_lines(nccl)
     state["nccl.conf owner mode"] = _owner_mode(nccl)
+    profile = root / "etc/profile.d/ccrhost-nccl.sh"
+    state["NCCL shell profile"] = _settings_lines(profile)
+    state["NCCL shell profile owner mode"] = _owner_mode(profile)
     return state
 
 

@@ -66,6 +66,15 @@ def test_configfs_mkdir_only_for_real_devices(make_lab):
     port = root / "sys/kernel/config/rdma_cm/mlx5_3/ports/1"
     assert (port / "default_roce_mode").read_text() == "IB/RoCE v1\n"
     assert (port / "default_roce_tos").read_text() == "0\n"
+    again = lab_ssh(lab, "node1", "mkdir /sys/kernel/config/rdma_cm/mlx5_3")
+    assert again.returncode == 1
+    assert again.stderr.strip() == "mkdir: cannot create directory '/sys/kernel/config/rdma_cm/mlx5_3': File exists"
+    assert lab_ssh(lab, "node1", "mkdir -p /sys/kernel/config/rdma_cm/mlx5_3").returncode == 0
+    # relative to the working folder, and two groups in one call, alike
+    assert lab_ssh(lab, "node1", "cd /sys/kernel/config/rdma_cm && mkdir mlx5_4 && "
+                                 "mkdir /sys/kernel/config/rdma_cm/mlx5_5 /sys/kernel/config/rdma_cm/mlx5_6").returncode == 0
+    for dev in ("mlx5_4", "mlx5_5", "mlx5_6"):
+        assert (root / f"sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_mode").read_text() == "IB/RoCE v1\n"
     # plain mkdir elsewhere is untouched by the shim
     assert lab_ssh(lab, "node1", "mkdir /tmp/plain && test -d /tmp/plain").returncode == 0
 

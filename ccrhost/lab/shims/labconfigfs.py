@@ -1,5 +1,6 @@
-"""Lab mkdir under /sys/kernel/config/rdma_cm (the ``mkdir`` shim runs
-this there): the kernel only creates a group for an existing RDMA device
+"""Lab mkdir under /sys/kernel/config/rdma_cm, for what the ``mkdir`` shim
+does not do in shell (several paths, other options, the rdma_vanish
+fault): the kernel only creates a group for an existing RDMA device
 (make_cma_dev(), -ENODEV otherwise) and then adds ports/<n>/ with their
 attributes. Elsewhere it is plain mkdir."""
 

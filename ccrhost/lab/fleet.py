@@ -255,7 +255,9 @@ class Lab:
                 continue
             text = entry.read_text()
             if text.startswith("#!/usr/bin/env python3"):
-                text = f"#!{shim_python()}" + text[len("#!/usr/bin/env python3"):]
+                # -I -S: standard library only, no site-packages scan and no
+                # environment, about 1.5 ms of every shim run
+                text = f"#!{shim_python()} -IS" + text[len("#!/usr/bin/env python3"):]
             text = text.replace("@SHIM_PYTHON@", shim_python())  # shell shims that hand over to Python
             path = target / entry.name
             path.write_text(text)

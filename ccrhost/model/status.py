@@ -7,7 +7,6 @@ Slurm health checks follow).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 OK, WARN, FAIL, UNKNOWN = "OK", "WARN", "FAIL", "UNKNOWN"
@@ -36,6 +35,8 @@ def below_median(values: dict[str, float], tolerance: float, minimum: int = 3) -
     have no meaningful median, so nothing is flagged."""
     if len(values) < minimum:
         return {}
+    import statistics  # here: every `ccrhost check` loads this module, few need a median
+
     median = statistics.median(values.values())
     if not median:
         return {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -31,10 +30,11 @@ MEASURED_PREFIX = "ccrhost: measured:"
 MEASURED_CODES = ("measured_slow",)
 
 
-def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None) -> Verdict:
-    """Gather this node's readings and evaluate them. ``gather`` (RDMA and
-    GPUs) and ``gather_pci`` (the data path) are for tests; with ``gather``
-    alone the data path is not read.
+def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None) -> Verdict:
+    """Gather this node's readings and evaluate them. ``started``: the reads
+    already under way (:class:`ccrhost.node.gather.Started`), else they
+    start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
+    path) are for tests; with ``gather`` alone the data path is not read.
 
     What could not be read is UNKNOWN, never a guess: an RDMA probe that
     hangs past ``timeout`` or prints what sysfs never prints gives the
@@ -42,23 +42,19 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     read are UNKNOWN reasons of the verdict.
     """
     if gather is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from ccrhost.probes import gpu, local, pci, rdma
+        from ccrhost.node.gather import Started
+        from ccrhost.probes import local, rdma
 
         # The three probes are separate processes that only read: run at
         # once, the check waits for the slowest rather than their sum.
-        with ThreadPoolExecutor(3) as pool:
-            rdma_read = pool.submit(rdma.read_local, timeout)
-            gpu_read = pool.submit(gpu.read_local, timeout=timeout)
-            pci_read = pool.submit(pci.read_local, timeout) if gather_pci is None else None
-            try:
-                rdma_state = rdma_read.result()
-            except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
-                return unknown(f"cannot read the RDMA ports: {exc}")
-            gpu_state = gpu_read.result()
-            if pci_read is not None:
-                gather_pci = pci_read.result
+        reads = started or Started(timeout)
+        try:
+            rdma_state = reads.rdma.result()
+        except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
+            return unknown(f"cannot read the RDMA ports: {exc}")
+        gpu_state = reads.gpus.result()
+        if gather_pci is None:
+            gather_pci = reads.pci.result
     else:
         rdma_state, gpu_state = gather()
     datapath = local_datapath(settings, gather_pci) if gather_pci is not None else None
@@ -222,6 +218,8 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
     UNKNOWN changes nothing: the node's state is not known. ``measured``:
     the verdict includes a bandwidth measurement, so it may also lift or
     rewrite a drain that rests on one."""
+    import shutil  # only a drain needs it; every check would pay its import
+
     scontrol = scontrol or shutil.which("scontrol")
     if not scontrol:
         return "scontrol not found; not draining"

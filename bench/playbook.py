@@ -8,7 +8,7 @@ version from PyPI into bench/.ansible-venv (git-ignored) on first use.
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 import re
 import signal
@@ -223,9 +223,9 @@ def node_state(root: Path, dcb: Path) -> dict[str, object]:
         state[str(attr.relative_to(root))] = _read(attr)
     for port in sorted((root / "sys/class/net").glob("*/ecn")):
         netdev = port.parent.name
-        try:
-            qos = json.loads((dcb / f"{netdev}.json").read_text())
-        except (OSError, ValueError):
+        try:  # the lab's mlnx_qos keeps it as marshal (ccrhost/lab/shims/labkernel.py dcb_path)
+            qos = marshal.loads((dcb / f"{netdev}.marshal").read_bytes())
+        except (OSError, ValueError, EOFError):
             qos = None
         app = qos["app"] if qos else {}
         state[f"{netdev} trust"] = ("dscp" if app else "pcp") if qos else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import marshal
 import os
 import re
 import shutil
@@ -129,6 +130,17 @@ def preflight() -> None:
         missing.append("sftp-server (package openssh-sftp-server)")
     if missing:
         raise LabError("missing: " + ", ".join(missing))
+
+
+def _write_node_record(folder: Path, info: dict) -> None:
+    """A node's record as node.json, and as node.marshal for the shims:
+    every shim run reads it, and importing json costs a run some 7 ms,
+    half of what the shim takes, where marshal is built in."""
+    text = json.dumps(info)
+    for name, data in (("node.json", text.encode()), ("node.marshal", marshal.dumps(json.loads(text)))):
+        tmp = folder / f".{name}.tmp"
+        tmp.write_bytes(data)
+        tmp.replace(folder / name)  # the shims never read half a file
 
 
 class Lab:
@@ -433,7 +445,7 @@ class Lab:
             for name, deps in dep_table.items()))
         (moddir / "modules.builtin").write_text("".join(
             f"kernel/fs/{name}/{name}.ko\n" for name in profile.modules.builtin))
-        (ndir / "node.json").write_text(json.dumps({
+        _write_node_record(ndir, {
             "name": node.name, "dir": str(ndir), "profile": profile.name,
             "link_mbit": self.load().link_mbit,  # nominal: a link_slow node measures slow
             "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
@@ -445,7 +457,7 @@ class Lab:
             "module_versions": versions,
             "link_flap": built["flap"],
             "qos_boot": built["qos"],  # each netdev's DCB state at power-on
-        }))
+        })
 
     @staticmethod
     def _garble_file(ndir: Path, value: str) -> None:
@@ -663,10 +675,8 @@ class Lab:
         names = [str(f) for f in faults]
         info = json.loads((ndir / "node.json").read_text())
         info["faults"] = names
-        for target in (ndir / "node.json", root / "run/ccrhost-lab/node.json"):
-            tmp = target.with_name(".node.json.tmp")
-            tmp.write_text(json.dumps(info))
-            tmp.replace(target)  # the shims never read half a file
+        for folder in (ndir, root / "run/ccrhost-lab"):
+            _write_node_record(folder, info)
         if rate != self.link_mbit(state, self._faults(node)):
             self._shape(state, node, rate)
         saved["faults"] = names

@@ -62,7 +62,7 @@ for p in $(cat "$N/boot/share" 2>/dev/null); do
 done
 mount -t tmpfs -o mode=0755 lab-run /run
 /bin/mkdir -p /run/sshd /run/ccrhost-lab
-cp "$N/node.json" /run/ccrhost-lab/node.json
+cp "$N/node.json" "$N/node.marshal" /run/ccrhost-lab/
 mount -t tmpfs -o mode=1777 lab-tmp /tmp
 i=0
 for p in $(cat "$N/boot/share" 2>/dev/null); do

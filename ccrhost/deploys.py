@@ -14,8 +14,6 @@ from __future__ import annotations
 from pyinfra import host, inventory, state
 from pyinfra.api import deploy
 
-from ccrhost.fleet.measure import fleet_measurements
-from ccrhost.fleet.monitor import fleet_window
 from ccrhost.fleet.report import fleet_report
 from ccrhost.inventory import all_settings, host_settings
 from ccrhost.operations import tune, verify
@@ -41,6 +39,9 @@ def verify_stage(measure: bool = True) -> None:
     settings = host_settings(host, inventory)
     measured = {}
     if measure and settings.verify_measure:
+        # imported when used: every run of a deploy loads this module
+        from ccrhost.fleet.measure import fleet_measurements
+
         measured = fleet_measurements(state, inventory, all_settings(inventory))
     gpudirect = None
     if measure and settings.verify_measure_gpudirect:
@@ -58,6 +59,8 @@ def verify_stage(measure: bool = True) -> None:
 
 def monitor_stage() -> None:
     """One sampling window on every host at once; the fleet table at the end."""
+    from ccrhost.fleet.monitor import fleet_window
+
     host_settings(host, inventory)
     fleet_window(state, inventory, all_settings(inventory))
 

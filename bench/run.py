@@ -277,7 +277,8 @@ def measure_check(workdir: Path, count: int = 20) -> dict:
         enter = ["nsenter", "-t", str(holder), "-m", "-n", "--", sys.executable]
         out = {"load": os.getloadavg()[0]}
         for key, cmd in (("check", ["-m", "ccrhost", "check", "--profile", PROFILE, "--format", "json"]),
-                         ("imports", ["-c", "import ccrhost.cli"])):
+                         ("start", ["-c", "pass"]),
+                         ("imports", ["-c", "import ccrhost.cli, ccrhost.node.check"])):
             out[key] = []
             for _ in range(count):
                 start = time.monotonic()
@@ -478,12 +479,12 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
         med = statistics.median(check)
         rows.append((f"`ccrhost check` <= {CHECK_MEDIAN_MAX_S} s median (of {len(check)})", _fmt(check, " s", 3),
                      _verdict(med <= CHECK_MEDIAN_MAX_S)))
-        if med > CHECK_MEDIAN_MAX_S:
-            floor = statistics.median(timings["imports"])
-            notes.append(f"`ccrhost check` took {med:.3f} s median, {med - CHECK_MEDIAN_MAX_S:.3f} s over the target; "
-                         f"the same interpreter only importing `ccrhost.cli` took {floor:.3f} s, so "
-                         f"{floor / med:.0%} of it is interpreter start and imports (load average "
-                         f"{timings['load']:.1f} on {os.cpu_count()} cores when it was timed).")
+        start, imports = statistics.median(timings["start"]), statistics.median(timings["imports"])
+        notes.append(f"`ccrhost check` took {med:.3f} s median ({'within' if med <= CHECK_MEDIAN_MAX_S else 'over'} "
+                     f"the {CHECK_MEDIAN_MAX_S} s target): the same interpreter starting and exiting took "
+                     f"{start:.3f} s, and importing the check's code (`ccrhost.cli`, `ccrhost.node.check`, the "
+                     f"settings with pydantic) {imports:.3f} s in all; the node's three reads run while the settings "
+                     f"load (load average {timings['load']:.1f} on {os.cpu_count()} cores when it was timed).")
     else:
         rows.append((f"`ccrhost check` <= {CHECK_MEDIAN_MAX_S} s median", not_measured, "- (--skip-extras)"))
     bandwidth = extras.get("bandwidth")

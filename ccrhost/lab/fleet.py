@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
@@ -451,6 +452,10 @@ class Lab:
             "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
             "nics": built["nics"],
             "gpus": profile.gpus.model_dump(),
+            # the profile's (a capture's), else one per node and GPU; made here
+            # so that nvidia-smi, run by every probe, needs no uuid and hashlib
+            "gpu_uuids": list(profile.gpus.uuids) or [
+                "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.name}-gpu{i}")) for i in range(profile.gpus.count)],
             "gpu_bdfs": [g["bdf"] for g in built["gpus"]],
             "faults": [str(f) for f in faults],
             "ofed": profile.ofed,

@@ -119,6 +119,11 @@ def read_local(nvml=None, timeout: float = 20) -> GpuProbe:
     a hung nvidia-smi is killed after ``timeout`` s and is the probe's error."""
     try:
         if nvml is None:
+            # nvmlInit() loads this library; where it cannot load, importing
+            # pynvml (some 20 ms, on every `ccrhost check`) would only fail
+            import ctypes
+
+            ctypes.CDLL("libnvidia-ml.so.1")
             import pynvml as nvml
         return GpuProbe(read_nvml(nvml), source="nvml")
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...

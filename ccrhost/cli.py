@@ -35,12 +35,11 @@ def main():
 def _settings(config_path, overrides=None):
     """This node's validated settings from ``--config`` plus command-line
     overrides; a bad key or value is a usage error naming both."""
-    import socket
-
     from ccrhost.settings import InventoryDataError, validate_host
 
     try:
-        return validate_host(socket.gethostname(), _load_check_data(config_path, overrides or {}))
+        # os.uname().nodename is what socket.gethostname() returns, without importing socket
+        return validate_host(os.uname().nodename, _load_check_data(config_path, overrides or {}))
     except InventoryDataError as exc:
         raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
 

@@ -8,7 +8,6 @@ force on a whole cluster.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -511,6 +510,8 @@ def validate_host(name: str, data: dict) -> HostSettings:
     known = set(HostSettings.model_fields)
     errors = []
     for key in sorted(set(mine) - known):
+        import difflib  # only for a key that is not known
+
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
         errors.append(DataError(name, key, mine.pop(key), hint))

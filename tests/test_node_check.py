@@ -43,6 +43,19 @@ def test_atomic_write_leaves_no_temp_file(tmp_path):
     target = tmp_path / "ccrhost.prom"
     write_atomic(str(target), "x 1\n")
     assert target.read_text() == "x 1\n" and os.listdir(tmp_path) == ["ccrhost.prom"]
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_atomic_write_never_writes_through_a_link_at_its_temporary_name(tmp_path):
+    import threading
+
+    target, victim = tmp_path / "ccrhost.prom", tmp_path / "victim"
+    victim.write_text("keep\n")
+    # a link (or a dead writer's leftover) where this process's temporary file goes
+    (tmp_path / f".ccrhost.prom.{os.getpid()}.{threading.get_ident()}.tmp").symlink_to(victim)
+    write_atomic(str(target), "x 2\n")
+    assert target.read_text() == "x 2\n" and victim.read_text() == "keep\n"
+    assert sorted(os.listdir(tmp_path)) == ["ccrhost.prom", "victim"]
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 from dataclasses import replace
@@ -225,7 +224,7 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
         return "scontrol not found; not draining"
     # slurmd names the node in the prolog's and health check's environment;
     # its NodeName need not be the host name
-    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     reason = current_reason(node, scontrol)
     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
     if reason is not None and not ours:

@@ -58,3 +58,27 @@ def test_the_cache_serves_every_managed_file_from_the_one_read():
     host = Host()
     assert cache.files(host, list(FILES)) == {p: None for p in FILES}
     assert cache.files(host, [FILES[1]]) == {FILES[1]: None} and host.reads == 1
+
+
+def test_a_read_of_some_probes_keeps_the_others_from_the_snapshot_held():
+    held = node.parse_snapshot(["@@@ rdma", "@@@ modules", "@@loaded", "mlx5_core", "@@@ files", "@@@ qos",
+                                "@@@ gpus", "@@error", "nvidia-smi not found", "@@@ pci", "@@kernel", "6.8.0", "x86_64"])
+    held.errors["gpus"] = "held error"
+    again = ("rdma", "modules", "qos", "files")
+    command = node.command(list(FILES), UNIT_WANTS, 0, again)
+    assert "echo '@@@ gpus'" not in command and "echo '@@@ pci'" not in command and "echo '@@@ qos'" in command
+    fresh = node.parse_snapshot(["@@@ rdma", "@@@ modules", "@@loaded", "mlx5_ib", "@@@ files", "@@@ qos"], again)
+    assert fresh.errors == {}  # the probes not asked for are not "missing"
+    merged = node.merge(held, fresh, again)
+    assert merged.modules.present("mlx5_ib") and not merged.modules.present("mlx5_core")  # read again
+    assert merged.pci.kernel_release == "6.8.0" and merged.gpus is held.gpus  # kept
+    assert merged.errors == {"gpus": "held error"}
+
+
+def test_the_read_back_reads_again_what_a_write_can_change():
+    from ccrhost.operations.tune import read_back
+
+    assert read_back({"modules", "RoCE", "boot unit", "QoS", "NCCL"}, 0) == ("rdma", "modules", "qos", "files")
+    # a data-path write, or a link window (its first counters are the PCI probe's), reads the PCI tree too
+    assert "pci" in read_back({"PCIe ACS"}, 0) and "pci" in read_back({"NCCL"}, 3)
+    assert all("gpus" not in read_back(w, s) for w in ({"GPUDirect"}, {"QoS"}) for s in (0, 3))

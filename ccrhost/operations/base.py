@@ -141,14 +141,15 @@ class ReadBackCommand(StringCommand):
     """A host's last write command, then the node snapshot read again in the
     same round trip: the verification judges the tuned node from that read
     (``cache.store``) instead of a command of its own, and with ``window``
-    the link window's second counter reading too. The read runs only
-    when every write succeeded; a failing write fails the host with its own
-    output, as the plain command would."""
+    the link window's second counter reading too. ``probes``: read only
+    these again, the rest is kept from the snapshot the stages planned
+    from. The read runs only when every write succeeded; a failing write
+    fails the host with its own output, as the plain command would."""
 
-    def __init__(self, command: StringCommand, window: float = 0):
+    def __init__(self, command: StringCommand, window: float = 0, probes=None):
         super().__init__("{", *command.bits, ";", "} && { echo", QuoteString(READ_BACK_MARK), ";",
-                         fact_cache.read_command(window), "; }")
-        self.command = command
+                         fact_cache.read_command(window, probes), "; }")
+        self.command, self.probes = command, probes
 
     def execute(self, state, host, connector_arguments):
         from pyinfra.connectors.util import CommandOutput
@@ -160,8 +161,11 @@ class ReadBackCommand(StringCommand):
         marks = [i for i, line in enumerate(lines) if line.buffer_name == "stdout" and line.line == READ_BACK_MARK]
         if not status or not marks:
             return status, output
-        fact_cache.store(host, parse_snapshot([line.line for line in lines[marks[-1] + 1:]
-                                               if line.buffer_name == "stdout"]))
+        read = [line.line for line in lines[marks[-1] + 1:] if line.buffer_name == "stdout"]
+        if self.probes is None:
+            fact_cache.store(host, parse_snapshot(read))
+        else:
+            fact_cache.store(host, parse_snapshot(read, self.probes), self.probes)
         kept = lines[:marks[-1]] + [line for line in lines[marks[-1] + 1:] if line.buffer_name != "stdout"]
         return status, CommandOutput(kept)
 

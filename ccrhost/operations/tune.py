@@ -27,6 +27,21 @@ from ccrhost.operations.base import DRY, ReadBackCommand, batched, planned
 # bench counts changed stages from these lines
 STAGE_LABELS = ("modules", "RoCE", "boot unit", "MTU", "QoS", "PFC headroom", "GPUDirect", "PCIe ACS",
                 "NIC PCIe", "NCCL")
+# The stages whose writes change what the PCI probe reads (peer memory, ACS,
+# Device Control). No stage changes the GPUs.
+PCI_STAGES = {"GPUDirect", "PCIe ACS", "NIC PCIe"}
+
+
+def read_back(written: set[str], window: float) -> tuple[str, ...]:
+    """The probes the read-back after ``written`` stages reads again: every
+    one a write can change. The GPUs, and the PCI tree unless a data-path
+    stage wrote to it or the link window needs its counters now, stay as
+    the run's first read saw them, which is all a no-op run judges by: on a
+    real node nvidia-smi alone can take longer than the rest."""
+    from ccrhost.probes.node import PROBES
+
+    skip = {"gpus"} | (set() if written & PCI_STAGES or window > 0 else {"pci"})
+    return tuple(p for p in PROBES if p not in skip)
 
 
 def _stages(settings):
@@ -105,7 +120,11 @@ def rdma(settings):
         commands = list(planned(stage()))
         if commands:
             pending.append((label, commands))
+    written = {label for label, _commands in pending}
+    # what is sent last was planned from the snapshot held now (a dropped
+    # one was read again before), so the read-back can complete it
+    probes = read_back(written, settings.verify_link_window) if fact_cache.cached(host) else None
     last = send()
     if last and isinstance(last[-1], StringCommand):
-        last[-1] = ReadBackCommand(last[-1], settings.verify_link_window)
+        last[-1] = ReadBackCommand(last[-1], settings.verify_link_window, probes)
     yield from last

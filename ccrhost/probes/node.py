@@ -51,11 +51,11 @@ _PARSERS = {
 PROBES = tuple(_PARSERS)
 
 
-def command(paths, wants: str, window: float = 0) -> str:
-    """One shell command printing every probe; ``paths``: managed files,
-    ``wants``: the boot unit's enable link; ``window``: seconds after which
-    the port error counters are read a second time (the verification's link
-    window, in the same round trip).
+def command(paths, wants: str, window: float = 0, probes=PROBES) -> str:
+    """One shell command printing every probe (or those in ``probes``);
+    ``paths``: managed files, ``wants``: the boot unit's enable link;
+    ``window``: seconds after which the port error counters are read a
+    second time (the verification's link window, in the same round trip).
 
     The output travels as one line: gzip (where the node has it) then
     base64. pyinfra hands every output line through a thread queue, and at
@@ -70,7 +70,8 @@ def command(paths, wants: str, window: float = 0) -> str:
         "gpus": gpu.COMMAND,
         "pci": pci.COMMAND,
     }
-    body = "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items())
+    body = "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items()
+                     if name in probes)
     read = (f"if command -v gzip >/dev/null 2>&1; then z='gzip -1'; m=gz; else z=cat; m=raw; fi; "
             f"echo \"{PACKED_MARK} $m\"; {{ {body}; }} 2>/dev/null | $z | base64 -w0; echo")
     if window <= 0:
@@ -96,9 +97,10 @@ class SnapshotFormatError(ValueError):
     pass
 
 
-def parse_snapshot(lines: list[str]) -> NodeSnapshot:
+def parse_snapshot(lines: list[str], probes=PROBES) -> NodeSnapshot:
     """Never raises: a probe whose output cannot be parsed is recorded in
-    ``errors`` and keeps its empty default."""
+    ``errors`` and keeps its empty default. ``probes``: the ones the
+    command printed (:func:`command`); the others keep their defaults."""
     snap = NodeSnapshot()
     marks = [i for i, line in enumerate(lines) if line.startswith(WINDOW_MARK + " ")]
     if marks:
@@ -110,7 +112,7 @@ def parse_snapshot(lines: list[str]) -> NodeSnapshot:
     try:
         lines = unpack(lines)
     except SnapshotFormatError as exc:
-        snap.errors = {name: str(exc) for name in _PARSERS}
+        snap.errors = {name: str(exc) for name in probes}
         return snap
     seen = set()
     for section in split(lines, PROBE_MARK):
@@ -122,6 +124,18 @@ def parse_snapshot(lines: list[str]) -> NodeSnapshot:
             setattr(snap, section.tag, parse(section.lines))
         except Exception as exc:  # any parser, any input: that probe's failure, never the run's
             snap.errors[section.tag] = f"cannot read {source}: {exc}"
-    for name in _PARSERS.keys() - seen:
+    for name in set(probes) - seen:
         snap.errors[name] = f"no output from the {name} probe"
     return snap
+
+
+def merge(old: NodeSnapshot, new: NodeSnapshot, probes) -> NodeSnapshot:
+    """``new``, a read of ``probes`` only, completed with ``old``'s other
+    probes (their readings and errors)."""
+    for name in PROBES:
+        if name not in probes:
+            setattr(new, name, getattr(old, name))
+            new.errors.pop(name, None)
+            if name in old.errors:
+                new.errors[name] = old.errors[name]
+    return new

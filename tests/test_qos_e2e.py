@@ -202,6 +202,10 @@ def test_shims_refuse_what_the_real_tools_refuse(make_lab):
     assert run.returncode == 0, run.stderr
     state = parse_mlnx_qos(run.stdout)
     assert (state["dscp2prio"], state["pfc"]) == ({26: 3, 48: 6}, [0, 0, 0, 1, 0, 0, 0, 0])
+    # a bad entry refuses them all before any is applied
+    bad = lab_ssh(lab, "node1", "mlnx_qos -i ens2np0 --dscp2prio set,10,1 --dscp2prio set,99,1")
+    assert bad.returncode == 1 and bad.stdout.strip() == "Invalid dscp2prio command. Refer to the help."
+    assert parse_mlnx_qos(lab_ssh(lab, "node1", "mlnx_qos -i ens2np0").stdout)["dscp2prio"] == {26: 3, 48: 6}
     sizes = lab_ssh(lab, "node1", "mlnx_qos -i ens2np0 --buffer_size 130944,131072,0,0,0,0,0,0 "
                                   "--prio2buffer 0,0,0,1,0,0,0,0")
     state = parse_mlnx_qos(sizes.stdout)  # OFED's sysfs backend: the sizes only

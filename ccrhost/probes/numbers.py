@@ -18,7 +18,8 @@ _DECIMAL = re.compile(r"[+-]?[0-9]{1,19}(?:\.[0-9]{1,19})?")
 def integer(text: str, lo: int | None = None, hi: int | None = None) -> int | None:
     """``text`` (surrounding white space allowed) as an int within [lo, hi], else None."""
     value = text.strip()
-    if not _INT.fullmatch(value):
+    # most readings are plain ASCII digits: the regex only for the rest
+    if not (value.isascii() and value.isdigit() and len(value) <= 19) and not _INT.fullmatch(value):
         return None
     number = int(value)
     if (lo is not None and number < lo) or (hi is not None and number > hi):

@@ -246,7 +246,12 @@ def test_verify_measure_drains_the_slow_node_and_the_health_check_leaves_it(clus
     # 80 of the nominal 200 Mbit/s lab link, scaled to a 400 Gb/s port: about 150
     assert 120 < slow["ports"][0]["measured_gbps"] < 165
     assert 360 < hosts["node1"]["ports"][0]["measured_gbps"] <= 400
-    assert slurm(lab, "squeue", "-h").stdout == ""  # its own job is gone
+    # its own job is gone: cancelled on the way out, it may still be completing (CG) for a moment
+    deadline = time.monotonic() + 15
+    while (queue := slurm(lab, "squeue", "-h", "-o", "%i %T").stdout.split()) and queue[1::2] == ["COMPLETING"]:
+        assert time.monotonic() < deadline, queue
+        time.sleep(0.2)
+    assert queue == []
 
     st, reason = state(lab, "node3")
     assert st == "drained" and reason.startswith("ccrhost: measured: ports mlx5_0/1 measured below 90%")

@@ -33,16 +33,17 @@ def _bytecode_cache():
 
 
 @functools.lru_cache(maxsize=None)
-def _template(name: str):
-    # compiled once per run, not once per host: at fleet scale compiling was
-    # a measurable share of the controller's time
+def _environment() -> Environment:
+    # one per run, and each template compiled once in it, not once per host:
+    # at fleet scale compiling was a measurable share of the controller's time
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
-                      keep_trailing_newline=True, autoescape=False, bytecode_cache=_bytecode_cache())
+                      keep_trailing_newline=True, autoescape=False, bytecode_cache=_bytecode_cache(),
+                      auto_reload=False)  # package files: no stat per render to see if they changed
     # `| sh`: one shell word, whatever the value (a name read from a node included)
     env.filters["sh"] = lambda value: shlex.quote(str(value))
-    return env.get_template(name)
+    return env
 
 
 def render(name: str, **values) -> str:
     """Render ``templates/<name>``; an undefined value is an error, not blank."""
-    return _template(name).render(**values)
+    return _environment().get_template(name).render(**values)

@@ -147,9 +147,11 @@ class ReadBackCommand(StringCommand):
     fails the host with its own output, as the plain command would."""
 
     def __init__(self, command: StringCommand, window: float = 0, probes=None):
+        from ccrhost.probes.node import PROBES
+
+        self.command, self.probes = command, PROBES if probes is None else tuple(probes)
         super().__init__("{", *command.bits, ";", "} && { echo", QuoteString(READ_BACK_MARK), ";",
-                         fact_cache.read_command(window, probes), "; }")
-        self.command, self.probes = command, probes
+                         fact_cache.read_command(window, self.probes), "; }")
 
     def execute(self, state, host, connector_arguments):
         from pyinfra.connectors.util import CommandOutput
@@ -162,10 +164,7 @@ class ReadBackCommand(StringCommand):
         if not status or not marks:
             return status, output
         read = [line.line for line in lines[marks[-1] + 1:] if line.buffer_name == "stdout"]
-        if self.probes is None:
-            fact_cache.store(host, parse_snapshot(read))
-        else:
-            fact_cache.store(host, parse_snapshot(read, self.probes), self.probes)
+        fact_cache.store(host, parse_snapshot(read, self.probes), self.probes)
         kept = lines[:marks[-1]] + [line for line in lines[marks[-1] + 1:] if line.buffer_name != "stdout"]
         return status, CommandOutput(kept)
 

@@ -55,27 +55,26 @@ def cached(host) -> bool:
     return _ATTR in _real(host).__dict__
 
 
-def store(host, snap, probes=None) -> None:
+def store(host, snap, probes) -> None:
     """Keep ``snap``, read just now after this host's last write (see
     :class:`ccrhost.operations.base.ReadBackCommand`), as the current one;
     ``probes``: the ones it read, the others kept from the snapshot held."""
+    from ccrhost.probes.node import merge
+
     host = _real(host)
     held = host.__dict__.get(_ATTR)
-    if probes is not None and held is not None:
-        from ccrhost.probes.node import merge
-
+    if held is not None:
         snap = merge(held, snap, probes)
     host.__dict__[_ATTR] = snap
     host.__dict__[_STALE] = False
     host.__dict__[_AT] = time.monotonic()
 
 
-def read_command(window: float = 0, probes=None) -> str:
-    """The snapshot's shell command, as :func:`snapshot` runs it (only
-    ``probes``, when given)."""
-    from ccrhost.probes.node import PROBES, command
+def read_command(window: float, probes) -> str:
+    """The snapshot's shell command for ``probes``, as :func:`snapshot` runs it."""
+    from ccrhost.probes.node import command
 
-    return command(list(FILES), UNIT_WANTS, window, PROBES if probes is None else probes)
+    return command(list(FILES), UNIT_WANTS, window, probes)
 
 
 def link_window(host, seconds: float):

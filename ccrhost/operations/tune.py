@@ -5,11 +5,10 @@ operation order is taken from ``inspect.stack()``), several milliseconds
 apiece; at fleet scale that, not the nodes, bounds the controller. One
 operation that runs the stages in turn costs it once. The stages stay
 separate functions (each module's own operation, usable alone), planned
-one after the other from the node's one snapshot; a stage's commands run
-before the next stage that writes does, and before any stage plans from a
-fresh read (after the modules stage loaded a driver): the writes of every
-stage planned from one read go to the node in one command, which also
-reads the tuned node back for the verification.
+one after the other from the node's one snapshot. The writes of every
+stage planned from one read go to the node in one command, sent before
+any stage plans from a fresh read (after the modules stage loaded a
+driver); the last one also reads the tuned node back for the verification.
 """
 
 from __future__ import annotations

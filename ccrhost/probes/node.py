@@ -135,7 +135,6 @@ def merge(old: NodeSnapshot, new: NodeSnapshot, probes) -> NodeSnapshot:
     for name in PROBES:
         if name not in probes:
             setattr(new, name, getattr(old, name))
-            new.errors.pop(name, None)
             if name in old.errors:
                 new.errors[name] = old.errors[name]
     return new

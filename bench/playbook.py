@@ -8,7 +8,6 @@ version from PyPI into bench/.ansible-venv (git-ignored) on first use.
 
 from __future__ import annotations
 
-import marshal
 import os
 import re
 import signal
@@ -202,14 +201,15 @@ def _owner_mode(path: Path) -> str | None:
     return f"{st.st_uid}:{st.st_gid} {st.st_mode & 0o7777:o}"
 
 
-def node_state(root: Path, dcb: Path) -> dict[str, object]:
-    """What both tools set, read from a node's filesystem (``Lab.root``)
-    and its emulated DCB state (``dcb``: the node's kernel/dcb folder):
+def node_state(lab, name: str) -> dict[str, object]:
+    """What both tools set, read from a lab node's filesystem (``Lab.root``)
+    and its emulated DCB state (``Lab.dcb_state``):
     loaded modules, the boot-time module list, rdma_cm's RoCE mode and ToS
     per port, ECN enable, trust, the DSCP map and PFC per netdev, the boot
     script and unit (present, owner and mode: each tool renders its own),
     the NCCL settings and shell profile. Files are compared by their
     settings, since each tool writes its own header and block markers."""
+    root = lab.root(name)
     state: dict[str, object] = {}
     for module in MODULES:
         state[f"module {module}"] = _read(root / "sys/module" / module / "initstate")
@@ -223,10 +223,7 @@ def node_state(root: Path, dcb: Path) -> dict[str, object]:
         state[str(attr.relative_to(root))] = _read(attr)
     for port in sorted((root / "sys/class/net").glob("*/ecn")):
         netdev = port.parent.name
-        try:  # the lab's mlnx_qos keeps it as marshal (ccrhost/lab/shims/labkernel.py dcb_path)
-            qos = marshal.loads((dcb / f"{netdev}.marshal").read_bytes())
-        except (OSError, ValueError, EOFError):
-            qos = None
+        qos = lab.dcb_state(name, netdev)
         app = qos["app"] if qos else {}
         state[f"{netdev} trust"] = ("dscp" if app else "pcp") if qos else None
         for dscp in (26, 48):

@@ -152,7 +152,7 @@ def measure_size(nodes: int, repeats: int, ansible_repeats: int, workdir: Path, 
                                      ("verify", "deploys/verify.py")):
                     runs[kind].append(run_pyinfra(lab, deploy, inventory, logs / f"ccrhost-{nodes}-{rep}-{kind}.log"))
                     if kind == "first":
-                        states.setdefault("ccrhost", playbook.node_state(lab.root("node1"), lab.node_dir("node1") / "kernel" / "dcb"))
+                        states.setdefault("ccrhost", playbook.node_state(lab, "node1"))
         if rep < ansible_repeats:
             with fresh_lab(workdir, nodes) as lab:
                 ansible_inventory = playbook.write_inventory(lab, workdir / "inventory.yml")
@@ -160,7 +160,7 @@ def measure_size(nodes: int, repeats: int, ansible_repeats: int, workdir: Path, 
                     runs[f"ansible_{kind}"].append(playbook.run_playbook(
                         lab, ansible_inventory, workdir, logs / f"ansible-{nodes}-{rep}-{kind}.log"))
                     if kind == "first":
-                        states.setdefault("ansible", playbook.node_state(lab.root("node1"), lab.node_dir("node1") / "kernel" / "dcb"))
+                        states.setdefault("ansible", playbook.node_state(lab, "node1"))
     return runs
 
 
@@ -545,8 +545,7 @@ def _speed_note(runs: dict, kind: str, label: str, n: int, ratio: float) -> str:
             f"spends {_med(c, 'controller_cpu_s'):.2f} s of controller CPU (Python start, pyinfra and the deploy) "
             f"and {_med(c, 'commands_per_host'):.0f} commands per host ({_med(c, 'lab_cpu_s') / n:.2f} s of node CPU "
             f"per host); Ansible {_med(a, 'commands_per_host'):.0f} commands per host, each a Python module run on "
-            f"the node ({_med(a, 'lab_cpu_s') / n:.2f} s of node CPU per host)."
-            )
+            f"the node ({_med(a, 'lab_cpu_s') / n:.2f} s of node CPU per host).")
 
 
 def main(argv=None) -> int:

@@ -138,6 +138,7 @@ def _write_node_record(folder: Path, info: dict) -> None:
     every shim run reads it, and importing json costs a run some 7 ms,
     half of what the shim takes, where marshal is built in."""
     text = json.dumps(info)
+    # marshal of the JSON's own reading: both files hold the same plain values
     for name, data in (("node.json", text.encode()), ("node.marshal", marshal.dumps(json.loads(text)))):
         tmp = folder / f".{name}.tmp"
         tmp.write_bytes(data)
@@ -604,6 +605,16 @@ class Lab:
             shutil.rmtree(self.dir)
             removed.append(str(self.dir))
         return removed
+
+    def dcb_state(self, name: str, netdev: str) -> dict | None:
+        """The emulated driver's DCB state of a node's netdev (trust is "dscp"
+        while DSCP app entries exist), as the lab's mlnx_qos and dcb keep it
+        (shims/labkernel.py ``dcb_path``); None until a tool first set it,
+        or when it cannot be read."""
+        try:
+            return marshal.loads((self.node_dir(name) / "kernel" / "dcb" / f"{netdev}.marshal").read_bytes())
+        except (OSError, ValueError, EOFError):
+            return None
 
     def remote_commands(self, name: str) -> int:
         """How many commands the node's sshd has run since boot."""

@@ -110,7 +110,7 @@ def netdev_exists(ifname: str) -> bool:
 
 def dcb_path(node_dir: str, ifname: str) -> str:
     """Where the emulated driver keeps a netdev's DCB state: marshal, like
-    the node record (bench/playbook.py reads it to compare end states)."""
+    the node record (``Lab.dcb_state`` reads it from outside the node)."""
     return os.path.join(node_dir, "kernel", "dcb", f"{ifname}.marshal")
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ccrhost.fleet.report import apply_fleet_versions, fleet_versions
+from ccrhost.fleet.report import fleet_versions
+from ccrhost.model.verdict import apply_fleet_rules
 from ccrhost.model import datapath as dp
 from ccrhost.model.boot import render_boot
 from ccrhost.model.declared import PROFILES
@@ -270,7 +271,7 @@ def test_fleet_report_warns_the_host_off_the_majority():
     odd = edited(lambda lines: [x.replace("mlx5_7/fw_ver:28.39.3560", "mlx5_7/fw_ver:28.38.1002") for x in lines])
     verdicts = {f"n{i}": verdict(HEALTHY) for i in range(4)}
     verdicts["n5"] = verdict(odd)
-    apply_fleet_versions(verdicts)
+    apply_fleet_rules(verdicts)
     assert [h for h, v in verdicts.items() if v.status != OK] == ["n5"]
     assert [(r.level, r.code, r.message) for r in verdicts["n5"].reasons] == [
         (WARN, "fw_mismatch", "NIC mlx5_7 firmware 28.38.1002 differs from the fleet's MT_0000000838 28.39.3560")]

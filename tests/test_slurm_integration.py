@@ -7,7 +7,8 @@ import subprocess
 import pytest
 import yaml
 
-from ccrhost.fleet.slurm import CHECK_CONFIG, HEALTHCHECK, PROLOG, integration_files
+from ccrhost.model.managed import CHECK_CONFIG, HEALTHCHECK, PROLOG
+from ccrhost.model.slurm import integration_files
 from ccrhost.operations.files import MANAGED_HEADER
 from ccrhost.settings import InventoryDataError, validate_host
 
@@ -16,21 +17,68 @@ def files_of(settings) -> dict[str, tuple[str, str]]:
     return {path: (content, mode) for path, content, mode in integration_files(settings)}
 
 
-def test_check_yaml_gives_the_node_the_hosts_own_expectation_and_policy():
-    data = {"verify_profile": "hgx-h100-8x400", "rdma_exclude_devices": ["mlx5_bond_*"], "verify_min_ccr": 1e-5,
-            "verify_workload": {"grad_bytes_per_param": 2, "tokens_per_gpu_step": 4096, "dp_size": 64},
-            "qos_cnp_dscp": 46, "slurm_healthcheck_interval": 60}
-    settings = validate_host("gpu01", data)
-    content, mode = files_of(settings)[CHECK_CONFIG]
-    assert mode == "644" and content.startswith(MANAGED_HEADER)
-    loaded = yaml.safe_load(content)
-    # only what `ccrhost check` reads; QoS and Slurm keys stay out
-    assert set(loaded) == {"rdma_exclude_devices", "verify_bandwidth_model", "verify_measure_min_fraction",
-                           "verify_min_ccr", "verify_min_ccr_fraction", "verify_precision", "verify_profile",
-                           "verify_workload"}
-    on_node = validate_host("gpu01", loaded)
-    assert on_node.expectation() == settings.expectation()
-    assert on_node.policy() == settings.policy()
+# A value other than the default for every key of the settings model: the
+# check.yaml test below fails for a key added later until it is listed here.
+EVERY_KEY = {
+    "rdma_modules": ["mlx5_core", "mlx5_ib"], "rdma_require_devices": False, "roce_version": 1, "roce_dscp": 24,
+    "roce_ecn_bits": 1, "roce_force_traffic_class": True, "qos_enable": False, "qos_roce_priority": 4,
+    "qos_cnp_dscp": 46, "qos_cnp_priority": 5, "qos_pfc_priorities": [4], "qos_cable_len": 10,
+    "qos_buffer_size": [1024] * 8, "qos_prio2buffer": [0, 0, 0, 0, 1, 0, 0, 0], "qos_min_headroom": 4096,
+    "qos_credit_threshold": 8, "qos_allow_ssh_interface": True, "ecn_priorities": [4, 5], "ecn_rp": False,
+    "ecn_np": False, "dcqcn_params": {"rpg_ai_rate": 10}, "rdma_gpudirect": False, "rdma_acs_clear": False,
+    "rdma_nic_pcie_optimize": True, "rdma_nic_max_read_req": 2048, "rdma_nic_relaxed_ordering": True,
+    "roce_mtu": None, "rdma_exclude_devices": ["mlx5_bond_*"], "nccl_ib_hca": "=mlx5_0:1",
+    "nccl_socket_ifname": "=eth0", "nccl_fifo_dscp": 30, "nccl_ib_addr_family": "AF_INET6",
+    "nccl_ib_addr_range": "fd00::/64", "nccl_ib_gid_index": None, "nccl_net_gdr_level": "PXB",
+    "nccl_ib_qps_per_connection": 2, "nccl_ib_timeout": 20, "nccl_ib_retry_cnt": 5, "nccl_cross_nic": 1,
+    "nccl_extra": {"NCCL_DEBUG": "WARN"}, "verify_profile": "hgx-h100-8x400",
+    "verify_gpu_model": "NVIDIA H100 80GB HBM3", "verify_gpu_count": 8, "verify_ports": 8, "verify_port_gbps": 200.0,
+    "verify_precision": "fp8", "verify_beta": None,
+    "verify_workload": {"grad_bytes_per_param": 2, "tokens_per_gpu_step": 4096, "dp_size": 64},
+    "verify_bandwidth_model": "sum", "verify_min_ccr": 1e-5, "verify_min_ccr_fraction": 0.8,
+    "verify_gpu_tflops": {"fp8": 1900.0}, "verify_fleet_tolerance": 0.2, "verify_measure": True,
+    "verify_measure_seconds": 5, "verify_measure_retries": 1, "verify_measure_min_fraction": 0.8,
+    "verify_measure_timeout": 30, "verify_measure_port": 20000, "monitor_seconds": 5.0, "monitor_interval": 2.0,
+    "monitor_gpu_target": 80.0, "monitor_net_target": 70.0, "monitor_outlier_tolerance": 0.3,
+    "verify_rail_local": False, "verify_link_window": 0.0, "verify_link_state": "/run/ccrhost/state.json",
+    "verify_link_thresholds": {"symbol_error": 3}, "verify_required_nic_fw": "99.0.0",
+    "verify_required_mlx5": "24.10", "verify_required_nvidia": "550.54", "verify_measure_gpudirect": True,
+    "slurm_ccrhost": "/opt/ccrhost/bin/ccrhost", "slurm_path": "/opt/ccrhost/bin:/usr/bin:/bin",
+    "slurm_conf": "/etc/slurm-llnl/slurm.conf", "slurm_fragment": "/etc/slurm/conf.d/ccrhost.conf",
+    "slurm_prolog": False, "slurm_healthcheck_interval": 60, "slurm_healthcheck_node_state": "IDLE",
+    "verify_report_dir": "reports/ccr",
+}
+# Keys that exclude others of EVERY_KEY take their non-default value here.
+EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,
+             "verify_beta": 2.0, "verify_workload": None}
+
+
+def test_check_yaml_is_the_hosts_whole_settings_every_key_unchanged():
+    from ccrhost.settings import HostSettings
+
+    assert set(EVERY_KEY) == set(HostSettings.model_fields), "list a non-default value for every new key"
+    both = [validate_host("gpu01", EVERY_KEY), validate_host("gpu01", EXCLUSIVE)]
+    defaults = HostSettings()
+    for key in HostSettings.model_fields:  # each key differs from its default in one of them, so a dropped key shows
+        assert any(getattr(s, key) != getattr(defaults, key) for s in both), key
+    for settings in both:
+        content, mode = files_of(settings)[CHECK_CONFIG]
+        assert mode == "644" and content.startswith(MANAGED_HEADER)
+        loaded = yaml.safe_load(content)
+        assert set(loaded) == set(HostSettings.model_fields)
+        on_node = validate_host("gpu01", loaded)  # what `ccrhost check --config` does with the file
+        for key in HostSettings.model_fields:
+            assert getattr(on_node, key) == getattr(settings, key), key
+        assert on_node == settings
+
+
+def test_the_check_reads_check_yaml_through_its_own_loader(tmp_path):
+    from ccrhost.cli import _settings
+
+    settings = validate_host("gpu01", EVERY_KEY)
+    path = tmp_path / "check.yaml"
+    path.write_text(files_of(settings)[CHECK_CONFIG][0])
+    assert _settings(str(path)) == settings
 
 
 def test_fragment_names_the_scripts_and_never_more():

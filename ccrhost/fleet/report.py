@@ -12,39 +12,15 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
-from ccrhost.model.datapath import check_fleet_versions
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
-from ccrhost.model.verdict import Readings, Verdict, fleet_outliers
+from ccrhost.model.verdict import Readings, Verdict, apply_fleet_rules, host_versions
 from ccrhost.output import write_atomic
-
-
-def apply_fleet_tolerance(verdicts: dict[str, Verdict], tolerance: float | None) -> None:
-    if not tolerance:
-        return
-    for host, reason in fleet_outliers(verdicts, tolerance).items():
-        verdict = verdicts[host]
-        verdict.reasons.append(reason)
-        verdict.status = worst([verdict.status, reason.level])
-
-
-def _versions(verdicts: dict[str, Verdict]) -> dict:
-    return {h: v.readings.datapath.versions for h, v in verdicts.items()
-            if v.readings.datapath is not None and not v.readings.datapath.error}
-
-
-def apply_fleet_versions(verdicts: dict[str, Verdict]) -> None:
-    """WARN hosts whose NIC firmware, mlx5 or NVIDIA driver differs from
-    the fleet majority (required versions are each host's own check)."""
-    for host, reasons in check_fleet_versions(_versions(verdicts)).items():
-        verdict = verdicts[host]
-        verdict.reasons.extend(reasons)
-        verdict.status = worst([verdict.status, *(r.level for r in reasons)])
 
 
 def fleet_versions(verdicts: dict[str, Verdict]) -> dict:
     """How many hosts (NICs, for firmware) run each version."""
     out: dict[str, dict[str, int]] = {"nic_fw": {}, "mlx5": {}, "nvidia": {}}
-    for v in _versions(verdicts).values():
+    for v in host_versions(verdicts).values():
         for fw in v.nic_fw.values():
             out["nic_fw"][fw] = out["nic_fw"].get(fw, 0) + 1
         for key in ("mlx5", "nvidia"):
@@ -131,7 +107,7 @@ def _op_failure(state, host) -> str | None:
 
 def not_verified(status: str, code: str, message: str) -> Verdict:
     """The verdict of a host the verification never judged."""
-    return Verdict(status, [Reason(status, code, message)], None, None, Readings([], []))
+    return Verdict(status, [Reason(status, code, message)], None, None, Readings([], []), evaluated=False)
 
 
 def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, inventory) -> dict[str, Verdict]:
@@ -184,8 +160,7 @@ class FleetReport:
             verdicts = fleet_verdicts(self.verdicts, self.judged, self.state, self.inventory)
         if not verdicts:
             return None
-        apply_fleet_tolerance(verdicts, self.tolerance)
-        apply_fleet_versions(verdicts)
+        apply_fleet_rules(verdicts, self.tolerance)
         paths = write_reports(verdicts, self.directory, {"fleet_versions": fleet_versions(verdicts)},
                               addresses=self.addresses)
         if stream is not None:

@@ -21,65 +21,27 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import click
 import yaml
 
-from ccrhost.model.gpus import GpuReading
 from ccrhost.model.verdict import (
     EXIT_CODES,
     FAIL,
     OK,
     UNKNOWN,
     WARN,
-    Port,
-    Readings,
-    Reason,
     Verdict,
+    apply_fleet_rules,
     evaluate,
+    with_measurement,
     worst,
 )
 from ccrhost.settings import HostSettings, InventoryDataError, validate_host
 
-CHECK_CONFIG = "/etc/ccrhost/check.yaml"
-PROLOG = "/etc/ccrhost/slurm-prolog.sh"
-HEALTHCHECK = "/etc/ccrhost/slurm-healthcheck.sh"
-# The keys ``ccrhost check`` reads: what the node expects of itself and how it judges.
-CHECK_KEYS = (
-    "rdma_exclude_devices", "verify_profile", "verify_gpu_model", "verify_gpu_count", "verify_ports",
-    "verify_port_gbps", "verify_precision", "verify_beta", "verify_workload", "verify_bandwidth_model",
-    "verify_min_ccr", "verify_min_ccr_fraction", "verify_gpu_tflops", "verify_measure_min_fraction",
-)
-DRAIN_PREFIX = "ccrhost:"
-
-
-# -- what a node gets ------------------------------------------------------
-
-def check_config(settings: HostSettings) -> dict:
-    """The host's validated check keys, as plain YAML-able values (unset ones left out)."""
-    data = settings.model_dump(include=set(CHECK_KEYS), exclude_none=True)
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(data.items())}
-
-
-def integration_files(settings: HostSettings) -> list[tuple[str, str, str]]:
-    """``(path, content, mode)`` of every file the Slurm integration owns on a node."""
-    from ccrhost.operations.files import MANAGED_HEADER
-    from ccrhost.render import render
-
-    values = {"header": MANAGED_HEADER, "path": settings.slurm_path, "slurm_conf": settings.slurm_conf,
-              "ccrhost": settings.slurm_ccrhost, "config": CHECK_CONFIG}
-    config = (MANAGED_HEADER + "# What `ccrhost check` expects of this node; the Slurm prolog and health check read it.\n"
-              + yaml.safe_dump(check_config(settings), sort_keys=True, default_flow_style=False))
-    fragment = render("slurm-ccrhost.conf.j2", header=MANAGED_HEADER, fragment=settings.slurm_fragment,
-                      prolog=settings.slurm_prolog, prolog_path=PROLOG, healthcheck_path=HEALTHCHECK,
-                      interval=settings.slurm_healthcheck_interval, node_state=settings.slurm_healthcheck_node_state)
-    return [
-        (CHECK_CONFIG, config, "644"),
-        (PROLOG, render("slurm-prolog.sh.j2", **values), "755"),
-        (HEALTHCHECK, render("slurm-healthcheck.sh.j2", **values), "755"),
-        (settings.slurm_fragment, fragment, "644"),
-    ]
+from ccrhost.model.managed import CHECK_CONFIG
+from ccrhost.model.slurm import DRAIN_PREFIX
 
 
 # -- talking to Slurm --------------------------------------------------------
@@ -181,43 +143,34 @@ def parse_check_task(lines: list[str]) -> CheckOutput | None:
 
 
 def _unknown(code: str, message: str) -> Verdict:
-    return Verdict(UNKNOWN, [Reason(UNKNOWN, code, message)], None, None, Readings([], []))
+    from ccrhost.fleet.report import not_verified
 
-
-def readings_from_doc(doc: dict, measured=None) -> Readings:
-    """The readings in a ``ccrhost check --format json`` document, with a
-    ``HostMeasurement`` applied as ``readings_from_facts`` applies it."""
-    port_keys = {f.name for f in fields(Port)}
-    gpu_keys = {f.name for f in fields(GpuReading)}
-    ports = [Port(**{k: v for k, v in p.items() if k in port_keys}) for p in doc.get("ports", [])]
-    if measured is not None:
-        ports = [replace(p, measured_gbps=measured.gbps.get(p.device)) for p in ports]
-    return Readings(
-        ports=ports,
-        gpus=[GpuReading(**{k: v for k, v in g.items() if k in gpu_keys}) for g in doc.get("gpus", [])],
-        gpu_error=doc.get("gpu_error"),
-        measure_errors=list(measured.errors) if measured is not None else [],
-        measure_note=measured.note if measured is not None else None,
-    )
+    return not_verified(UNKNOWN, code, message)
 
 
 def judge(out: CheckOutput, measured=None) -> tuple[Verdict, HostSettings | None]:
-    """The node's verdict, evaluated here with the node's own settings, so
-    that a measurement can join its readings; without one it is the verdict
-    the node itself printed."""
+    """The node's verdict as its own ``ccrhost check`` made it: taken, never
+    judged again from part of its readings. A check that printed no verdict
+    is UNKNOWN with what it said. With a ``measured`` bandwidth the node's
+    whole readings (the document carries them all) and the measurement go
+    through the same node evaluation, with the node's own settings; a node
+    whose check judged no readings (a probe that hung) stays as it said."""
     start, end = out.text.find("{"), out.text.rfind("}")
     try:
         doc = json.loads(out.text[start:end + 1]) if start >= 0 else None
-    except ValueError:
-        doc = None
-    if doc is None:
+        verdict = Verdict.from_dict(doc) if isinstance(doc, dict) else None
+    except (ValueError, KeyError, TypeError):  # pydantic's ValidationError is a ValueError
+        verdict = None
+    if verdict is None:
         said = " ".join(out.text.split())[-300:] or "no output"
         return _unknown("check_failed", f"ccrhost check on {out.node} exited {out.rc}: {said}"), None
     try:
         settings = validate_host(out.node, yaml.safe_load(out.config or "") or {})
     except (InventoryDataError, yaml.YAMLError) as exc:
         return _unknown("check_config", f"{out.node}: {CHECK_CONFIG}: {exc}"), None
-    return evaluate(readings_from_doc(doc, measured), settings.expectation(), settings.policy()), settings
+    if measured is None or not verdict.evaluated:
+        return verdict, settings
+    return evaluate(with_measurement(verdict.readings, measured), settings.expectation(), settings.policy()), settings
 
 
 def _labelled(lines, tasks: dict[int, list[str]]) -> None:
@@ -450,7 +403,7 @@ def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: 
 
 def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict], dict]:
     """The fleet job. Returns (exit code, verdict per node, report paths)."""
-    from ccrhost.fleet.report import apply_fleet_tolerance, text_table, write_reports
+    from ccrhost.fleet.report import text_table, write_reports
     from ccrhost.node import check as node_check
 
     say = Progress(stream)
@@ -493,7 +446,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                                     {n: nodes[n].address for n in usable}, opts, say)
                 for name, m in measured.items():
                     verdicts[name] = judge(outputs[name], m)[0]
-            apply_fleet_tolerance(verdicts, opts.fleet_tolerance)
+            apply_fleet_rules(verdicts, opts.fleet_tolerance)
             if opts.drain:
                 # before the allocation ends, so no job lands on a node about to be drained
                 for name in usable:

@@ -142,7 +142,7 @@ def install_integration(lab: Lab, node: Node, files: list[tuple[str, str, str]])
 
 
 def start(lab: Lab, state: LabState, interval: int = HEALTHCHECK_INTERVAL, timeout: float = 30) -> None:
-    from ccrhost.fleet.slurm import integration_files
+    from ccrhost.model.slurm import integration_files
     from ccrhost.settings import validate_host
 
     s = folder(lab)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 
 from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
-from ccrhost.model.topology import GDR_LEVELS, Pair, path_bridges
+from ccrhost.model.topology import GDR_LEVELS, Endpoint, Pair, path_bridges
 
 
 class DatapathError(ValueError):
@@ -514,8 +514,8 @@ class DatapathReading:
     or locally (``ccrhost check``): ``PciSnapshot.datapath()`` builds it,
     :func:`check_datapath` judges it."""
     peer: PeerMemory
-    gpus: list                       # topology Endpoints, GPU0...
-    nics: list                       # compute NIC Endpoints
+    gpus: list[Endpoint]             # topology Endpoints, GPU0...
+    nics: list[Endpoint]             # compute NIC Endpoints
     pairs: list[Pair]
     acs_ctl: dict[str, int | None]
     iommu: Iommu

@@ -8,7 +8,7 @@ so every verdict is testable from fixtures.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
@@ -26,8 +26,6 @@ from ccrhost.model.status import (
     below_median,
     worst,
 )
-from ccrhost.probes.gpu import GpuProbe
-from ccrhost.probes.rdma import RdmaReading
 
 
 @dataclass
@@ -38,6 +36,25 @@ class Readings:
     measure_errors: list[str] = field(default_factory=list)
     measure_note: str | None = None
     datapath: dp.DatapathReading | None = None  # None: the data path was not read (not judged)
+
+    def to_dict(self) -> dict:
+        """Every reading, lossless: :func:`readings_from_dict` gives them back."""
+        return asdict(self)
+
+
+_READINGS = None
+
+
+def readings_from_dict(data: dict) -> Readings:
+    """The readings a :meth:`Readings.to_dict` wrote (a node's ``ccrhost
+    check --format json``), typed again; a document that is not one raises
+    ``ValueError``."""
+    global _READINGS
+    if _READINGS is None:  # built once, when first needed: only the fleet side reads documents
+        from pydantic import TypeAdapter
+
+        _READINGS = TypeAdapter(Readings)
+    return _READINGS.validate_python(data)
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,7 @@ class Verdict:
     expected_ccr: float | None
     readings: Readings
     fail_below: float | None = None  # the CCR under which this host fails
+    evaluated: bool = True  # False: no readings were judged (a probe that hung, a check that never answered)
 
     @property
     def exit_code(self) -> int:
@@ -94,7 +112,29 @@ class Verdict:
             "measure_errors": r.measure_errors,
             "measure_note": r.measure_note,
             "datapath": r.datapath.to_dict() if r.datapath is not None else None,
+            "readings": r.to_dict() if self.evaluated else None,
         }
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> Verdict:
+        """The verdict a node printed (``to_dict``), as it printed it: status
+        and reasons are taken, never judged again."""
+        ccr = doc.get("ccr")
+        result = None
+        if ccr is not None:
+            value = ccr["ccr"] if ccr["ccr"] is not None else math.inf
+            result = ccrmod.CcrResult(value, ccr["bandwidth_gbps"], ccr["tflops"], ccr["beta"],
+                                      ccr["bandwidth_model"], ccr["band"], ccr.get("workload"))
+        readings = doc.get("readings")
+        return cls(
+            status=doc["status"],
+            reasons=[Reason(r["level"], r["code"], r["message"]) for r in doc["reasons"]],
+            ccr=result,
+            expected_ccr=doc.get("expected_ccr"),
+            readings=readings_from_dict(readings) if readings is not None else Readings([], []),
+            fail_below=doc.get("fail_below"),
+            evaluated=readings is not None,
+        )
 
 
 def gpu_tflops(gpus: list[GpuReading], policy: Policy) -> tuple[float | None, list[Reason]]:
@@ -160,6 +200,13 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             ("nic_pcie_width", p.pcie_width, p.pcie_width_max, "x{}, capable of x{}"),
             ("nic_pcie_speed", p.pcie_gts, p.pcie_gts_max, "{:g} GT/s, capable of {:g} GT/s")))
     active = [p for p in ports if p.active]
+    # an ACTIVE port with no rate read is not a 0 Gb/s port: its share of B is not known
+    unread = [p for p in active if p.rate_gbps is None]
+    for p in unread:
+        reasons.append(Reason(UNKNOWN, "port_rate_unreadable",
+                              f"port {p.name} is ACTIVE but its rate was not read "
+                              f"(/sys/class/infiniband/{p.device}/ports/{p.port}/rate gave no value): "
+                              "the node's bandwidth is not known"))
     if expect.ports is not None and len(active) < expect.ports:
         reasons.append(Reason(FAIL, "port_count", f"{len(active)} active compute ports, expected {expect.ports}"))
 
@@ -202,7 +249,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     result = None
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)
     reasons.extend(gpu_reasons)
-    if tflops:
+    if tflops and not unread:
         # the job's GPUs per node: the declared count, else the GPUs found
         result, model_reasons = node_ccr([p.effective_gbps for p in active], tflops,
                                          expect.gpu_count or len(gpus), policy)
@@ -227,6 +274,30 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     return Verdict(status, reasons, result, expected, readings, max(floors) if floors else None)
 
 
+def host_versions(verdicts: dict[str, Verdict]) -> dict[str, dp.HostVersions]:
+    """Each host's firmware and driver versions, where its data path was read."""
+    return {h: v.readings.datapath.versions for h, v in verdicts.items()
+            if v.readings.datapath is not None and not v.readings.datapath.error}
+
+
+def apply_fleet_rules(verdicts: dict[str, Verdict], tolerance: float | None = None) -> None:
+    """The rules that need the whole fleet, on top of each node's own
+    verdict: CCR against the fleet median (with ``tolerance``) and versions
+    against the fleet majority. The deploy's report and ``ccrhost slurm
+    verify`` both call this; a node's own reasons are never judged again."""
+    extra: dict[str, list[Reason]] = {h: [] for h in verdicts}
+    if tolerance:
+        for host, reason in fleet_outliers(verdicts, tolerance).items():
+            extra[host].append(reason)
+    for host, found in dp.check_fleet_versions(host_versions(verdicts)).items():
+        extra[host].extend(found)
+    for host, found in extra.items():
+        if found:
+            verdict = verdicts[host]
+            verdict.reasons.extend(found)
+            verdict.status = worst([verdict.status, *(r.level for r in found)])
+
+
 def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, Reason]:
     """Hosts whose CCR is more than ``tolerance`` (0.1 = 10%) below the fleet median."""
     values = {h: v.ccr.ccr for h, v in verdicts.items() if v.ccr is not None}
@@ -236,19 +307,17 @@ def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, 
     }
 
 
-def readings_from_facts(rdma: RdmaReading, gpus: GpuProbe, exclude: tuple[str, ...] = (), measured=None,
+def readings_from_facts(rdma, gpus, exclude: tuple[str, ...] = (), measured=None,
                         datapath: dp.DatapathReading | None = None) -> Readings:
-    """Readings from the RDMA and GPU probes (remote or local), plus a
-    ``HostMeasurement`` when bandwidth was measured and the data path when
-    it was read."""
-    ports = compute_ports(rdma, exclude)
-    if measured is not None:
-        ports = [replace(p, measured_gbps=measured.gbps.get(p.device)) for p in ports]
-    return Readings(
-        ports=ports,
-        gpus=list(gpus.gpus),
-        gpu_error=gpus.error,
-        measure_errors=list(measured.errors) if measured is not None else [],
-        measure_note=measured.note if measured is not None else None,
-        datapath=datapath,
-    )
+    """Readings from the RDMA probe's ``RdmaReading`` and the GPU probe's
+    ``GpuProbe`` (remote or local), plus a ``HostMeasurement`` when
+    bandwidth was measured and the data path when it was read."""
+    readings = Readings(ports=compute_ports(rdma, exclude), gpus=list(gpus.gpus), gpu_error=gpus.error,
+                        datapath=datapath)
+    return with_measurement(readings, measured) if measured is not None else readings
+
+
+def with_measurement(readings: Readings, measured) -> Readings:
+    """``readings`` with a ``HostMeasurement`` (ib_write_bw between nodes) joined to its ports."""
+    return replace(readings, ports=[replace(p, measured_gbps=measured.gbps.get(p.device)) for p in readings.ports],
+                   measure_errors=list(measured.errors), measure_note=measured.note)

@@ -61,14 +61,14 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
-def unknown(message: str, verdict: Verdict | None = None) -> Verdict:
+def unknown(message: str, verdict: Verdict | None = None, code: str = "check_error") -> Verdict:
     """UNKNOWN (exit 3) with ``message`` as its one reason; with ``verdict``,
     that verdict's reasons kept and the status forced to UNKNOWN (a failing
     helper, such as scontrol under --drain)."""
-    reason = Reason(UNKNOWN, "check_error", message)
+    reason = Reason(UNKNOWN, code, message)
     if verdict is not None:
         return replace(verdict, status=UNKNOWN, reasons=[*verdict.reasons, reason])
-    return Verdict(UNKNOWN, [reason], None, None, Readings([], []))
+    return Verdict(UNKNOWN, [reason], None, None, Readings([], []), evaluated=False)
 
 
 # --- the data path, with the link-health window kept between checks ---------

@@ -7,10 +7,9 @@ import time
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand
 
+from ccrhost.model.managed import MANAGED_HEADER  # noqa: F401  (the stages import it from here)
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation, upload_text
-
-MANAGED_HEADER = "# Managed by ccrhost: local edits are overwritten on the next deploy.\n"
 
 
 def converge(path: str, wanted: str, state: dict | None, mode: str = "644", owned: bool = True,

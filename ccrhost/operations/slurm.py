@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ccrhost.fleet.slurm import integration_files
+from ccrhost.model.slurm import integration_files
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import operation
 from ccrhost.operations.files import converge

@@ -1,0 +1,40 @@
+"""What the Slurm integration puts on a node (deploys/slurm.py): the check's
+settings, a prolog, a HealthCheckProgram wrapper and a slurm.conf fragment.
+Pure: settings in, file contents out."""
+
+from __future__ import annotations
+
+import yaml
+
+from ccrhost.model.managed import CHECK_CONFIG, HEALTHCHECK, MANAGED_HEADER, PROLOG
+from ccrhost.render import render
+
+# Every drain reason ccrhost sets starts with this; others' reasons are never touched.
+DRAIN_PREFIX = "ccrhost:"
+
+
+def check_config(settings) -> dict:
+    """The host's whole validated settings (``HostSettings``), as plain
+    YAML values: the node-local check judges with exactly what the deploy
+    validated, every key included, so no key can be left behind."""
+    return settings.model_dump(mode="json")
+
+
+def check_config_text(settings) -> str:
+    return (MANAGED_HEADER + "# The host's validated ccrhost settings; the Slurm prolog and health check read them.\n"
+            + yaml.safe_dump(check_config(settings), sort_keys=True, default_flow_style=False))
+
+
+def integration_files(settings) -> list[tuple[str, str, str]]:
+    """``(path, content, mode)`` of every file the Slurm integration owns on a node."""
+    values = {"header": MANAGED_HEADER, "path": settings.slurm_path, "slurm_conf": settings.slurm_conf,
+              "ccrhost": settings.slurm_ccrhost, "config": CHECK_CONFIG}
+    fragment = render("slurm-ccrhost.conf.j2", header=MANAGED_HEADER, fragment=settings.slurm_fragment,
+                      prolog=settings.slurm_prolog, prolog_path=PROLOG, healthcheck_path=HEALTHCHECK,
+                      interval=settings.slurm_healthcheck_interval, node_state=settings.slurm_healthcheck_node_state)
+    return [
+        (CHECK_CONFIG, check_config_text(settings), "644"),
+        (PROLOG, render("slurm-prolog.sh.j2", **values), "755"),
+        (HEALTHCHECK, render("slurm-healthcheck.sh.j2", **values), "755"),
+        (settings.slurm_fragment, fragment, "644"),
+    ]

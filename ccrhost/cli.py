@@ -116,8 +116,8 @@ def check(config_path, fmt, output, drain, probe_timeout, **overrides):
         except node_check.DrainError as exc:
             problem = f"--drain: {exc}"
             verdict = node_check.unknown(problem, verdict)
-    if verdict.status == UNKNOWN and problem is None:
-        problem = next((r.message for r in verdict.reasons if r.code == "check_error"), None)
+    if problem is None and not verdict.evaluated:  # nothing was judged: say why on stderr too
+        problem = verdict.reasons[-1].message
     render = {
         "text": node_check.format_text,
         "json": lambda v: json.dumps(v.to_dict(), indent=2, default=str) + "\n",

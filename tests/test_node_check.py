@@ -152,7 +152,7 @@ def test_a_hung_probe_is_unknown_with_one_line_and_is_killed(tmp_path):
     out = subprocess.run([sys.executable, "-m", "ccrhost", "check", "--format", "nhc", "--probe-timeout", "1"],
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert out.returncode == 3
-    line = ("cannot read the RDMA ports: the RDMA probe (reading /sys/class/infiniband) did not answer within 1 s "
+    line = ("cannot read /sys/class/infiniband and rdma_cm configfs: the RDMA probe (reading /sys/class/infiniband) did not answer within 1 s "
             "(killed)")
     assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: {line}\n"
     assert out.stderr == f"ccrhost check: UNKNOWN: {line}\n"
@@ -216,3 +216,43 @@ def test_a_measured_drain_is_lifted_only_by_a_measurement(scontrol):
     assert "rests on a measurement" in node_check.drain(failing(), node="gpu01", scontrol=str(script))
     assert not log.exists()
     assert node_check.drain(ok, node="gpu01", scontrol=str(script), measured=True).startswith("resumed gpu01")
+
+
+def test_a_blocking_nvml_call_is_abandoned_at_the_deadline():
+    import threading
+    import time
+
+    from ccrhost.node.gather import Started
+
+    release = threading.Event()
+
+    class Wedged:  # nvmlInit() blocks in the driver, as on a GPU that stopped answering
+        def nvmlInit(self):
+            release.wait(120)
+
+    started = time.monotonic()
+    try:
+        probe = Started(1, nvml=Wedged()).gpus_result()
+    finally:
+        release.set()
+    assert probe.gpus == [] and probe.error == "the GPU probe (NVML) did not answer within 1 s (abandoned)"
+    assert time.monotonic() - started < 10  # abandoned, not waited for (it would wait 120 s)
+
+
+def test_check_with_a_wedged_nvml_returns_unknown_gpus_within_its_probe_timeout(tmp_path):
+    # pynvml loads where libnvidia-ml.so.1 does: any real library under that name, and
+    # a pynvml whose nvmlInit never returns, first on the path
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    libm = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                            "/lib/aarch64-linux-gnu/libm.so.6", "/usr/lib/aarch64-linux-gnu/libm.so.6")
+                if os.path.exists(p))
+    (lib / "libnvidia-ml.so.1").symlink_to(libm)
+    (tmp_path / "pynvml.py").write_text("import time\n\ndef nvmlInit():\n    time.sleep(600)\n")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "PYTHONPATH": f"{tmp_path}:{REPO}"}
+    out = subprocess.run([sys.executable, "-m", "ccrhost", "check", "--format", "json", "--probe-timeout", "2"],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=40)
+    doc = json.loads(out.stdout)
+    assert doc["gpu_error"] == "the GPU probe (NVML) did not answer within 2 s (abandoned)"
+    assert {"level": "UNKNOWN", "code": "gpu_unreadable",
+            "message": f"cannot read GPUs: {doc['gpu_error']}"} in doc["reasons"]

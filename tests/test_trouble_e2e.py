@@ -119,8 +119,8 @@ def test_a_corrupt_sysfs_value(lab, deploy, what, path, value, message):
     if what == "rate":  # ccrhost check on the node: UNKNOWN, one line, exit 3
         out = lab_ssh(lab, "node2", f"cd {REPO} && {sys.executable} -m ccrhost check --format nhc")
         assert out.returncode == 3, out
-        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: cannot read the RDMA ports: {message}\n"
-        assert out.stderr == f"ccrhost check: UNKNOWN: cannot read the RDMA ports: {message}\n"
+        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
+        assert out.stderr == f"ccrhost check: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
 
 
 def test_check_on_a_node_whose_nvidia_smi_hangs(lab):

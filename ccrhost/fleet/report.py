@@ -113,7 +113,8 @@ def not_verified(status: str, code: str, message: str) -> Verdict:
 def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, inventory) -> dict[str, Verdict]:
     """Every inventory host of the run: its verdict when the verification
     judged it, else UNKNOWN "unreachable: ..." for a host pyinfra could not
-    reach, else FAIL "failed before verification: <reason>"."""
+    reach, UNKNOWN ``<probe>_unreadable`` for a host whose node output could
+    not be read, else FAIL "failed before verification: <reason>"."""
     out = {}
     for host in inventory:
         if not state.is_host_in_limit(host):
@@ -125,6 +126,8 @@ def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, invent
             out[host.name] = not_verified(UNKNOWN, "unreachable", "unreachable: no SSH connection at the start of the run")
         elif recorded and recorded[0] == failures.UNREACHABLE:
             out[host.name] = not_verified(UNKNOWN, "unreachable", f"unreachable: {recorded[1]}")
+        elif recorded and recorded[0] == failures.UNREADABLE:  # what could not be read is never a FAIL
+            out[host.name] = not_verified(UNKNOWN, failures.code(host.name) or "node_unreadable", recorded[1])
         else:
             stage = _op_failure(state, host)
             why = recorded[1] if recorded else None

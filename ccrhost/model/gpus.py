@@ -8,7 +8,7 @@ the datasheet gives no dense figure for that precision.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -129,3 +129,11 @@ class GpuReading:
         if self.throttle_reasons and self.sm_clock_mhz and self.max_sm_clock_mhz:
             return min(1.0, self.sm_clock_mhz / self.max_sm_clock_mhz)
         return 1.0
+
+
+@dataclass
+class GpuProbe:
+    """What the GPU probe read on a node (probes/gpu.py)."""
+    gpus: list[GpuReading] = field(default_factory=list)  # NVML, else nvidia-smi --query-gpu
+    error: str | None = None      # why no GPU could be read (tool missing, driver down, odd output)
+    source: str = "nvidia-smi"    # "nvml" | "nvidia-smi"

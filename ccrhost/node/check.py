@@ -50,8 +50,9 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         try:
             rdma_state = reads.rdma.result()
         except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
-            return unknown(f"cannot read the RDMA ports: {exc}")
-        gpu_state = reads.gpus.result()
+            # the words and code the deploy gives for the same output (probes.node, operations.cache)
+            return unknown(f"cannot read {rdma.SOURCE}: {exc}", code="rdma_unreadable")
+        gpu_state = reads.gpus_result()
         if gather_pci is None:
             gather_pci = reads.pci.result
     else:

@@ -29,11 +29,30 @@ def _start(function, *args, **kwargs) -> Future:
 
 
 class Started:
-    """The three reads under way; each ``result()`` waits for its probe."""
+    """The three reads under way. Each may take ``timeout`` seconds from the
+    start: the RDMA and PCI snippets kill their process group then, and an
+    in-process NVML call that blocks (a wedged driver) is abandoned in its
+    daemon thread: :meth:`gpus_result` gives the GPU probe's error instead."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, nvml=None):
+        import time
+
         from ccrhost.probes import gpu, pci, rdma
 
+        self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self.rdma = _start(rdma.read_local, timeout)
-        self.gpus = _start(gpu.read_local, timeout=timeout)
+        self.gpus = _start(gpu.read_local, nvml, timeout=timeout)
         self.pci = _start(pci.read_local, timeout)
+
+    def gpus_result(self):
+        """The GPU probe's reading, or its error once the deadline (plus a
+        second for the probe's own kill to land) has passed."""
+        import time
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        from ccrhost.model.gpus import GpuProbe
+
+        try:
+            return self.gpus.result(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+        except FutureTimeout:
+            return GpuProbe(error=f"the GPU probe (NVML) did not answer within {self.timeout:g} s (abandoned)")

@@ -62,6 +62,7 @@ def planned(stage):
     try:
         commands = list(stage)
     except fact_cache.NodeReadError as exc:
+        failures.record_current(str(exc), failures.UNREADABLE, exc.code)
         commands = list(fail(str(exc)))
     except Exception as exc:  # a bug meeting this node's data: this host's failure, not the fleet's
         logger.debug("planning failed", exc_info=True)

@@ -26,7 +26,13 @@ _AT = "_ccrhost_snapshot_at"  # time.monotonic() when it was read: the start of 
 
 class NodeReadError(RuntimeError):
     """A probe's output on this host could not be read: the stage that
-    needs it fails this host (see ``operations.base.operation``)."""
+    needs it fails this host (see ``operations.base.operation``), and the
+    host's verdict is UNKNOWN ``<probe>_unreadable``, as ``ccrhost check``
+    gives for the same output."""
+
+    def __init__(self, message: str, probe: str):
+        super().__init__(message)
+        self.code = f"{probe}_unreadable"
 
 
 def _real(host):
@@ -106,7 +112,7 @@ def fresh(host) -> None:
 def _probe(host, name: str):
     snap = snapshot(host)
     if name in snap.errors:
-        raise NodeReadError(snap.errors[name])
+        raise NodeReadError(snap.errors[name], name)
     return getattr(snap, name)
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
-from ccrhost.model.gpus import GpuReading
+from ccrhost.model.gpus import GpuProbe, GpuReading  # noqa: F401  (GpuProbe: the probe's record)
 from ccrhost.probes import local, numbers
 from ccrhost.probes.sections import split
 
@@ -92,13 +91,6 @@ COMMAND = (
     " elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi did not answer within 20 s (killed)';"
     " else echo '@@error'; echo \"$out\"; fi"
 )
-
-
-@dataclass
-class GpuProbe:
-    gpus: list[GpuReading] = field(default_factory=list)  # NVML, else nvidia-smi --query-gpu
-    error: str | None = None      # why no GPU could be read (tool missing, driver down, odd output)
-    source: str = "nvidia-smi"    # "nvml" | "nvidia-smi"
 
 
 def parse_command_output(lines: list[str]) -> GpuProbe:

@@ -39,7 +39,7 @@ class NodeSnapshot:
 
 # probe name -> (what it reads, for messages; parser)
 _PARSERS = {
-    "rdma": ("/sys/class/infiniband and rdma_cm configfs", rdma.parse_rdma_dump),
+    "rdma": (rdma.SOURCE, rdma.parse_rdma_dump),
     "modules": ("/sys/module and modules.builtin", kernel.parse_modules),
     "qos": ("mlnx_qos / dcb and the ecn, qos and cc_params trees", qos.parse_qos_dump),
     "files": ("the managed files", files.parse_states),

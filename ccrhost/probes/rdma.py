@@ -16,6 +16,7 @@ from ccrhost.probes import local, numbers, sysfs
 from ccrhost.probes.sections import by_tag
 
 IB_ROOT = "/sys/class/infiniband"
+SOURCE = "/sys/class/infiniband and rdma_cm configfs"  # what the probe reads, in messages
 CONFIGFS = "/sys/kernel/config"
 RDMA_CM = CONFIGFS + "/rdma_cm"
 

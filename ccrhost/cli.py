@@ -82,9 +82,12 @@ def _load_check_data(config_path, overrides) -> dict:
               show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write here atomically instead of stdout.")
 @click.option("--drain", is_flag=True, help="HealthCheckProgram use: drain this node in Slurm on FAIL.")
+@click.option("--drain-unknown", is_flag=True,
+              help="Prolog use, with --drain: UNKNOWN drains too (Slurm drains a node whose prolog fails anyway), "
+                   "with a reason that says what could not be read.")
 @click.option("--probe-timeout", type=click.FloatRange(1, 600), default=20, show_default=True,
               help="Seconds a probe (the RDMA snippet, nvidia-smi) may take before it counts as hung: UNKNOWN.")
-def check(config_path, fmt, output, drain, probe_timeout, **overrides):
+def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN.
 
     Whatever cannot be told (a hung or garbled probe, a failing scontrol,
@@ -103,16 +106,21 @@ def check(config_path, fmt, output, drain, probe_timeout, **overrides):
 
     if overrides.get("rdma_exclude_devices"):
         overrides["rdma_exclude_devices"] = tuple(overrides["rdma_exclude_devices"])
-    settings = _settings(config_path, overrides)
     problem, drained = None, None
     try:
-        verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads)
-    except Exception as exc:  # a bug must not read as WARN to the scheduler
-        problem = f"internal error: {type(exc).__name__}: {exc}"
-        verdict = node_check.unknown(problem)
+        settings = _settings(config_path, overrides)
+    except click.ClickException as exc:  # settings it cannot judge with: UNKNOWN, and a prolog says why
+        problem = exc.message
+        verdict = node_check.unknown(problem, code="check_config")
+    else:
+        try:
+            verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads)
+        except Exception as exc:  # a bug must not read as WARN to the scheduler
+            problem = f"internal error: {type(exc).__name__}: {exc}"
+            verdict = node_check.unknown(problem)
     if drain:
         try:
-            drained = node_check.drain(verdict)
+            drained = node_check.drain(verdict, unknown_drains=drain_unknown)
         except node_check.DrainError as exc:
             problem = f"--drain: {exc}"
             verdict = node_check.unknown(problem, verdict)

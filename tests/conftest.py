@@ -71,15 +71,18 @@ def make_lab():
 
 
 @pytest.fixture(scope="module")
-def slurm_lab():
-    """A 3-node lab with a real Slurm cluster (munged, slurmctld, a slurmd in
-    every node), shared by one module's tests; always removed afterwards."""
+def slurm_lab(request):
+    """A lab with a real Slurm cluster (munged, slurmctld, a slurmd in every
+    node), shared by one module's tests; always removed afterwards. Its
+    size: the module's ``SLURM_NODES`` (default 3). Each worker's cluster
+    has ports of its own, so two modules' clusters run at once."""
     from ccrhost.lab.fleet import Lab
 
     lab = Lab(LAB_DIR)
     lab.down()  # leftovers of an interrupted earlier run
     try:
-        lab.up(3, "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET, slurm=True)
+        lab.up(getattr(request.module, "SLURM_NODES", 3), "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET,
+               slurm=True)
         yield lab
     finally:
         lab.down()

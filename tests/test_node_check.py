@@ -256,3 +256,22 @@ def test_check_with_a_wedged_nvml_returns_unknown_gpus_within_its_probe_timeout(
     assert doc["gpu_error"] == "the GPU probe (NVML) did not answer within 2 s (abandoned)"
     assert {"level": "UNKNOWN", "code": "gpu_unreadable",
             "message": f"cannot read GPUs: {doc['gpu_error']}"} in doc["reasons"]
+
+
+def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontrol):
+    script, state, log = scontrol
+    unreadable = node_check.unknown("cannot read /sys/class/infiniband and rdma_cm configfs: "
+                                    "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', "
+                                    "got 'garbage'", code="rdma_unreadable")
+    # the health check: the node's state is not known, so nothing changes
+    assert node_check.drain(unreadable, node="gpu01", scontrol=str(script)) == "no drain change"
+    assert not log.exists()
+    # the prolog: Slurm drains the node anyway; the reason says why
+    msg = node_check.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True)
+    reason = ("ccrhost: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
+              "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', got 'garbage'")
+    assert msg == f"drained gpu01: {reason}"
+    assert log.read_text() == f"update NodeName=gpu01 State=DRAIN Reason={reason}\n"
+    # once the node reads fine again, the health check lifts that drain as its own
+    state.write_text(reason + " [root@2026-12-04T10:00:00]")
+    assert node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script)).startswith("resumed gpu01")

@@ -181,7 +181,10 @@ def test_prolog_keeps_jobs_off_a_fail_or_unknown_node_and_lets_warn_through(clus
     finally:
         config.write_text(saved)
     assert unknown.returncode != 0 and "ran on" not in unknown.stdout
-    assert state(lab, "node3") == ("draining", "Prolog error")  # Slurm's own drain: ccrhost sets none on UNKNOWN
+    # the prolog's own drain says what could not be judged; Slurm keeps it rather than its bare 'Prolog error'
+    st, reason = state(lab, "node3")
+    assert st == "draining" and reason.startswith("ccrhost: UNKNOWN: "), reason
+    assert "verify_min_ccr_fraction = 2" in reason, reason
     slurm(lab, "scontrol", "update", "NodeName=node3", "State=RESUME")
     wait_for(lab, "node3", lambda s, r: s == "mixed")
 

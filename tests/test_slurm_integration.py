@@ -139,7 +139,7 @@ def test_prolog_lets_ok_and_warn_through_and_stops_fail_and_unknown(fake_ccrhost
     prolog = installed(fake_ccrhost, PROLOG, slurm_conf="/opt/slurm/etc/slurm.conf")
     (fake_ccrhost / "code").write_text(str(check_rc))
     assert run_as_slurmd(prolog) == prolog_rc
-    assert (fake_ccrhost / "args").read_text() == f"check --config {CHECK_CONFIG} --format nhc --drain\n"
+    assert (fake_ccrhost / "args").read_text() == f"check --config {CHECK_CONFIG} --format nhc --drain --drain-unknown\n"
     env = dict(line.split("=", 1) for line in (fake_ccrhost / "env").read_text().splitlines() if "=" in line)
     assert env["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     assert env["SLURM_CONF"] == "/opt/slurm/etc/slurm.conf"

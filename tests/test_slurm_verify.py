@@ -38,8 +38,30 @@ def test_sinfo_nodes_once_each_reason_may_hold_bars():
 
 
 def task_lines(node, doc_text, rc, config=CONFIG):
-    cfg = base64.b64encode(config.encode()).decode() if config is not None else "-"
-    return [f"@@node {node}", f"@@config {cfg}", "@@check", *doc_text.splitlines(), f"@@rc {rc}"]
+    if config is None:
+        cfg = ["@@config -"]
+    else:  # as base64 prints it: 76 characters a line
+        text = base64.b64encode(config.encode()).decode()
+        cfg = ["@@config", *(text[i:i + 76] for i in range(0, len(text), 76))]
+    return [f"@@node {node}", *cfg, "@@check", *doc_text.splitlines(), f"@@rc {rc}"]
+
+
+def test_a_config_longer_than_a_line_and_one_that_does_not_decode():
+    from test_slurm_integration import EVERY_KEY
+
+    from ccrhost.model.slurm import check_config_text
+
+    config = check_config_text(validate_host("gpu07", EVERY_KEY))
+    text = json.dumps(evaluate(healthy(), H100).to_dict(), default=str)
+    out = parse_check_task(task_lines("gpu07", text, 0, config=config))
+    assert out.config == config and len(config) > 2000
+    verdict, settings = judge(out)
+    assert settings.verify_required_nic_fw == "99.0.0" and verdict.status == "OK"
+    broken = task_lines("gpu07", text, 0)
+    broken[2] = broken[2][:-3]  # a line lost in transit
+    verdict, settings = judge(parse_check_task(broken))
+    assert settings is None and verdict.status == "UNKNOWN"
+    assert verdict.reasons[0].message.startswith("gpu07: /etc/ccrhost/check.yaml: its base64 does not decode")
 
 
 def test_check_output_is_judged_with_the_nodes_own_settings():
@@ -81,6 +103,7 @@ def test_bad_settings_on_a_node_are_unknown_naming_the_key():
 
 def test_check_script_quotes_its_paths():
     script = check_script("/opt/ccr host/bin/ccrhost", "/etc/ccrhost/check.yaml")
+    assert 'then echo "@@config"; base64 < /etc/ccrhost/check.yaml; else echo "@@config -"; fi' in script
     assert "'/opt/ccr host/bin/ccrhost' check --config /etc/ccrhost/check.yaml --format json" in script
     assert script.startswith('echo "@@node $SLURMD_NODENAME"')
 

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 from ccrhost import failures
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
-from ccrhost.model.verdict import Readings, Verdict, apply_fleet_rules, host_versions
+from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, unjudged
 from ccrhost.output import write_atomic
 
 
@@ -105,9 +105,7 @@ def _op_failure(state, host) -> str | None:
     return None
 
 
-def not_verified(status: str, code: str, message: str) -> Verdict:
-    """The verdict of a host the verification never judged."""
-    return Verdict(status, [Reason(status, code, message)], None, None, Readings([], []), evaluated=False)
+not_verified = unjudged  # the verdict of a host the verification never judged
 
 
 def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, inventory) -> dict[str, Verdict]:

@@ -35,13 +35,14 @@ from ccrhost.model.verdict import (
     Verdict,
     apply_fleet_rules,
     evaluate,
+    unjudged,
     with_measurement,
     worst,
 )
+from ccrhost.probes import numbers
 from ccrhost.settings import HostSettings, InventoryDataError, validate_host
 
-from ccrhost.model.managed import CHECK_CONFIG
-from ccrhost.model.slurm import DRAIN_PREFIX
+from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX
 
 
 # -- talking to Slurm --------------------------------------------------------
@@ -111,8 +112,9 @@ def check_script(ccrhost: str, config: str) -> str:
     """What each task of the check step runs: the node's name, its check
     settings (so the controller judges with the node's own) and its check."""
     cfg = shlex.quote(config)
+    # base64 in 76-character lines: srun cuts a long output line into several
     return (f'echo "@@node $SLURMD_NODENAME"; '
-            f'if [ -r {cfg} ]; then echo "@@config $(base64 -w0 < {cfg})"; else echo "@@config -"; fi; '
+            f'if [ -r {cfg} ]; then echo "@@config"; base64 < {cfg}; else echo "@@config -"; fi; '
             f'echo "@@check"; {shlex.quote(ccrhost)} check --config {cfg} --format json 2>&1; echo "@@rc $?"')
 
 
@@ -122,30 +124,41 @@ class CheckOutput:
     config: str | None   # the node's check.yaml, None when it has none
     text: str            # what ``ccrhost check --format json`` printed
     rc: int | None
+    config_error: str | None = None  # the config's base64 did not decode
 
 
 def parse_check_task(lines: list[str]) -> CheckOutput | None:
-    node = config = rc = None
-    body, inside = [], False
+    """One task's output of :func:`check_script`; a config that does not
+    decode is kept as a note for the judgement (the node's own trouble)."""
+    node = rc = None
+    config: list[str] | None = None
+    body, part = [], None
     for line in lines:
         if line.startswith("@@node "):
             node = line[7:].strip()
-        elif line.startswith("@@config "):
-            value = line[9:].strip()
-            config = None if value == "-" else base64.b64decode(value).decode(errors="replace")
+        elif line.startswith("@@config"):
+            part, config = ("config", []) if line.strip() == "@@config" else (None, None)
         elif line == "@@check":
-            inside = True
-        elif line.startswith("@@rc ") and inside:
-            rc, inside = int(line[5:]), False
-        elif inside:
+            part = "check"
+        elif line.startswith("@@rc ") and part == "check":
+            rc, part = numbers.integer(line[5:], 0, 255), None
+        elif part == "config":
+            config.append(line.strip())
+        elif part == "check":
             body.append(line)
-    return CheckOutput(node, config, "\n".join(body), rc) if node else None
+    if not node:
+        return None
+    text = error = None
+    if config is not None:
+        try:
+            text = base64.b64decode("".join(config), validate=True).decode(errors="replace")
+        except ValueError as exc:  # binascii.Error
+            error = f"its base64 does not decode ({exc})"
+    return CheckOutput(node, text, "\n".join(body), rc, error)
 
 
 def _unknown(code: str, message: str) -> Verdict:
-    from ccrhost.fleet.report import not_verified
-
-    return not_verified(UNKNOWN, code, message)
+    return unjudged(UNKNOWN, code, message)
 
 
 def judge(out: CheckOutput, measured=None) -> tuple[Verdict, HostSettings | None]:
@@ -165,8 +178,10 @@ def judge(out: CheckOutput, measured=None) -> tuple[Verdict, HostSettings | None
         said = " ".join(out.text.split())[-300:] or "no output"
         return _unknown("check_failed", f"ccrhost check on {out.node} exited {out.rc}: {said}"), None
     try:
+        if out.config_error:
+            raise ValueError(out.config_error)
         settings = validate_host(out.node, yaml.safe_load(out.config or "") or {})
-    except (InventoryDataError, yaml.YAMLError) as exc:
+    except (InventoryDataError, yaml.YAMLError, ValueError) as exc:
         return _unknown("check_config", f"{out.node}: {CHECK_CONFIG}: {exc}"), None
     if measured is None or not verdict.evaluated:
         return verdict, settings
@@ -319,6 +334,28 @@ class Progress:
         self.stream.flush()
 
 
+class _Drained(Exception):
+    """Nodes of the job drained or went down while it waited: most often its
+    own prolog (``ccrhost check``) failed there, and Slurm would keep the job
+    pending until ``--wait`` ran out."""
+
+    def __init__(self, nodes: dict[str, SlurmNode]):
+        super().__init__(", ".join(nodes))
+        self.nodes = nodes
+
+
+def drained_verdict(node: SlurmNode) -> Verdict:
+    """A node that left the job before its check step ran, by its drain
+    reason: ccrhost's own prolog or health check said FAIL or UNKNOWN there
+    and named why; any other reason is not a verdict of ours."""
+    reason = node.reason or ""
+    if reason.startswith(f"{DRAIN_PREFIX} UNKNOWN:"):
+        return _unknown("drained_unknown", f"drained by its own check before the check step: {reason}")
+    if reason.startswith(DRAIN_PREFIX):
+        return unjudged(FAIL, "drained_fail", f"drained by its own check before the check step: {reason}")
+    return _unknown("not_checked", f"not checked: {node.state}" + (f" ({node.reason})" if node.reason else ""))
+
+
 def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
     args = ["sbatch", "--parsable", "-J", "ccrhost-verify", "-N", str(len(nodes)), "-w", ",".join(nodes),
             "--exclusive", "-o", "/dev/null", "-e", "/dev/null", *opts.sbatch_options]
@@ -326,7 +363,7 @@ def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
         args += ["-p", opts.partition]
     job = run_slurm(*args, "--wrap", "exec sleep 86400").stdout.strip().split(";")[0]
     say(f"submitted job {job} for {len(nodes)} nodes")
-    deadline, last = time.monotonic() + opts.wait, None
+    deadline, last, next_look = time.monotonic() + opts.wait, None, time.monotonic()
     while True:
         out = run_slurm("squeue", "-h", "-j", job, "-o", "%T|%r", check=False).stdout.strip()
         if out != last:
@@ -336,6 +373,14 @@ def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
             return job
         if not out or out.split("|")[0] in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "COMPLETED"):
             raise VerifyError(f"job {job} ended before it started: {out or 'no longer in the queue'}")
+        if out.startswith("PENDING") and time.monotonic() >= next_look:
+            next_look = time.monotonic() + 1.0
+            lost = {n: v for n, v in list_nodes(nodelist=",".join(nodes)).items() if n in nodes and not v.usable}
+            if lost:
+                run_slurm("scancel", job, check=False)
+                say(f"job {job}: {', '.join(f'{n} {v.state} ({v.reason})' for n, v in sorted(lost.items()))}; "
+                    "cancelled, the other nodes go on")
+                raise _Drained(lost)
         if time.monotonic() > deadline:
             run_slurm("scancel", job, check=False)
             raise VerifyError(f"job {job} did not start within {opts.wait:g} s ({out}); cancelled")
@@ -422,19 +467,21 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
     if not nodes:
         raise VerifyError(f"no nodes{f' in partition {opts.partition}' if opts.partition else ''}"
                           f"{f' matching {opts.nodelist}' if opts.nodelist else ''}")
-    verdicts: dict[str, Verdict] = {
-        n: _unknown("not_checked", f"not checked: {v.state}" + (f" ({v.reason})" if v.reason else ""))
-        for n, v in nodes.items() if n not in usable
-    }
+    verdicts: dict[str, Verdict] = {n: drained_verdict(v) for n, v in nodes.items() if n not in usable}
     say(f"{len(nodes)} nodes, {len(usable)} can run the check"
         + (f"; not checked: {', '.join(sorted(verdicts))}" if verdicts else ""))
     job = inside
     try:
-        if usable:
-            if inside:
-                say(f"running in the existing allocation of job {inside}")
-            else:
+        if inside:
+            say(f"running in the existing allocation of job {inside}")
+        while usable and not job:
+            try:
                 job = _submit(usable, opts, say)
+            except _Drained as lost:  # never wait on them: report each with its reason, go on with the rest
+                for name, node in lost.nodes.items():
+                    verdicts[name] = drained_verdict(node)
+                usable = [n for n in usable if n not in lost.nodes]
+        if usable:
             outputs = _check_step(job, usable, opts, say)
             settings = {}
             for name in usable:

@@ -26,7 +26,15 @@ from pathlib import Path
 
 from ccrhost.lab.fleet import Lab, LabError, LabState, Node, _alive, _descendants, _kill
 
-CTLD_PORT, SLURMD_PORT = 16817, 16818  # not Slurm's defaults, so a site's own Slurm never answers
+# Not Slurm's defaults, so a site's own Slurm never answers; each lab
+# subnet its own pair, so two labs' clusters (two test workers) run at once.
+CTLD_PORT = 16817
+
+
+def ports(state: LabState) -> tuple[int, int]:
+    """(SlurmctldPort, SlurmdPort) of this lab's cluster."""
+    ctld = CTLD_PORT + 2 * (state.subnet % 256)
+    return ctld, ctld + 1
 HEALTHCHECK_INTERVAL = 2
 TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "scontrol", "srun", "sbatch", "squeue", "scancel")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # the node's /usr/local/sbin holds the shims
@@ -87,11 +95,12 @@ def render_conf(lab: Lab, state: LabState) -> str:
     cpus = 2 if (os.cpu_count() or 1) >= 2 else 1  # at most the machine's: more would drain every node
     nodes = "".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={cpus} RealMemory=100 State=UNKNOWN\n"
                     for n in state.nodes)
+    ctld_port, slurmd_port = ports(state)
     return f"""\
 ClusterName=ccr{state.name}
 SlurmctldHost=localhost({state.gateway})
-SlurmctldPort={CTLD_PORT}
-SlurmdPort={SLURMD_PORT}
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

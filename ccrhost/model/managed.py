@@ -20,3 +20,5 @@ FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH, QOS_INTE
 CHECK_CONFIG = "/etc/ccrhost/check.yaml"
 PROLOG = "/etc/ccrhost/slurm-prolog.sh"
 HEALTHCHECK = "/etc/ccrhost/slurm-healthcheck.sh"
+# Every drain reason ccrhost sets starts with this; others' reasons are never touched.
+DRAIN_PREFIX = "ccrhost:"

@@ -4,13 +4,8 @@ Pure: settings in, file contents out."""
 
 from __future__ import annotations
 
-import yaml
-
-from ccrhost.model.managed import CHECK_CONFIG, HEALTHCHECK, MANAGED_HEADER, PROLOG
+from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX, HEALTHCHECK, MANAGED_HEADER, PROLOG  # noqa: F401
 from ccrhost.render import render
-
-# Every drain reason ccrhost sets starts with this; others' reasons are never touched.
-DRAIN_PREFIX = "ccrhost:"
 
 
 def check_config(settings) -> dict:
@@ -21,6 +16,8 @@ def check_config(settings) -> dict:
 
 
 def check_config_text(settings) -> str:
+    import yaml
+
     return (MANAGED_HEADER + "# The host's validated ccrhost settings; the Slurm prolog and health check read them.\n"
             + yaml.safe_dump(check_config(settings), sort_keys=True, default_flow_style=False))
 

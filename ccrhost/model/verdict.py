@@ -137,6 +137,13 @@ class Verdict:
         )
 
 
+def unjudged(status: str, code: str, message: str) -> Verdict:
+    """The verdict of a node whose readings were never judged (a probe that
+    could not be read or hung, a host never reached): ``message`` is its one
+    reason."""
+    return Verdict(status, [Reason(status, code, message)], None, None, Readings([], []), evaluated=False)
+
+
 def gpu_tflops(gpus: list[GpuReading], policy: Policy) -> tuple[float | None, list[Reason]]:
     """Node compute at the policy's precision, scaled for throttled clocks."""
     total = 0.0

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from ccrhost.model.datapath import DatapathReading, LinkWindow, unreadable
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
-from ccrhost.model.verdict import Readings, Verdict, evaluate, readings_from_facts
+from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
+from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.output import write_atomic
 from ccrhost.settings import HostSettings
 
-DRAIN_PREFIX = "ccrhost:"
 # A drain that rests on a fleet measurement (ib_write_bw between nodes): the
 # node-local check cannot see what it found, so only another measurement or
 # an operator lifts it.
@@ -66,10 +66,9 @@ def unknown(message: str, verdict: Verdict | None = None, code: str = "check_err
     """UNKNOWN (exit 3) with ``message`` as its one reason; with ``verdict``,
     that verdict's reasons kept and the status forced to UNKNOWN (a failing
     helper, such as scontrol under --drain)."""
-    reason = Reason(UNKNOWN, code, message)
     if verdict is not None:
-        return replace(verdict, status=UNKNOWN, reasons=[*verdict.reasons, reason])
-    return Verdict(UNKNOWN, [reason], None, None, Readings([], []), evaluated=False)
+        return replace(verdict, status=UNKNOWN, reasons=[*verdict.reasons, Reason(UNKNOWN, code, message)])
+    return unjudged(UNKNOWN, code, message)
 
 
 # --- the data path, with the link-health window kept between checks ---------
@@ -212,12 +211,24 @@ def current_reason(node: str, scontrol: str) -> str | None:
     return None if reason in (None, "", "(null)", "none") else reason
 
 
-def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False) -> str:
+def drain_reason(verdict: Verdict) -> str:
+    """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
+    if verdict.status == UNKNOWN:
+        return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255]
+    prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
+    return f"{prefix} {verdict.summary()}"[:255]
+
+
+def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,
+          unknown_drains: bool = False) -> str:
     """Drain this node on FAIL, undrain it when OK or WARN, and never touch
     a reason someone else set (one that does not start with ``ccrhost:``).
-    UNKNOWN changes nothing: the node's state is not known. ``measured``:
-    the verdict includes a bandwidth measurement, so it may also lift or
-    rewrite a drain that rests on one."""
+    UNKNOWN changes nothing (the node's state is not known) unless
+    ``unknown_drains``: in a prolog, where Slurm drains the node for the
+    failing prolog anyway, the reason then says what could not be read
+    instead of Slurm's bare "Prolog error". ``measured``: the verdict
+    includes a bandwidth measurement, so it may also lift or rewrite a drain
+    that rests on one."""
     import shutil  # only a drain needs it; every check would pay its import
 
     scontrol = scontrol or shutil.which("scontrol")
@@ -232,9 +243,8 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
         return f"{node} already has reason {reason!r} set by someone else; left alone"
     if ours and reason.startswith(MEASURED_PREFIX) and not measured:
         return f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat"
-    if verdict.status == FAIL:
-        prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
-        text = f"{prefix} {verdict.summary()}"[:255]
+    if verdict.status == FAIL or (unknown_drains and verdict.status == UNKNOWN):
+        text = drain_reason(verdict)
         if reason == text:
             return f"{node} stays drained: {text}"  # no update: it would only restamp the reason
         _scontrol([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"])

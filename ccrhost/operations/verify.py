@@ -6,7 +6,9 @@ from pyinfra import host, state
 from pyinfra.api.state import StateStage
 
 from ccrhost.model import datapath as dp
-from ccrhost.model.verdict import FAIL, OK, evaluate, readings_from_facts
+from ccrhost.model.gpus import GpuProbe
+from ccrhost.model.status import UNKNOWN
+from ccrhost.model.verdict import FAIL, OK, Verdict, evaluate, readings_from_facts, unjudged
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation
 from ccrhost.probes.pci import only_compute
@@ -34,12 +36,23 @@ def link_window(settings, pci) -> dp.LinkWindow | None:
     return dp.LinkWindow(pci.compute_counters(exclude), only_compute(after, exclude), round(took, 1))
 
 
-def datapath_reading(settings, gpudirect=None) -> dp.DatapathReading:
-    try:
-        pci = fact_cache.pci(host)
-    except fact_cache.NodeReadError as exc:
-        return dp.unreadable(str(exc))  # UNKNOWN for the data path; the CCR is still judged
-    return pci.datapath(settings.rdma_exclude_devices, link_window(settings, pci), gpudirect)
+def node_verdict(snap, settings, window: dp.LinkWindow | None = None, measured=None,
+                 gpudirect=None) -> Verdict:
+    """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
+    as ``ccrhost check`` makes it from the same output: RDMA ports that
+    cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
+    nobody saw), GPUs or a data path that cannot be read are UNKNOWN reasons
+    of a verdict that still judges the rest."""
+    if "rdma" in snap.errors:  # "cannot read <what the probe reads>: <why>", the check's words
+        return unjudged(UNKNOWN, "rdma_unreadable", snap.errors["rdma"])
+    gpus = snap.gpus if "gpus" not in snap.errors else GpuProbe(error=snap.errors["gpus"])
+    exclude = settings.rdma_exclude_devices
+    if "pci" in snap.errors:
+        datapath = dp.unreadable(snap.errors["pci"])  # UNKNOWN for the data path; the CCR is still judged
+    else:
+        datapath = snap.pci.datapath(exclude, window, gpudirect)
+    readings = readings_from_facts(snap.rdma, gpus, exclude, measured, datapath)
+    return evaluate(readings, settings.expectation(), settings.policy())
 
 
 @operation
@@ -65,11 +78,9 @@ def ccr(settings, report=None, measured=None, gpudirect=None):
     """
     fact_cache.fresh(host)  # judge the node as the stages before left it
     # a read now (nothing held) takes the link window in the same command
-    fact_cache.snapshot(host, window=settings.verify_link_window)
-    datapath = datapath_reading(settings, gpudirect)
-    readings = readings_from_facts(fact_cache.rdma(host), fact_cache.gpus(host),
-                                   settings.rdma_exclude_devices, measured, datapath)
-    verdict = evaluate(readings, settings.expectation(), settings.policy())
+    snap = fact_cache.snapshot(host, window=settings.verify_link_window)
+    window = link_window(settings, snap.pci) if "pci" not in snap.errors else None
+    verdict = node_verdict(snap, settings, window, measured, gpudirect)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))

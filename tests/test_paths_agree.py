@@ -1,0 +1,148 @@
+"""The paths agree: for generated node states (probe outputs, odd and
+partial ones included), the deploy's verification, `ccrhost check` with the
+check.yaml that deploys/slurm.py writes, and `ccrhost slurm verify`'s
+judgement of what that check printed give the same status and the same
+reason codes. The same raw output feeds each path the way it reaches it: the
+deploy parses it from its one node snapshot, the check runs its probes
+locally (their shell commands answered with that output), slurm verify reads
+the check's JSON with the node's check.yaml."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ccrhost.fleet.slurm import CheckOutput, judge
+from ccrhost.model.managed import CHECK_CONFIG
+from ccrhost.model.slurm import integration_files
+from ccrhost.node.check import run_check
+from ccrhost.operations.verify import node_verdict
+from ccrhost.probes import local
+from ccrhost.probes.node import PROBE_MARK, parse_snapshot
+from ccrhost.settings import validate_host
+
+pytestmark = pytest.mark.fuzz
+
+PCI = (Path(__file__).parent / "fixtures/gdr/pci_dump_lab_hgx.txt").read_text().splitlines()
+H100 = "NVIDIA H100 80GB HBM3"
+_STATE = itertools.count()
+
+# What each port file may hold: every form the kernel prints, and what it never does.
+RATES = ["400 Gb/sec (4X NDR)", "200 Gb/sec (4X HDR)", "100 Gb/sec (2X HDR)", "10 Gb/sec (4X)", None,
+         "400 Gb/sec (4X", "", "fast", "४०० Gb/sec (4X NDR)"]
+STATES = [("4: ACTIVE", "5: LinkUp"), ("1: DOWN", "3: Disabled"), ("2: INIT", "5: LinkUp"),
+          ("4: ACTIVE", "7: Phy Test"), ("ACTIVE", "5: LinkUp"), None]
+SPEEDS = ["32.0 GT/s PCIe", "16.0 GT/s PCIe", "8 GT/s", "Unknown", None, "fast", "32.0 GT/s PCIe x"]
+WIDTHS = ["16", "8", "0", None, "x16", "-1"]
+
+
+@st.composite
+def rdma_lines(draw) -> list[str]:
+    lines = ["@@ib"]
+    nets = []
+    for i in range(draw(st.integers(0, 9))):
+        dev = f"mlx5_{i}"
+        state = draw(st.sampled_from(STATES))
+        if state is not None:
+            lines += [f"{dev}/ports/1/state:{state[0]}", f"{dev}/ports/1/phys_state:{state[1]}"]
+        rate = draw(st.sampled_from(RATES))
+        if rate is not None:
+            lines.append(f"{dev}/ports/1/rate:{rate}")
+        lines.append(f"{dev}/ports/1/link_layer:{draw(st.sampled_from(['Ethernet', 'InfiniBand']))}")
+        for name, choices in (("current_link_speed", SPEEDS), ("max_link_speed", SPEEDS[:2]),
+                              ("current_link_width", WIDTHS), ("max_link_width", WIDTHS[:1])):
+            value = draw(st.sampled_from(choices))
+            if value is not None:
+                lines.append(f"{dev}/device/{name}:{value}")
+        nets.append(f"{dev}/device/net/eth{i}")
+    return lines + ["@@net", *nets]
+
+
+@st.composite
+def gpu_lines(draw) -> list[str]:
+    kind = draw(st.sampled_from(["gpus", "gpus", "gpus", "error", "garbled"]))
+    if kind == "error":
+        return ["@@error", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."]
+    rows = []
+    for i in range(draw(st.integers(0, 9))):
+        name = draw(st.sampled_from([H100, H100, H100, "NVIDIA A100-SXM4-80GB", "Mystery GPU"]))
+        clock = draw(st.sampled_from(["1980", "1188", "[N/A]"]))
+        reasons = draw(st.sampled_from(["0x0000000000000000", "0x0000000000000001", "0x0000000000000008"]))
+        rows.append(f"{i}, {name}, GPU-{i:08d}, {clock}, 1980, 5, 5, 16, 16, {reasons}")
+    if kind == "garbled" and rows:
+        rows[-1] = rows[-1].rsplit(",", 2)[0]  # a row cut short
+    return ["@@gpus", *rows]
+
+
+@st.composite
+def pci_lines(draw) -> list[str]:
+    kind = draw(st.sampled_from(["whole", "whole", "no_peermem", "garbled", "empty"]))
+    if kind == "no_peermem":
+        i = PCI.index("@@peermem")
+        return PCI[:i + 1] + PCI[i + 2:] if not PCI[i + 1].startswith("@@") else PCI
+    if kind == "garbled":
+        return [line.replace("28.39.3560", "28.39.35\x00") if line.startswith("mlx5_3/fw_ver") else line
+                for line in PCI] + ["@@dev 0000:zz:00.0", "role gpu"]
+    if kind == "empty":
+        return []
+    return PCI
+
+
+SETTINGS = st.fixed_dictionaries({}, optional={
+    "verify_profile": st.just("hgx-h100-8x400"),
+    "verify_required_nic_fw": st.sampled_from(["28.39.3560", "99.0.0"]),
+    "verify_required_nvidia": st.sampled_from(["535", "999"]),
+    "verify_rail_local": st.booleans(),
+    "verify_gpu_count": st.integers(1, 8),
+    "verify_min_ccr": st.sampled_from([1e-6, 1.0]),
+    "rdma_exclude_devices": st.sampled_from([["mlx5_7"], ["mlx5_*"]]),
+})
+
+
+def snapshot_lines(rdma, gpus, pci) -> list[str]:
+    return [f"{PROBE_MARK} rdma", *rdma, f"{PROBE_MARK} gpus", *gpus, f"{PROBE_MARK} pci", *pci]
+
+
+def codes(verdict) -> tuple[str, list[str]]:
+    return verdict.status, sorted(r.code for r in verdict.reasons)
+
+
+def the_check(settings, rdma, gpus, pci, state: Path):
+    """`ccrhost check` on a node whose probes print these lines."""
+    outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci}
+
+    def run(command, timeout, what):
+        return "\n".join(next(lines for key, lines in outputs.items() if what.startswith(key))) + "\n"
+
+    def no_nvml(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local, "run", run)
+        mp.setattr(ctypes, "CDLL", no_nvml)
+        state.unlink(missing_ok=True)
+        return run_check(settings, timeout=5)
+
+
+@given(data=SETTINGS, rdma=rdma_lines(), gpus=gpu_lines(), pci=pci_lines())
+def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, rdma, gpus, pci):
+    state = tmp_path_factory.getbasetemp() / f"counters-{next(_STATE)}.json"
+    # the link window is the deploy's sleep or the check's stored reading: here neither judges
+    settings = validate_host("gpu01", {**data, "verify_link_window": 0, "verify_link_state": str(state)})
+    config = next(content for path, content, _ in integration_files(settings) if path == CHECK_CONFIG)
+    on_node = validate_host("gpu01", yaml.safe_load(config))  # what the prolog's check reads
+
+    deployed = node_verdict(parse_snapshot(snapshot_lines(rdma, gpus, pci), ("rdma", "gpus", "pci")), settings)
+    checked = the_check(on_node, rdma, gpus, pci, state)
+    printed = json.dumps(checked.to_dict(), indent=2, default=str)
+    fleet, _ = judge(CheckOutput("gpu01", config, printed, checked.exit_code))
+
+    assert codes(deployed) == codes(checked) == codes(fleet)
+    assert [r.message for r in fleet.reasons] == [r.message for r in checked.reasons]

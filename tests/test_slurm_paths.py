@@ -1,0 +1,158 @@
+"""One verdict on every path, end to end on a 6-node Slurm lab: the deploy's
+verification (deploys/verify.py), `ccrhost check` with the check.yaml that
+deploys/slurm.py wrote (what the prolog and health check run) and
+`ccrhost slurm verify` judge each node alike, status and reason codes, for
+five different faults; the FAIL nodes are drained, the UNKNOWN one is not.
+And a prolog that cannot read its node drains it with a reason that says so,
+which `ccrhost slurm verify` reports instead of waiting on the node."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import lab_inventory, node_address, run_pyinfra
+
+from ccrhost.lab import slurm as lab_slurm
+from ccrhost.model.topology import path_bridges
+from ccrhost.model.verdict import Verdict
+
+pytestmark = pytest.mark.lab
+
+SLURM_NODES = 6
+NODES = tuple(f"node{i}" for i in range(1, SLURM_NODES + 1))
+FW = {"node5": {"verify_required_nic_fw": "99.0.0"}}  # a firmware requirement no NIC meets
+RATE = "/sys/class/infiniband/mlx5_0/ports/1/rate"
+
+
+def slurm(lab, *args, timeout=60):
+    return lab_slurm.run(lab, *args, timeout=timeout)
+
+
+def in_node(lab, node, *cmd):
+    """Run as slurmd runs the prolog: in the node, with no environment but its name (and the
+    PATH the installed scripts set)."""
+    holder = lab.node(node).holder_pid
+    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", "--", "env", "-i",
+                           f"SLURMD_NODENAME={node}", f"PATH={lab_slurm.PATH}", *cmd], capture_output=True, text=True, timeout=120)
+
+
+def node_check(lab, node) -> dict:
+    out = in_node(lab, node, lab_slurm.ccrhost_command(), "check", "--config", "/etc/ccrhost/check.yaml",
+                  "--format", "json")
+    assert out.returncode in (0, 1, 2, 3), out.stderr
+    return json.loads(out.stdout)
+
+
+def judged(doc: dict) -> tuple[str, list[str]]:
+    return doc["status"], sorted(r["code"] for r in doc["reasons"] if r["level"] != "OK")
+
+
+def wait_job(lab, job, want="RUNNING|None", timeout=60):
+    deadline = time.monotonic() + timeout
+    while (now := slurm(lab, "squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()) != want:
+        assert time.monotonic() < deadline, f"job {job}: {now}"
+        time.sleep(0.2)
+
+
+def verify(lab, tmp_path, *args, env=None, timeout=240):
+    return subprocess.run(
+        [sys.executable, "-m", "ccrhost", "slurm", "verify", "--ccrhost", lab_slurm.ccrhost_command(),
+         "--report-dir", str(tmp_path / "report"), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+        env={**lab_slurm.client_env(lab), **(env or {})})
+
+
+@pytest.fixture
+def cluster(slurm_lab, tmp_path):
+    """The shared cluster; afterwards: no job, no fault, every node idle."""
+    lab = slurm_lab
+    saved = {n: (lab.root(n) / RATE.lstrip("/")).read_text() for n in NODES}
+    yield lab
+    slurm(lab, "scancel", "--user=root")
+    for node in lab.load().nodes:
+        for fault in list(node.faults):
+            lab.clear(node.name, fault)
+        (lab.root(node.name) / RATE.lstrip("/")).write_text(saved[node.name])
+    # undo node4's ACS redirect and node5's requirement: the lab's own settings again
+    (tmp_path / "undo").mkdir(exist_ok=True)
+    run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path / "undo"))
+    assert run_pyinfra("deploys/slurm.py", inventory=lab_inventory(tmp_path / "undo")).rc == 0
+    for node, (st, reason) in lab_slurm.node_states(lab).items():
+        if "drain" in st:
+            slurm(lab, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+    lab_slurm.wait_idle(lab, lab.load(), list(NODES), timeout=60)
+
+
+def test_three_paths_agree_node_by_node_and_only_fail_nodes_drain(cluster, tmp_path):
+    lab = cluster
+    # An allocation of every node while all are fit: the prolog passes, and the
+    # health check (idle nodes only) stays out of what follows.
+    job = slurm(lab, "sbatch", "--parsable", "-N6", "--exclusive", "-o", "/dev/null", "--wrap",
+                "sleep 600").stdout.strip()
+    wait_job(lab, job)
+
+    lab.fault("node2", "port_down")                                   # a port
+    lab.fault("node3", "gpu_missing")                                 # a GPU
+    pair = Verdict.from_dict(node_check(lab, "node4")).readings.datapath.pairs[0]
+    bridge = path_bridges(pair.gpu, pair.nic)[-1]                     # the data path: ACS redirect, as setpci sets it
+    assert in_node(lab, "node4", "setpci", "-s", bridge, "ECAP_ACS+0x6.w=001d").returncode == 0
+    (lab.root("node6") / RATE.lstrip("/")).write_text("400 Gb/sec (4X\n")  # an unreadable file, cut short
+    # node5: a firmware requirement no NIC meets, deployed as a site would
+    (tmp_path / "deploy").mkdir()
+    deployed = run_pyinfra("deploys/slurm.py", inventory=lab_inventory(tmp_path / "deploy", per_node=FW))
+    assert deployed.rc == 0, deployed.out
+
+    checked = {n: judged(node_check(lab, n)) for n in NODES}
+    assert checked["node1"] == ("OK", [])
+    assert checked["node2"][0] == "FAIL" and "port_down" in checked["node2"][1]
+    assert checked["node3"][0] == "FAIL" and "gpu_count" in checked["node3"][1]
+    assert checked["node4"] == ("FAIL", ["acs_redirect"])
+    assert checked["node5"] == ("FAIL", ["fw_required"])
+    assert checked["node6"] == ("UNKNOWN", ["rdma_unreadable"])
+
+    deploy = run_pyinfra("deploys/verify.py", inventory=lab_inventory(tmp_path, per_node=FW))
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    assert {n: judged(hosts[node_address(i)]) for i, n in enumerate(NODES, 1)} == checked, deploy.out
+
+    (tmp_path / "slurm").mkdir()
+    run = verify(lab, tmp_path / "slurm", env={"SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "node[1-6]"})
+    assert run.returncode == 2, run.stdout + run.stderr
+    fleet = json.loads((tmp_path / "slurm/report/ccr-report.json").read_text())["hosts"]
+    assert {n: judged(fleet[n]) for n in NODES} == checked
+    # the node-level messages too: slurm verify shows the node's own reasons
+    node6 = node_check(lab, "node6")
+    assert fleet["node6"]["reasons"] == node6["reasons"]
+    assert "/sys/class/infiniband/mlx5_0/ports/1/rate" in node6["reasons"][0]["message"]
+
+    states = lab_slurm.node_states(lab)
+    for node in ("node2", "node3", "node4", "node5"):
+        assert "drain" in states[node][0] and states[node][1].startswith("ccrhost: "), (node, states[node])
+    assert states["node5"][1].startswith("ccrhost: NIC mlx5_0, mlx5_1")
+    assert "99.0.0" in states["node5"][1]
+    assert states["node1"] == ("allocated", "none")
+    assert states["node6"] == ("allocated", "none")  # UNKNOWN: nobody saw a cause, so no drain
+
+
+def test_an_unreadable_node_drains_in_its_prolog_with_the_reason_and_verify_goes_on(cluster, tmp_path):
+    lab = cluster
+    # node6 cannot be read. The health check leaves it (UNKNOWN), so it stays
+    # idle and usable, until a job's prolog meets it.
+    (lab.root("node6") / RATE.lstrip("/")).write_text("fast\n")
+    assert node_check(lab, "node6")["status"] == "UNKNOWN"
+    started = time.monotonic()
+    run = verify(lab, tmp_path, "--wait", "120")
+    took = time.monotonic() - started
+    assert run.returncode == 3, run.stdout + run.stderr
+    st, reason = lab_slurm.node_states(lab)["node6"]
+    assert "drain" in st
+    assert reason.startswith("ccrhost: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
+                             f"{RATE}: "), reason
+    assert "node6 drained" in run.stderr or "node6 draining" in run.stderr
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    assert {n: hosts[n]["status"] for n in NODES} == {
+        "node1": "OK", "node2": "OK", "node3": "OK", "node4": "OK", "node5": "OK", "node6": "UNKNOWN"}
+    assert [r["code"] for r in hosts["node6"]["reasons"]] == ["drained_unknown"]
+    assert reason.split(" [")[0] in hosts["node6"]["reasons"][0]["message"]
+    assert took < 100  # the healthy nodes were checked without waiting out --wait on node6

@@ -115,6 +115,11 @@ EightBuffers = Annotated[tuple[Priority, ...], Field(min_length=8, max_length=8)
 DcqcnName = Literal[tuple(sorted({**DCQCN_RP, **DCQCN_NP}))]  # type: ignore[valid-type]
 
 
+# A key only the controller running the deploy reads (it never reaches the
+# node's check.yaml, so changing it rewrites nothing on the nodes).
+CONTROLLER_ONLY = {"controller_only": True}
+
+
 class HostSettings(BaseModel):
     """The validated settings for one host. Field docs are the README's key table."""
 
@@ -304,6 +309,7 @@ class HostSettings(BaseModel):
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
         description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",
+        json_schema_extra=CONTROLLER_ONLY,
     )
 
     @field_validator("verify_profile")
@@ -389,6 +395,11 @@ class HostSettings(BaseModel):
                 f"[verify_measure_timeout] {self.verify_measure_timeout} must exceed verify_measure_seconds "
                 f"({self.verify_measure_seconds}) by at least 5"
             )
+
+    @classmethod
+    def node_keys(cls) -> list[str]:
+        """Every key the node-local check reads: all but the controller's own."""
+        return [k for k, f in cls.model_fields.items() if f.json_schema_extra != CONTROLLER_ONLY]
 
     def expectation(self) -> Expectation:
         base = PROFILES.get(self.verify_profile or "", Expectation())

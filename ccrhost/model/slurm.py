@@ -11,8 +11,9 @@ from ccrhost.render import render
 def check_config(settings) -> dict:
     """The host's whole validated settings (``HostSettings``), as plain
     YAML values: the node-local check judges with exactly what the deploy
-    validated, every key included, so no key can be left behind."""
-    return settings.model_dump(mode="json")
+    validated, every key of the model included (but the controller's own,
+    marked so on the field), so no key can be left behind."""
+    return settings.model_dump(mode="json", include=set(settings.node_keys()))
 
 
 def check_config_text(settings) -> str:

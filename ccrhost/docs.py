@@ -159,9 +159,12 @@ def settings_reference() -> str:
     for name, model in defs.items():
         keys = model.get("properties", {})
         required = set(model.get("required", []))
-        out += [f"## {name} keys", "",
-                f"The keys of a `{name.lower()}` mapping (`verify_workload`, and `ccrhost calc --workload FILE`).",
-                ""]
+        inner = {k: v for d in defs.values() for k, v in d.get("properties", {}).items()}
+        users = [f"`{k}`" for k, s in {**props, **inner}.items() if f"#/$defs/{name}" in json.dumps(s)]
+        intro = f"The keys of the mapping in {' and '.join(users)}." if users else f"The keys of a {name}."
+        if name == "Workload":
+            intro += " `ccrhost calc --workload FILE` reads the same keys."
+        out += [f"## {name} keys", "", intro, ""]
         out += [_key(k, s, defs, k in required) for k, s in keys.items()]
     return "\n".join(out).rstrip() + "\n"
 

@@ -265,3 +265,19 @@ def test_explain_of_an_unknown_code_exits_2_naming_it_and_the_closest(capsys):
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert "unknown reason code 'zzzz'; known codes: acs_redirect, acs_unreadable," in err
+
+
+def test_the_handbooks_calc_commands_run(tmp_path, monkeypatch, capsys):
+    # the commands that need no node: each runs as written, on a job file like the one the entry means
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "JOB.yaml").write_text("tokens_per_gpu_step: 8192\ndp_size: 1024\n")
+    commands = sorted({c.split("#")[0].strip() for d in reasons.REGISTRY.values() for c in (*d.confirm, *d.fix)
+                       if c.startswith("ccrhost calc")})
+    assert len(commands) >= 4
+    for command in commands:
+        with pytest.raises(SystemExit) as done:
+            entry(shlex.split(command)[1:])
+        assert done.value.code == 0, (command, capsys.readouterr().err)
+        assert "CCR" in capsys.readouterr().out, command

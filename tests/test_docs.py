@@ -266,3 +266,21 @@ document.body.dataset.probe = JSON.stringify([r.left, r.top, r.right, r.bottom])
     _, _, rows = png_rgb(shot.read_bytes())
     heading = [rows[y][x] for y in range(top, bottom) for x in range(left, min(right, 1280))]
     assert sum(1 for px in heading if max(px) < 100) > 50
+
+
+def test_the_settings_pages_example_is_what_a_deploy_prints(capsys):
+    # the refused data of the page, through the function every deploy calls first
+    from types import SimpleNamespace
+
+    from ccrhost.inventory import host_settings
+
+    class Inventory(list):
+        pass
+
+    hosts = Inventory(SimpleNamespace(name=n, data=SimpleNamespace(dict=lambda d=d: d))
+                      for n, d in docs.BAD_DATA.items())
+    with pytest.raises(SystemExit) as done:
+        host_settings(hosts[0], hosts)
+    assert done.value.code == 2
+    shown = re.search(r"```\n(ccrhost: inventory data rejected.*?)```", docs.settings_reference(), re.S).group(1)
+    assert capsys.readouterr().err == shown

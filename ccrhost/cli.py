@@ -180,6 +180,24 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
     return EXIT_CODES[summary.verdict]
 
 
+@main.command()
+@click.argument("code")
+def explain(code):
+    """Explain a reason code: what it means, what is read, the likely
+    causes, and the commands that confirm and fix it (the handbook's entry).
+
+    An unknown CODE exits 2 and lists the codes closest to it.
+    """
+    from ccrhost.model import reasons
+
+    doc = reasons.REGISTRY.get(code.strip())
+    if doc is None:
+        close = reasons.close_matches(code.strip())
+        hint = f"; did you mean: {', '.join(close)}?" if close else f"; known codes: {', '.join(sorted(reasons.REGISTRY))}"
+        raise click.UsageError(f"unknown reason code {code!r}{hint}")
+    click.echo(reasons.entry_text(doc), nl=False)
+
+
 @main.command("nccl-env")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML file of the same keys as inventory data (roce_*, nccl_*, rdma_exclude_devices).")

@@ -80,13 +80,17 @@ def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: in
         parts.append(f'<text x="{x(v):.1f}" y="{height - 18}" font-size="11" text-anchor="middle">{_tick(v)}</text>')
     for n in sorted({0, top // 2, top}):
         parts.append(f'<text x="{left - 6}" y="{y(n) + 4:.1f}" font-size="11" text-anchor="end">{n}</text>')
-    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 2}" font-size="12" text-anchor="middle">'
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 4}" font-size="12" text-anchor="middle">'
                  f'{html.escape(label)}</text>')
     parts.append(f'<text x="12" y="{10 + plot_h / 2}" font-size="12" text-anchor="middle" '
                  f'transform="rotate(-90 12 {10 + plot_h / 2})">hosts</text>')
     for t in sorted(set(thresholds))[:3]:
+        # the label on the side of the line with room for it: a threshold
+        # near the left edge once drew "..14e-05", cut off by the SVG's edge
+        left_half = x(t) < width / 2
+        anchor, tx = ("start", x(t) + 4) if left_half else ("end", x(t) - 4)
         parts.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="14" y2="{10 + plot_h}" stroke="#000" '
-                     f'stroke-dasharray="4,3"/><text x="{x(t) - 4:.1f}" y="10" font-size="11" text-anchor="end">'
+                     f'stroke-dasharray="4,3"/><text x="{tx:.1f}" y="10" font-size="11" text-anchor="{anchor}">'
                      f'fail below {_tick(t)}</text>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
             f'aria-label="{html.escape(label)} histogram">{"".join(parts)}</svg>')

@@ -4,16 +4,22 @@ Built for 1,000 hosts and more: the counts per verdict and the hosts that
 need attention (FAIL, UNKNOWN, WARN, with their reasons) come first, so a
 failure is on screen without scrolling; then the CCR distribution against
 the fail threshold; every host's ports, rates, PCIe links and GPUs sit in a
-closed <details>, which the browser does not lay out until opened. No
-script, no external resource.
+closed <details>, which the browser does not lay out until opened. Each
+reason's code links to its handbook entry, which the page carries for the
+codes it shows (the same text as ``ccrhost explain CODE``), so it works
+offline; with a docs site URL (``docs_url``, or $CCRHOST_DOCS_URL) each entry
+also links to the site's page. No script, no external resource otherwise.
 """
 
 from __future__ import annotations
 
 import html
+import os
+import re
 import time
 
 from ccrhost.fleet.charts import COLOURS, histogram
+from ccrhost.model import reasons as handbook
 from ccrhost.model.verdict import FAIL, OK, UNKNOWN, WARN, Verdict
 
 _ORDER = {FAIL: 0, UNKNOWN: 1, WARN: 2, OK: 3}
@@ -34,6 +40,9 @@ td.reasons{max-width:60em}
 details>summary{cursor:pointer;color:#1a55a0}
 .detail table{width:auto;margin:4px 0 8px;font-size:12px}
 .bad{color:#c62828;font-weight:600}
+a.code{font:12px ui-monospace,monospace;color:#1a55a0}
+.reason{border-top:1px solid #ddd;padding:4px 0}.reason h3{font-size:14px;margin:6px 0 2px}
+.reason pre{background:#f4f4f4;padding:4px 8px;overflow-x:auto}
 """
 
 
@@ -74,6 +83,47 @@ def _detail(v: Verdict) -> str:
     return f'<details class="detail"><summary>ports, PCIe, GPUs</summary>{ccr}{ports}{gpu_table}</details>'
 
 
+def _reasons(v: Verdict) -> str:
+    """The non-OK reasons, each message first, then its code linking to the
+    handbook entry below."""
+    bad = [r for r in v.reasons if r.level != OK]
+    if not bad:
+        return html.escape(v.summary())
+    return "; ".join(
+        html.escape(r.message) + (f' (<a class="code" href="#reason-{html.escape(r.code)}">{html.escape(r.code)}</a>)'
+                                  if r.code in handbook.REGISTRY else f" ({html.escape(r.code)})")
+        for r in bad)
+
+
+def _inline(text: str) -> str:
+    """Escaped prose with the handbook's `code` spans as <code>."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text))
+
+
+def _entry(code: str, docs_url: str | None) -> str:
+    doc = handbook.REGISTRY[code]
+    esc = html.escape
+    site = (f' <a href="{esc(docs_url.rstrip("/"))}/{handbook.HANDBOOK_PAGE}#{esc(code)}">handbook</a>'
+            if docs_url else "")
+    return (f'<div class="reason" id="reason-{esc(code)}"><h3>{esc(code)} ({esc(doc.level)}){site}</h3>'
+            f"<p>{_inline(doc.meaning)}</p><p><b>Read:</b> {_inline(doc.reads)}</p><p><b>Likely causes:</b></p><ul>"
+            + "".join(f"<li>{_inline(c)}</li>" for c in doc.causes)
+            + "</ul><p><b>Confirm:</b></p><pre>" + esc("\n".join(doc.confirm)) + "</pre><p><b>Fix:</b></p><ul>"
+            + "".join(f"<li><code>{esc(f)}</code></li>" if isinstance(f, handbook.Cmd) else f"<li>{_inline(f)}</li>"
+                      for f in doc.fix)
+            + "</ul></div>")
+
+
+def _handbook(verdicts: dict[str, Verdict], docs_url: str | None) -> str:
+    codes = sorted({r.code for v in verdicts.values() for r in v.reasons
+                    if r.level != OK and r.code in handbook.REGISTRY})
+    if not codes:
+        return ""
+    return (f'<section id="reasons"><h2>Reason codes in this report</h2><p>What each code means and what to do '
+            f"about it; <code>ccrhost explain CODE</code> prints the same on a node.</p>"
+            f"{''.join(_entry(c, docs_url) for c in codes)}</section>")
+
+
 def _rows(items, addresses: dict, show_address: bool) -> str:
     out = []
     for host, v in items:
@@ -83,7 +133,7 @@ def _rows(items, addresses: dict, show_address: bool) -> str:
         out.append(
             f'<tr id="host-{html.escape(host)}" class="{v.status}"><td>{_badge(v.status)}</td>'
             f"<td>{html.escape(host)}</td>{address}<td class=num>{_num(c.ccr if c else None, '.3e')}</td>"
-            f'<td class=num>{share}</td><td class="reasons">{html.escape(v.summary())}{_detail(v)}</td></tr>')
+            f'<td class=num>{share}</td><td class="reasons">{_reasons(v)}{_detail(v)}</td></tr>')
     return "".join(out)
 
 
@@ -94,8 +144,11 @@ def _table(items, addresses: dict, show_address: bool) -> str:
 
 
 def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = None,
-               title: str = "ccrhost fleet report") -> str:
+               title: str = "ccrhost fleet report", docs_url: str | None = None) -> str:
+    """``docs_url``: the docs site's base URL, for a link from each handbook
+    entry (default: $CCRHOST_DOCS_URL; none keeps the page self-contained)."""
     addresses = addresses or {}
+    docs_url = docs_url if docs_url is not None else os.environ.get("CCRHOST_DOCS_URL") or None
     show_address = any(addresses.get(h) not in (None, "", h) for h in verdicts)
 
     def key(item):
@@ -129,5 +182,6 @@ def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = 
         f"verify_min_ccr_fraction of the CCR the declared hardware should give).</p></section>"
         f'<section id="all"><h2>All {len(verdicts)} hosts</h2><details><summary>show every host, worst first'
         f"</summary>{_table(ordered, addresses, show_address)}</details></section>"
+        f"{_handbook(verdicts, docs_url)}"
         "</body></html>\n"
     )

@@ -1,0 +1,283 @@
+"""The reason-code registry against the code that gives reasons.
+
+Static: every place in ccrhost/ (the lab aside) that makes a reason is read
+with the ast module, and each code it can give must be registered. A code
+that is a literal is read directly; one that is a parameter is followed to
+the callers that pass it (``_unknown(code, ...)``, ``not_verified(..., code,
+...)``, the ``(code, ...)`` tuples of ``_degraded_links``); ``exc.code`` to
+the exception's constructor calls. A code built by an f-string
+(``f"link_{name}"``) cannot be read statically: the function that builds it
+is run with inputs that make every variant, and those must be registered.
+Runtime checks: ``ccrhost explain``, and the handbook entry per code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from ccrhost.cli import entry
+from ccrhost.model import datapath as dp
+from ccrhost.model import reasons
+from ccrhost.model.status import FAIL, UNKNOWN, WARN
+
+ROOT = Path(__file__).resolve().parent.parent / "ccrhost"
+LEVELS = {"FAIL": FAIL, "WARN": WARN, "UNKNOWN": UNKNOWN}
+# The calls that make a reason, and the position of their code argument.
+# A new helper that takes a code is found automatically when its parameter
+# flows into one of these; add it here only if the scan says so.
+MAKERS = {"Reason": 1}
+
+
+def _sources():
+    for path in sorted(ROOT.rglob("*.py")):
+        if "lab" in path.relative_to(ROOT).parts:
+            continue  # the lab emulates nodes; production never imports it
+        yield path, ast.parse(path.read_text(), str(path))
+
+
+def _parents(tree):
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            child.parent = node
+
+
+def _enclosing_function(node):
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        node = getattr(node, "parent", None)
+    return node
+
+
+def _name(func) -> str | None:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+class Scan:
+    def __init__(self):
+        self.literal: dict[str, list[str]] = {}       # code -> where
+        self.levels: dict[str, set[str]] = {}         # code -> levels given at a literal site
+        self.patterns: dict[str, str] = {}            # regex of an f-string code -> where
+        self.unresolved: list[str] = []
+
+    def add(self, code, where, level=None):
+        self.literal.setdefault(code, []).append(where)
+        if level:
+            self.levels.setdefault(code, set()).add(level)
+
+
+def scan() -> Scan:
+    trees = list(_sources())
+    for _, tree in trees:
+        _parents(tree)
+    makers = dict(MAKERS)          # function name -> index of its code argument
+    tuple_makers: dict[str, int] = {}  # function -> index of an argument of (code, ...) tuples
+    exc_classes: set[str] = set()  # exceptions whose .code is a reason code
+    sites = []
+    # find the helpers that forward a code into a reason, until nothing new turns up
+    changed = True
+    while changed:
+        changed = False
+        sites.clear()
+        for path, tree in trees:
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call) or _name(node.func) not in makers:
+                    continue
+                index = makers[_name(node.func)]
+                if index >= len(node.args):
+                    continue
+                sites.append((path, node, node.args[index]))
+                arg, func = node.args[index], _enclosing_function(node)
+                params = [a.arg for a in func.args.args] if func else []
+                if isinstance(arg, ast.Name) and arg.id in params:
+                    if makers.get(func.name) != params.index(arg.id):
+                        makers[func.name] = params.index(arg.id)
+                        changed = True
+                elif isinstance(arg, ast.Name) and func is not None:
+                    # for code, ... in PARAM (a loop or a comprehension): PARAM holds (code, ...) tuples
+                    for loop in ast.walk(func):
+                        if (isinstance(loop, (ast.For, ast.comprehension)) and isinstance(loop.target, ast.Tuple)
+                                and isinstance(loop.target.elts[0], ast.Name) and loop.target.elts[0].id == arg.id
+                                and isinstance(loop.iter, ast.Name) and loop.iter.id in params):
+                            if tuple_makers.get(func.name) != params.index(loop.iter.id):
+                                tuple_makers[func.name] = params.index(loop.iter.id)
+                                changed = True
+                elif isinstance(arg, ast.Attribute) and arg.attr == "code" and func is not None:
+                    for handler in ast.walk(func):
+                        if isinstance(handler, ast.ExceptHandler) and handler.name == getattr(arg.value, "id", None):
+                            name = _name(handler.type)
+                            if name and name not in exc_classes:
+                                exc_classes.add(name)
+                                changed = True
+
+    result = Scan()
+
+    def level_of(call):
+        first = call.args[0] if call.args else None
+        return LEVELS.get(first.id) if isinstance(first, ast.Name) else None
+
+    for path, call, arg in sites:
+        where = f"{path.relative_to(ROOT.parent)}:{call.lineno}"
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            result.add(arg.value, where, level_of(call) if _name(call.func) == "Reason" else None)
+        elif isinstance(arg, ast.JoinedStr):
+            regex = "".join(re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in arg.values)
+            result.patterns[f"^{regex}$"] = where
+        elif not isinstance(arg, (ast.Name, ast.Attribute)):
+            result.unresolved.append(f"{where}: code {ast.unparse(arg)}")
+        else:
+            func = _enclosing_function(call)
+            forwarded = func is not None and (func.name in makers or func.name in tuple_makers)
+            if not forwarded and not (isinstance(arg, ast.Attribute) and arg.attr == "code"):
+                result.unresolved.append(f"{where}: code {ast.unparse(arg)}")
+    # the tuples handed to a tuple forwarder, and the exceptions' constructor calls
+    for path, tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+            name = _name(node.func)
+            if name in tuple_makers and tuple_makers[name] < len(node.args):
+                arg = node.args[tuple_makers[name]]
+                level = node.args[0].id if node.args and isinstance(node.args[0], ast.Name) else None
+                for item in getattr(arg, "elts", []):
+                    first = item.elts[0] if isinstance(item, ast.Tuple) and item.elts else None
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        result.add(first.value, where, LEVELS.get(level))
+                    else:
+                        result.unresolved.append(f"{where}: code {ast.unparse(item)}")
+            if name in exc_classes and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    result.add(arg.value, where)
+                else:
+                    result.unresolved.append(f"{where}: code {ast.unparse(arg)}")
+    return result
+
+
+SCAN = scan()
+
+
+# --- the codes an f-string makes, by running the code that makes them ---------
+
+def _link_counter_codes() -> set[str]:
+    before = {"mlx5_0/1": dict.fromkeys(dp.COUNTERS, 0)}
+    after = {"mlx5_0/1": dict.fromkeys(dp.COUNTERS, 5)}
+    return {r.code for r in dp.check_link_health(before, after, dp.LinkThresholds(symbol_error=0,
+                                                                                   link_error_recovery=0), 3)}
+
+
+def _version_codes() -> set[str]:
+    hosts = {f"h{i}": dp.HostVersions(mlx5=v, nvidia=v) for i, v in enumerate(["2.0", "2.0", "1.0"])}
+    out = dp.check_fleet_versions(hosts, dp.RequiredVersions(mlx5="3.0", nvidia="3.0"))
+    return {r.code for rs in out.values() for r in rs}
+
+
+# regex of each f-string code in the source -> the function that makes every variant
+DYNAMIC = {
+    r"^link_.+$": _link_counter_codes,
+    r"^.+_mismatch$": _version_codes,
+    r"^.+_required$": _version_codes,
+}
+
+
+def emitted() -> dict[str, str]:
+    """Every code the source can give -> where it is made."""
+    codes = {c: where[0] for c, where in SCAN.literal.items()}
+    for pattern, where in SCAN.patterns.items():
+        for code in DYNAMIC[pattern]() if pattern in DYNAMIC else ():
+            if re.match(pattern, code):
+                codes.setdefault(code, where)
+    return codes
+
+
+def _entry_hint(code: str, where: str) -> str:
+    level = "/".join(sorted(SCAN.levels.get(code, ()))) or "LEVEL"
+    return (f"{code} (made at {where}): add an entry to _ENTRIES in ccrhost/model/reasons.py, "
+            f"_doc({code!r}, {level}, meaning, reads, [causes], [confirm commands], [fix], see), "
+            "then run python -m ccrhost.docs")
+
+
+def test_the_scan_resolves_every_code_argument():
+    assert not SCAN.unresolved, ("a reason code the scan cannot follow; make it a literal, a parameter of a "
+                                 "helper, or teach tests/test_reasons.py: " + "; ".join(SCAN.unresolved))
+    unknown = {p: w for p, w in SCAN.patterns.items() if p not in DYNAMIC}
+    assert not unknown, ("a reason code made by an f-string: add its pattern and a function that makes every "
+                         f"variant to DYNAMIC in tests/test_reasons.py: {unknown}")
+    # the scan does find what it is meant to: a literal, a forwarded one, a tuple, an exception's code
+    for code in ("port_down", "check_failed", "unreachable", "nic_pcie_width", "gpu_pcie_gen", "gpu_unknown_model",
+                 "check_error"):
+        assert code in SCAN.literal, code
+
+
+def test_every_code_the_code_can_give_is_registered():
+    missing = {c: w for c, w in emitted().items() if c not in reasons.REGISTRY}
+    assert not missing, "unregistered reason codes:\n" + "\n".join(_entry_hint(c, w) for c, w in missing.items())
+
+
+def test_no_registered_code_is_dead():
+    dead = sorted(set(reasons.REGISTRY) - set(emitted()))
+    assert not dead, (f"registered but no code gives them: {dead}; remove their entries from _ENTRIES in "
+                      "ccrhost/model/reasons.py (or the code that gave them was lost)")
+
+
+def test_registered_levels_are_the_levels_the_code_gives():
+    wrong = {c: (reasons.REGISTRY[c].level, sorted(levels)) for c, levels in SCAN.levels.items()
+             if c in reasons.REGISTRY and levels != {reasons.REGISTRY[c].level}}
+    assert not wrong, f"registry level vs the level in the source: {wrong}"
+
+
+def test_dynamic_variants_are_what_the_runtime_gives():
+    assert _link_counter_codes() == {"link_flap", *(f"link_{c}" for c in dp.COUNTERS if c != "link_downed")}
+    assert _version_codes() == {"mlx5_mismatch", "nvidia_mismatch", "mlx5_required", "nvidia_required"}
+
+
+def test_each_entry_is_complete():
+    for doc in reasons.REGISTRY.values():
+        assert doc.meaning and doc.reads and doc.causes and doc.confirm and doc.fix, doc.code
+        assert re.fullmatch(r"[a-z0-9_]+", doc.code), doc.code
+        if doc.see:
+            page = doc.see.split("#")[0]
+            assert (ROOT.parent / "docs" / page).is_file(), f"{doc.code}: see {doc.see}"
+
+
+def test_explain_prints_the_registry_entry(capsys):
+    with pytest.raises(SystemExit) as done:
+        entry(["explain", "acs_redirect"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out == reasons.entry_text(reasons.REGISTRY["acs_redirect"])
+    assert out.startswith("acs_redirect (FAIL)\n\nPCIe ACS redirect is on at a bridge")
+    assert "  setpci -s <bdf> ECAP_ACS+0x6.w=0000:003d   # what the deploy writes, now and at boot\n" in out
+
+
+def test_explain_of_an_unknown_code_exits_2_naming_it_and_the_closest(capsys):
+    with pytest.raises(SystemExit) as done:
+        entry(["explain", "link_flapping"])
+    assert done.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Error: unknown reason code 'link_flapping'; did you mean: link_flap" in captured.err
+    with pytest.raises(SystemExit) as done:
+        entry(["explain", "zzzz"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown reason code 'zzzz'; known codes: acs_redirect, acs_unreadable," in err
+
+
+def test_the_handbooks_calc_commands_run(tmp_path, monkeypatch, capsys):
+    # the commands that need no node: each runs as written, on a job file like the one the entry means
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "JOB.yaml").write_text("tokens_per_gpu_step: 8192\ndp_size: 1024\n")
+    commands = sorted({c.split("#")[0].strip() for d in reasons.REGISTRY.values() for c in (*d.confirm, *d.fix)
+                       if c.startswith("ccrhost calc")})
+    assert len(commands) >= 4
+    for command in commands:
+        with pytest.raises(SystemExit) as done:
+            entry(shlex.split(command)[1:])
+        assert done.value.code == 0, (command, capsys.readouterr().err)
+        assert "CCR" in capsys.readouterr().out, command

@@ -111,19 +111,19 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         settings = _settings(config_path, overrides)
     except click.ClickException as exc:  # settings it cannot judge with: UNKNOWN, and a prolog says why
         problem = exc.message
-        verdict = node_check.unknown(problem, code="check_config")
+        verdict = node_check.unknown("check_config", problem)
     else:
         try:
             verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads)
         except Exception as exc:  # a bug must not read as WARN to the scheduler
             problem = f"internal error: {type(exc).__name__}: {exc}"
-            verdict = node_check.unknown(problem)
+            verdict = node_check.unknown("check_error", problem)
     if drain:
         try:
             drained = node_check.drain(verdict, unknown_drains=drain_unknown)
         except node_check.DrainError as exc:
             problem = f"--drain: {exc}"
-            verdict = node_check.unknown(problem, verdict)
+            verdict = node_check.unknown("check_error", problem, verdict)
     if problem is None and not verdict.evaluated:  # nothing was judged: say why on stderr too
         problem = verdict.reasons[-1].message
     render = {

@@ -13,20 +13,20 @@ from __future__ import annotations
 FAILED, UNREACHABLE, UNREADABLE = "failed", "unreachable", "unreadable"
 
 _REASONS: dict[str, tuple[str, str]] = {}
-_CODES: dict[str, str] = {}
+_VERDICT_REASONS: dict = {}  # host -> the model's Reason an UNREADABLE failure gives its verdict
 
 
-def record(host: str, reason: str, kind: str = FAILED, code: str | None = None) -> None:
+def record(host: str, reason: str, kind: str = FAILED, verdict_reason=None) -> None:
     """Keep ``reason`` for ``host`` unless it already has one; a lost
-    connection replaces a failure it caused. ``code``: the reason code of
-    an UNREADABLE one."""
+    connection replaces a failure it caused. ``verdict_reason``: the
+    ``Reason`` of an UNREADABLE one, for the host's verdict."""
     if host not in _REASONS or (kind == UNREACHABLE and _REASONS[host][0] != UNREACHABLE):
         _REASONS[host] = (kind, reason)
-        if code:
-            _CODES[host] = code
+        if verdict_reason is not None:
+            _VERDICT_REASONS[host] = verdict_reason
 
 
-def record_current(reason: str, kind: str = FAILED, code: str | None = None) -> None:
+def record_current(reason: str, kind: str = FAILED, verdict_reason=None) -> None:
     """:func:`record` for the host pyinfra is working on (a fact's process)."""
     from pyinfra import host
 
@@ -34,7 +34,7 @@ def record_current(reason: str, kind: str = FAILED, code: str | None = None) -> 
         name = host.name
     except Exception:  # no host in context (a fact processed outside a run)
         return
-    record(name, reason, kind, code)
+    record(name, reason, kind, verdict_reason)
 
 
 def reason(host: str) -> tuple[str, str] | None:
@@ -42,6 +42,6 @@ def reason(host: str) -> tuple[str, str] | None:
     return _REASONS.get(host)
 
 
-def code(host: str) -> str | None:
-    """The reason code recorded with ``host``'s UNREADABLE failure."""
-    return _CODES.get(host)
+def verdict_reason(host: str):
+    """The ``Reason`` recorded with ``host``'s UNREADABLE failure, if any."""
+    return _VERDICT_REASONS.get(host)

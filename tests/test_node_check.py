@@ -260,9 +260,9 @@ def test_check_with_a_wedged_nvml_returns_unknown_gpus_within_its_probe_timeout(
 
 def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontrol):
     script, state, log = scontrol
-    unreadable = node_check.unknown("cannot read /sys/class/infiniband and rdma_cm configfs: "
+    unreadable = node_check.unknown("rdma_unreadable", "cannot read /sys/class/infiniband and rdma_cm configfs: "
                                     "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', "
-                                    "got 'garbage'", code="rdma_unreadable")
+                                    "got 'garbage'")
     # the health check: the node's state is not known, so nothing changes
     assert node_check.drain(unreadable, node="gpu01", scontrol=str(script)) == "no drain change"
     assert not log.exists()

@@ -105,9 +105,6 @@ def _op_failure(state, host) -> str | None:
     return None
 
 
-not_verified = unjudged  # the verdict of a host the verification never judged
-
-
 def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, inventory) -> dict[str, Verdict]:
     """Every inventory host of the run: its verdict when the verification
     judged it, else UNKNOWN "unreachable: ..." for a host pyinfra could not
@@ -121,17 +118,18 @@ def fleet_verdicts(verdicts: dict[str, Verdict], judged: set[str], state, invent
         if host.name in judged or (host not in state.failed_hosts and host.name in verdicts):
             out[host.name] = verdicts[host.name]
         elif host not in state.activated_hosts:
-            out[host.name] = not_verified(UNKNOWN, "unreachable", "unreachable: no SSH connection at the start of the run")
+            out[host.name] = unjudged(UNKNOWN, "unreachable", "unreachable: no SSH connection at the start of the run")
         elif recorded and recorded[0] == failures.UNREACHABLE:
-            out[host.name] = not_verified(UNKNOWN, "unreachable", f"unreachable: {recorded[1]}")
+            out[host.name] = unjudged(UNKNOWN, "unreachable", f"unreachable: {recorded[1]}")
         elif recorded and recorded[0] == failures.UNREADABLE:  # what could not be read is never a FAIL
-            out[host.name] = not_verified(UNKNOWN, failures.code(host.name) or "node_unreadable", recorded[1])
+            unread = failures.verdict_reason(host.name)
+            out[host.name] = unjudged(UNKNOWN, unread.code, unread.message)
         else:
             stage = _op_failure(state, host)
             why = recorded[1] if recorded else None
             if stage and why and not stage.endswith(why):
                 why = f"{stage.split(':')[0]}: {why}"
-            out[host.name] = not_verified(FAIL, "failed_before_verification",
+            out[host.name] = unjudged(FAIL, "failed_before_verification",
                                           f"failed before verification: {why or stage or 'see the run log'}")
     return out
 

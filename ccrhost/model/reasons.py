@@ -478,9 +478,55 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["srun -w NODE ccrhost check --config /etc/ccrhost/check.yaml --format json"],
          ["install ccrhost on the node (`deploys/slurm.py` says where it is expected)"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
+    _doc("rdma_unreadable", UNKNOWN,
+         "The RDMA snippet's output could not be read (a sysfs file held text the kernel never prints, or the "
+         "probe hung past its timeout), so nothing about the node's ports is known. The deploy, `ccrhost check`, "
+         "the prolog and `slurm verify` all give this code, with the file and the text seen; what nobody could "
+         "read is never a FAIL, and only the prolog (which keeps the job off the node) drains for it.",
+         f"`{_PORT}/{{state,phys_state,rate,link_layer}}`, the GID tables, the NICs' PCIe link files and the "
+         "rdma_cm configfs group, in one snippet.",
+         ["a driver or firmware fault leaving a port file half-written", "a kernel whose format ccrhost does not "
+          "know yet (the message quotes the text)", "the snippet hung (a stuck `ip`, a wedged driver)"],
+         [f"cat {_PORT}/rate {_PORT}/state", "dmesg | tail -50", _CHECK],
+         ["reload the NIC driver or reboot the node; report a new kernel format with the quoted text"],
+         "failure-behaviour.md"),
+    _doc("port_rate_unreadable", UNKNOWN,
+         "An ACTIVE port's `rate` gave no value, so the node's bandwidth B is not known: the node gets no CCR "
+         "rather than one that counts the port at 0 Gb/s.",
+         f"`{_PORT}/rate`, skipped by the probe when it cannot be read.",
+         ["the file is unreadable (EINVAL from a driver in a bad state)", "a port that is not fully initialised"],
+         [f"cat {_PORT}/rate", "ibv_devinfo -v"],
+         ["reload the NIC driver or reboot the node"],
+         "verification.md#the-connection-to-compute-ratio"),
+    _doc("node_unreadable", UNKNOWN,
+         "The deploy could not read a probe it needs for tuning (kernel modules, QoS tools, the managed files): "
+         "the tuning stopped on this host and nothing was changed by that stage; the message names the probe "
+         "and the text seen.",
+         "The node snapshot's probe named in the message.",
+         ["a tool printing output ccrhost does not know (the message quotes it)", "a probe that hung"],
+         ["pyinfra INVENTORY deploys/rdma.py --dry --limit HOST"],
+         ["fix what the message names and rerun the deploy"],
+         "failure-behaviour.md"),
+    _doc("drained_unknown", UNKNOWN,
+         "`ccrhost slurm verify`: the node was drained by its own check (the prolog of the fleet job, or an "
+         "earlier one) because it could not be read; the verify job went on without it instead of waiting.",
+         "`sinfo`'s reason of the node, which starts `ccrhost: UNKNOWN:` and names what could not be read.",
+         ["a probe the prolog could not read on that node (see the reason)"],
+         ["sinfo -R", "srun -w NODE ccrhost check --config /etc/ccrhost/check.yaml --format json"],
+         ["fix what the reason names; the health check lifts the drain once the node reads fine"],
+         "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
+    _doc("drained_fail", FAIL,
+         "`ccrhost slurm verify`: the node was drained by ccrhost's own check (the prolog or the health check) "
+         "for a FAIL before the check step could run there; the reason says which.",
+         "`sinfo`'s reason of the node, which starts `ccrhost:`.",
+         ["any FAIL of the node-local check (see the reason)"],
+         ["sinfo -R", "ccrhost explain CODE   # for the code behind the reason"],
+         ["fix what the reason names; the health check lifts the drain once the node is fit"],
+         "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
     _doc("check_config", UNKNOWN,
-         "`ccrhost slurm verify`: the node's `/etc/ccrhost/check.yaml` is not valid, so the node cannot be judged "
-         "with its own settings.",
+         "The node's `/etc/ccrhost/check.yaml` (or `--config`) is not valid, so the node cannot be judged "
+         "with its own settings: `ccrhost check` says so (and the prolog drains with it), and `ccrhost slurm "
+         "verify` reports it.",
          "`/etc/ccrhost/check.yaml` from the node, validated like inventory data.",
          ["the file was edited by hand", "it was written by another ccrhost version"],
          ["srun -w NODE cat /etc/ccrhost/check.yaml"],

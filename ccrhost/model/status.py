@@ -24,6 +24,11 @@ class Reason:
     def to_dict(self) -> dict:
         return {"level": self.level, "code": self.code, "message": self.message}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Reason:
+        """A reason as :meth:`to_dict` wrote it (a node's JSON)."""
+        return cls(data["level"], data["code"], data["message"])
+
 
 def worst(statuses) -> str:
     return max(statuses, key=_RANK.__getitem__, default=OK)

@@ -128,7 +128,7 @@ class Verdict:
         readings = doc.get("readings")
         return cls(
             status=doc["status"],
-            reasons=[Reason(r["level"], r["code"], r["message"]) for r in doc["reasons"]],
+            reasons=[Reason.from_dict(r) for r in doc["reasons"]],
             ccr=result,
             expected_ccr=doc.get("expected_ccr"),
             readings=readings_from_dict(readings) if readings is not None else Readings([], []),

@@ -51,7 +51,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
             rdma_state = reads.rdma.result()
         except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:
             # the words and code the deploy gives for the same output (probes.node, operations.cache)
-            return unknown(f"cannot read {rdma.SOURCE}: {exc}", code="rdma_unreadable")
+            return unknown("rdma_unreadable", f"cannot read {rdma.SOURCE}: {exc}")
         gpu_state = reads.gpus_result()
         if gather_pci is None:
             gather_pci = reads.pci.result
@@ -62,7 +62,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
-def unknown(message: str, verdict: Verdict | None = None, code: str = "check_error") -> Verdict:
+def unknown(code: str, message: str, verdict: Verdict | None = None) -> Verdict:
     """UNKNOWN (exit 3) with ``message`` as its one reason; with ``verdict``,
     that verdict's reasons kept and the status forced to UNKNOWN (a failing
     helper, such as scontrol under --drain)."""

@@ -11,6 +11,7 @@ from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
 from ccrhost import failures
+from ccrhost.model.status import UNKNOWN, Reason
 from ccrhost.operations import cache as fact_cache
 
 # pyinfra keeps no "dry run" flag in its state; its CLI's own argument is the source.
@@ -62,7 +63,7 @@ def planned(stage):
     try:
         commands = list(stage)
     except fact_cache.NodeReadError as exc:
-        failures.record_current(str(exc), failures.UNREADABLE, exc.code)
+        failures.record_current(str(exc), failures.UNREADABLE, Reason(UNKNOWN, exc.code, str(exc)))
         commands = list(fail(str(exc)))
     except Exception as exc:  # a bug meeting this node's data: this host's failure, not the fleet's
         logger.debug("planning failed", exc_info=True)

@@ -27,12 +27,13 @@ _AT = "_ccrhost_snapshot_at"  # time.monotonic() when it was read: the start of 
 class NodeReadError(RuntimeError):
     """A probe's output on this host could not be read: the stage that
     needs it fails this host (see ``operations.base.operation``), and the
-    host's verdict is UNKNOWN ``<probe>_unreadable``, as ``ccrhost check``
-    gives for the same output."""
+    host's verdict is UNKNOWN with ``code``: ``rdma_unreadable`` as
+    ``ccrhost check`` gives for the same output, ``node_unreadable`` for the
+    probes only a deploy reads (modules, QoS, files)."""
 
-    def __init__(self, message: str, probe: str):
+    def __init__(self, code: str, message: str):
         super().__init__(message)
-        self.code = f"{probe}_unreadable"
+        self.code = code
 
 
 def _real(host):
@@ -112,7 +113,9 @@ def fresh(host) -> None:
 def _probe(host, name: str):
     snap = snapshot(host)
     if name in snap.errors:
-        raise NodeReadError(snap.errors[name], name)
+        if name == "rdma":
+            raise NodeReadError("rdma_unreadable", snap.errors[name])
+        raise NodeReadError("node_unreadable", snap.errors[name])
     return getattr(snap, name)
 
 

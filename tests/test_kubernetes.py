@@ -359,10 +359,10 @@ def test_init_command_tunes_the_node_from_inside_and_a_second_run_changes_nothin
     assert first.rc == 0, first.out
     assert "@local" in first.out and first.changed(), first.out
     # the node's own state changed, not this machine's
-    modules = node_sh(lab, "node1", "cat /etc/modules-load.d/ccrhost-rdma.conf; "
-                                    "cat /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_mode; "
-                                    "grep -c NCCL_IB_HCA /etc/nccl.conf")
-    assert modules.stdout.split("\n")[:6] == ["ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm", "RoCE v2", "1"]
+    state = node_sh(lab, "node1", "grep -v '^#' /etc/modules-load.d/ccrhost-rdma.conf; "
+                                  "cat /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_mode; "
+                                  "ls /sys/module | grep -cx -e ib_uverbs -e rdma_ucm; grep -c NCCL_IB_HCA /etc/nccl.conf")
+    assert state.stdout.splitlines() == ["ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm", "RoCE v2", "2", "1"]
     assert (machine.read_bytes() if machine.exists() else None) == machine_before
     second = run_result(node_sh(lab, "node1", command))
     assert second.rc == 0, second.out

@@ -274,15 +274,17 @@ def test_systemd_as_pid_1_is_seen_without_its_run_directory():
 @pytest.fixture(scope="module")
 def lab():
     """node1 healthy (tuned by the init command), node2 WARN, node3 FAIL,
-    node4 UNKNOWN (nvidia-smi garbled once it runs)."""
+    node4 UNKNOWN (nvidia-smi garbled once it runs); node5 has no peer-memory
+    module loaded at boot and the proprietary GPU module: GPUDirect needs
+    the module the driver ships."""
     from ccrhost.lab.fleet import Lab, parse_faults
 
     lab = Lab(LAB_DIR)
     lab.down()
     try:
-        lab.up(4, "hgx-h100-8x400", parse_faults(["node2:gpu_throttled=2", "node3:port_down=mlx5_4"]),
+        lab.up(5, "hgx-h100-8x400", parse_faults(["node2:gpu_throttled=2", "node3:port_down=mlx5_4", "node5:no_peermem"]),
                name=LAB_NAME, subnet=LAB_SUBNET)
-        for node in ("node1", "node2", "node3", "node4"):
+        for node in ("node1", "node2", "node3", "node4", "node5"):
             put_node_data(lab, node)
         yield lab
     finally:
@@ -385,6 +387,32 @@ def test_without_the_hosts_modules_the_modules_stage_fails_and_says_so(lab):
         assert after.stdout == before.stdout  # nothing applied, not even the later stages
     finally:
         node_sh(lab, "node3", f"mv /lib/modules/hidden-{release} /lib/modules/{release}")
+
+
+@pytest.mark.lab
+def test_without_the_hosts_modules_gpudirect_fails_rather_than_skip(lab):
+    release = os.uname().release
+    # tuned once without GPUDirect: every module the stages need is loaded
+    data = node_sh(lab, "node5", "echo 'rdma_gpudirect: false' >> /run/ccrhost-node/node.yaml")
+    assert data.returncode == 0
+    run = run_result(node_sh(lab, "node5", init_command(manifests())))
+    assert run.rc == 0, run.out
+    put_node_data(lab, "node5")  # the ConfigMap's data again: GPUDirect on
+    hide = node_sh(lab, "node5", f"mv /lib/modules/{release} /lib/modules/hidden-{release}")
+    assert hide.returncode == 0, hide.stderr
+    try:
+        run = run_result(node_sh(lab, "node5", init_command(manifests())))
+        assert run.rc == 1, run.out
+        assert ("GPUDirect: cannot tell which peer-memory module the driver ships: "
+                f"/lib/modules/{release} does not exist here" in run.out), run.out
+        assert "modules not loaded" not in run.out
+        assert "nvidia_peermem" not in node_sh(lab, "node5", "ls /sys/module").stdout.split()
+    finally:
+        node_sh(lab, "node5", f"mv /lib/modules/hidden-{release} /lib/modules/{release}")
+    # with the modules there, the same data loads the module the driver ships
+    run = run_result(node_sh(lab, "node5", init_command(manifests())))
+    assert run.rc == 0, run.out
+    assert "nvidia_peermem" in node_sh(lab, "node5", "ls /sys/module").stdout.split()
 
 
 @pytest.mark.lab

@@ -150,6 +150,10 @@ def test_npd_monitor_runs_the_check_every_5_minutes_as_a_permanent_condition(bui
     monitor = npd_monitor(built)
     assert monitor["plugin"] == "custom"
     assert monitor["pluginConfig"]["invoke_interval"] == "5m"
+    # with skip_initial_status NPD has no condition for the rule to update
+    assert not monitor["pluginConfig"].get("skip_initial_status", False)
+    # a changed list of codes updates the message of a condition that stays True
+    assert monitor["pluginConfig"]["enable_message_change_based_condition_update"] is True
     assert monitor["pluginConfig"]["max_output_length"] >= node_check.NPD_MAX_OUTPUT
     [rule] = monitor["rules"]
     assert rule["type"] == "permanent" and rule["condition"] == "CCRHostUnhealthy" and rule["reason"]

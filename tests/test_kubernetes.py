@@ -420,6 +420,24 @@ def test_without_the_hosts_modules_gpudirect_fails_rather_than_skip(lab):
 
 
 @pytest.mark.lab
+def test_systemd_as_pid_1_without_its_run_directory_fails_the_boot_unit_stage(lab):
+    # a hostPID container without the host's /run/systemd: PID 1 reads as
+    # systemd (bound over /proc/1/comm in the node's own mount namespace)
+    fake = node_sh(lab, "node5", "echo systemd > /run/comm && mount --bind /run/comm /proc/1/comm && cat /proc/1/comm")
+    assert (fake.returncode, fake.stdout) == (0, "systemd\n"), fake.stderr
+    try:
+        run = run_result(node_sh(lab, "node5", init_command(manifests())))
+        assert run.rc == 1, run.out
+        assert ("boot unit: systemd runs this host (PID 1) but /run/systemd/system is not visible here, so "
+                "ccrhost-boot.service cannot be enabled (in a container, mount the host's /run/systemd)" in run.out)
+        assert "systemd is not running" not in run.out
+    finally:
+        node_sh(lab, "node5", "umount /proc/1/comm")
+    run = run_result(node_sh(lab, "node5", init_command(manifests())))
+    assert run.rc == 0 and "systemd is not running: ccrhost-boot.service installed, not enabled" in run.out, run.out
+
+
+@pytest.mark.lab
 def test_npd_plugin_command_gives_npd_codes_and_one_short_line(lab):
     lab.garble("node4", "nvidia-smi", ", 1980, 1980,", ", fast, 1980,")
     command = npd_command(manifests())

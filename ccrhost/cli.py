@@ -78,8 +78,9 @@ def _load_check_data(config_path, overrides) -> dict:
 @click.option("--min-ccr", "verify_min_ccr", type=float, help="Absolute CCR floor.")
 @click.option("--min-ccr-fraction", "verify_min_ccr_fraction", type=float, help="Share of the expected CCR (0.9).")
 @click.option("--exclude", "rdma_exclude_devices", multiple=True, help="RDMA device (or pattern) that is not compute.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nhc"]), default="text",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nhc", "npd"]), default="text",
+              show_default=True, help="npd: a Node Problem Detector custom plugin (exit 0 fit, 1 not, 2 UNKNOWN; "
+              "one line naming the reason codes).")
 @click.option("--output", type=click.Path(dir_okay=False), help="Write here atomically instead of stdout.")
 @click.option("--drain", is_flag=True, help="HealthCheckProgram use: drain this node in Slurm on FAIL.")
 @click.option("--drain-unknown", is_flag=True,
@@ -88,7 +89,8 @@ def _load_check_data(config_path, overrides) -> dict:
 @click.option("--probe-timeout", type=click.FloatRange(1, 600), default=20, show_default=True,
               help="Seconds a probe (the RDMA snippet, nvidia-smi) may take before it counts as hung: UNKNOWN.")
 def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overrides):
-    """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN.
+    """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (--format
+    npd: Node Problem Detector's codes).
 
     Whatever cannot be told (a hung or garbled probe, a failing scontrol,
     an internal error) is UNKNOWN with one line naming it, never WARN.
@@ -106,7 +108,7 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
 
     if overrides.get("rdma_exclude_devices"):
         overrides["rdma_exclude_devices"] = tuple(overrides["rdma_exclude_devices"])
-    problem, drained = None, None
+    problem, drained, settings = None, None, None
     try:
         settings = _settings(config_path, overrides)
     except click.ClickException as exc:  # settings it cannot judge with: UNKNOWN, and a prolog says why
@@ -126,13 +128,16 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
             verdict = node_check.unknown("check_error", problem, verdict)
     if problem is None and not verdict.evaluated:  # nothing was judged: say why on stderr too
         problem = verdict.reasons[-1].message
-    render = {
-        "text": node_check.format_text,
-        "json": lambda v: json.dumps(v.to_dict(), indent=2, default=str) + "\n",
-        "prometheus": node_check.format_prometheus,
-        "nhc": node_check.format_nhc,
-    }[fmt]
-    text = render(verdict)
+    if fmt == "npd":  # NPD reads its own exit codes, WARN per the settings (none readable: the default)
+        text, exit_code = node_check.format_npd(verdict, settings.verify_npd_warn_unhealthy if settings else False)
+    else:
+        render = {
+            "text": node_check.format_text,
+            "json": lambda v: json.dumps(v.to_dict(), indent=2, default=str) + "\n",
+            "prometheus": node_check.format_prometheus,
+            "nhc": node_check.format_nhc,
+        }[fmt]
+        text, exit_code = render(verdict), verdict.exit_code
     if output:
         write_atomic(output, text)
     else:
@@ -141,7 +146,7 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         click.echo(drained, err=True)
     if problem:
         click.echo(f"ccrhost check: UNKNOWN: {problem}", err=True)
-    return verdict.exit_code
+    return exit_code
 
 
 @main.command()

@@ -299,6 +299,10 @@ class HostSettings(BaseModel):
         False, description="deploys/verify.py measures each GPU-NIC pair through GPU memory (ib_write_bw "
         "--use_cuda, NUMA-pinned); UNKNOWN where ib_write_bw has no CUDA.",
     )
+    verify_npd_warn_unhealthy: bool = Field(
+        False, description="`ccrhost check --format npd` exits 1 (Node Problem Detector: problem) on WARN too; "
+        "default: only FAIL is a problem.",
+    )
     slurm_ccrhost: AbsPath = Field(
         "/usr/local/bin/ccrhost", description="The ccrhost command on the node, as the Slurm prolog and health check run it."
     )

@@ -46,7 +46,7 @@ EVERY_KEY = {
     "slurm_ccrhost": "/opt/ccrhost/bin/ccrhost", "slurm_path": "/opt/ccrhost/bin:/usr/bin:/bin",
     "slurm_conf": "/etc/slurm-llnl/slurm.conf", "slurm_fragment": "/etc/slurm/conf.d/ccrhost.conf",
     "slurm_prolog": False, "slurm_healthcheck_interval": 60, "slurm_healthcheck_node_state": "IDLE",
-    "verify_report_dir": "reports/ccr",
+    "verify_report_dir": "reports/ccr", "verify_npd_warn_unhealthy": True,
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

@@ -150,6 +150,39 @@ def format_nhc(verdict: Verdict) -> str:
     return f"WARNING: ccrhost: {verdict.summary()}\n"
 
 
+# Node Problem Detector's custom-plugin contract (kubernetes/node-problem-detector
+# pkg/custompluginmonitor/types/types.go: OK 0, NonOK 1, Unknown 2;
+# plugin/plugin.go: any other exit code is Unknown too, stdout is trimmed and
+# cut at max_output_length bytes; types/config.go: that length defaults to 80;
+# docs/custom_plugin_monitor.md).
+NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
+NPD_MAX_OUTPUT = 80
+
+
+def format_npd(verdict: Verdict, warn_unhealthy: bool = False) -> tuple[str, int]:
+    """One stdout line and NPD's exit code for ``verdict``: FAIL is a
+    problem, WARN only with ``warn_unhealthy`` (verify_npd_warn_unhealthy),
+    UNKNOWN is NPD's Unknown. The line names the status and the reason
+    codes, worst first, within NPD's default output length, so the node
+    condition's message is never cut mid-code."""
+    status = verdict.status
+    if status == FAIL or (status == WARN and warn_unhealthy):
+        code = NPD_PROBLEM
+    elif status == UNKNOWN:
+        code = NPD_UNKNOWN
+    else:
+        code = NPD_OK
+    codes: list[str] = []
+    for level in (FAIL, UNKNOWN, WARN):
+        codes += [r.code for r in verdict.reasons if r.level == level and r.code not in codes]
+    line = f"{status}: " + (",".join(codes) if codes else "all checks passed")
+    shown = len(codes)
+    while len(line.encode()) > NPD_MAX_OUTPUT and shown > 1:
+        shown -= 1
+        line = f"{status}: {','.join(codes[:shown])} +{len(codes) - shown} more"
+    return line.encode()[:NPD_MAX_OUTPUT].decode(errors="ignore") + "\n", code
+
+
 def _label(value) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
 

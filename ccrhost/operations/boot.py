@@ -10,7 +10,7 @@ from ccrhost.model.boot import BOOT_SCRIPT, UNIT, UNIT_PATH, render_boot
 from ccrhost.model.managed import PEERMEM_FILE
 from ccrhost.model.ports import roce_netdevs
 from ccrhost.operations import cache as fact_cache
-from ccrhost.operations.base import operation
+from ccrhost.operations.base import fail, operation
 from ccrhost.operations.datapath import boot_plan, peermem_module
 from ccrhost.operations.files import MANAGED_HEADER, converge
 
@@ -43,5 +43,10 @@ def persist(settings):
     yield from converge(UNIT_PATH, MANAGED_HEADER + unit, files.get(UNIT_PATH))
     if qos_facts.systemd and not qos_facts.unit_enabled:
         yield StringCommand("systemctl daemon-reload && systemctl enable", UNIT)
+    elif not qos_facts.systemd and qos_facts.systemd_pid1:
+        # a container with the host's PIDs but not its /run/systemd: the unit
+        # would never run at boot, so this stage fails rather than skip it
+        yield from fail(f"boot unit: systemd runs this host (PID 1) but /run/systemd/system is not visible here, "
+                        f"so {UNIT} cannot be enabled (in a container, mount the host's /run/systemd)")
     elif not qos_facts.systemd:
         host.log(f"systemd is not running: {UNIT} installed, not enabled; run {BOOT_SCRIPT} at boot")

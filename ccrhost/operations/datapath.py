@@ -19,7 +19,8 @@ from ccrhost.model.managed import PEERMEM_FILE
 from ccrhost.model.ports import management_hits, roce_netdevs
 from ccrhost.model.topology import path_bridges
 from ccrhost.operations import cache as fact_cache
-from ccrhost.operations.base import operation
+from ccrhost.operations.base import fail, operation
+from ccrhost.probes.kernel import no_tree_message
 from ccrhost.operations.files import MANAGED_HEADER, converge
 
 
@@ -60,6 +61,12 @@ def gpudirect(settings):
     if not pci.gpus():
         return
     plan = dp.plan_peermem(pci.peer)
+    no_tree = fact_cache.modules(host).no_tree
+    if not plan.possible and no_tree:
+        # what the driver ships is read from modules.dep, absent here: not known
+        yield from fail(f"GPUDirect: cannot tell which peer-memory module the driver ships: "
+                        f"{no_tree_message(no_tree)}")
+        return
     if plan.module is None:
         if not pci.peer.loaded:
             host.log(f"GPUDirect: {plan.note}")

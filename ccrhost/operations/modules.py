@@ -8,7 +8,8 @@ from pyinfra.api import QuoteString, StringCommand
 from ccrhost.model.managed import MODULES_FILE
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations import files
-from ccrhost.operations.base import operation
+from ccrhost.operations.base import fail, operation
+from ccrhost.probes.kernel import no_tree_message
 from ccrhost.settings import DEFAULT_MODULES
 
 # The RDMA core and its upper layers: loading them registers no RDMA device
@@ -46,6 +47,11 @@ def modules(modules=DEFAULT_MODULES, path: str = MODULES_FILE):
     """
     present = fact_cache.modules(host)
     missing = [m for m in modules if not present.present(m)]
+    if missing and present.no_tree:
+        # modprobe would fail on the first; a container without the host's
+        # modules must say so rather than look like a driver problem
+        yield from fail(f"modules not loaded ({', '.join(missing)}): {no_tree_message(present.no_tree)}")
+        return
     for module in missing:
         yield StringCommand("modprobe", QuoteString(module))
     yield from files.managed._inner(path, "".join(f"{m}\n" for m in modules))

@@ -9,7 +9,9 @@ from ccrhost.probes.sections import by_tag
 
 COMMAND = (
     "echo @@loaded; ls -1 /sys/module 2>/dev/null; "
-    'echo @@builtin; cat "/lib/modules/$(uname -r)/modules.builtin" 2>/dev/null; true'
+    'echo @@builtin; cat "/lib/modules/$(uname -r)/modules.builtin" 2>/dev/null; '
+    # a container without the host's /lib/modules has no tree for the host's kernel
+    'echo @@tree; [ -d "/lib/modules/$(uname -r)" ] || uname -r; true'
 )
 
 
@@ -31,6 +33,7 @@ def module_name(entry: str) -> str:
 class Modules:
     loaded: list[str] = field(default_factory=list)   # ls /sys/module (loaded, and built-ins with parameters)
     builtin: list[str] = field(default_factory=list)  # /lib/modules/$(uname -r)/modules.builtin
+    no_tree: str | None = None  # uname -r when /lib/modules/<it> is missing: modprobe cannot load anything
 
     def present(self, name: str) -> bool:
         """Loaded or built in; ``-`` and ``_`` are the same to the kernel."""
@@ -41,8 +44,15 @@ class Modules:
 def parse_modules(lines: list[str]) -> Modules:
     """Names as /sys/module shows them, sorted."""
     sections = by_tag(lines)
+    release = next((x.strip() for x in sections.get("tree", []) if x.strip()), None)
     return Modules(*(sorted({module_name(x) for x in sections.get(key, []) if x.strip()})
-                     for key in ("loaded", "builtin")))
+                     for key in ("loaded", "builtin")), no_tree=release)
+
+
+def no_tree_message(release: str) -> str:
+    """Why nothing can be loaded here; in a container, what to mount."""
+    return (f"/lib/modules/{release} does not exist here, so modprobe cannot load a module for this kernel "
+            "(in a container, mount the host's /lib/modules)")
 
 
 # What modprobe could load, with each module's dependencies (kmod's

@@ -240,6 +240,8 @@ def command_roce(wants: str) -> str:
 def _command(names: str, wants: str) -> str:
     return (f"for IF in {names}; do {_PER_IF} done; "
             f"echo @@systemd; [ -d /run/systemd/system ] && echo running; "
+            # with the host's PIDs (a hostPID container) but not its /run: systemd runs, unseen
+            f"[ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ] && echo pid1; "
             f"[ -e {shlex.quote(wants)} ] && echo enabled; true")
 
 
@@ -266,6 +268,7 @@ class QosReading:
     interfaces: dict[str, QosInterface] = field(default_factory=dict)
     systemd: bool = False        # /run/systemd/system exists
     unit_enabled: bool = False   # the boot unit's multi-user.target.wants link exists
+    systemd_pid1: bool = False   # /proc/1/comm is systemd (seen from a container without /run/systemd too)
 
 
 def _grep_values(lines: list[str], where: str) -> dict[str, int]:
@@ -306,6 +309,7 @@ def parse_qos_dump(lines: list[str]) -> QosReading:
         if tag == "systemd":
             words = {line.strip() for line in body}
             reading.systemd, reading.unit_enabled = "running" in words, "enabled" in words
+            reading.systemd_pid1 = "pid1" in words
             st = None
             continue
         if st is None:

@@ -5,6 +5,7 @@ import pytest
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.verdict import (
+    Expectation,
     FAIL,
     OK,
     UNKNOWN,
@@ -140,3 +141,17 @@ def test_readings_from_facts_excludes_storage_ports():
     })
     r = readings_from_facts(rdma, GpuProbe(), exclude=("mlx5_bond_*",))
     assert [p.device for p in r.ports] == ["mlx5_0"]
+
+
+def test_an_active_port_whose_rate_was_not_read_is_unknown_and_enters_no_ccr():
+    ports = [port(i) for i in range(8)]
+    ports[5] = port(5, rate=None)
+    for expect in (H100, Expectation()):  # with declared hardware and without
+        v = evaluate(healthy(ports=ports), expect)
+        assert v.status == UNKNOWN and v.ccr is None
+        assert [(r.level, r.code) for r in v.reasons] == [(UNKNOWN, "port_rate_unreadable")]
+        assert v.reasons[0].message.startswith("port mlx5_5/1 is ACTIVE but its rate was not read "
+                                               "(/sys/class/infiniband/mlx5_5/ports/1/rate gave no value)")
+    down = [port(i) for i in range(8)]
+    down[5] = port(5, state="DOWN", phys="Disabled", rate=None)  # a port that is down carries nothing anyway
+    assert "port_rate_unreadable" not in {r.code for r in evaluate(healthy(ports=down), H100).reasons}

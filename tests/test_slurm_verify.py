@@ -122,3 +122,32 @@ def test_measurement_steps_stay_under_the_argument_limit():
 def test_settings_for_the_check_round_trip_through_yaml():
     settings = validate_host("n", yaml.safe_load(CONFIG))
     assert settings.expectation().ports == 8
+
+
+def test_the_nodes_data_path_reasons_survive_and_a_measurement_keeps_them():
+    from ccrhost.model import datapath as dp
+    from ccrhost.model.verdict import Readings
+
+    # a node whose own check cannot read its data path: its ports and GPUs alone would be OK
+    readings = Readings(healthy().ports, healthy().gpus, datapath=dp.unreadable("line 'role gpu': no BDF"))
+    on_node = evaluate(readings, H100)
+    assert [r.code for r in on_node.reasons] == ["pci_unreadable"]
+    text = json.dumps(on_node.to_dict(), default=str)
+    verdict, _ = judge(parse_check_task(task_lines("gpu07", text, 3)))
+    assert verdict.status == "UNKNOWN" and verdict.reasons == on_node.reasons
+    measured = HostMeasurement(gbps={f"mlx5_{i}": 390.0 for i in range(8)})
+    again, _ = judge(parse_check_task(task_lines("gpu07", text, 3)), measured)
+    assert again.status == "UNKNOWN" and [r.code for r in again.reasons] == ["pci_unreadable"]
+    assert [p.measured_gbps for p in again.readings.ports] == [390.0] * 8
+
+
+def test_a_node_whose_check_judged_nothing_stays_unknown_also_with_a_measurement():
+    from ccrhost.node.check import unknown
+
+    said = unknown("rdma_unreadable", "cannot read /sys/class/infiniband and rdma_cm configfs: the RDMA probe "
+                                      "(reading /sys/class/infiniband) did not answer within 20 s (killed)")
+    text = json.dumps(said.to_dict(), default=str)
+    for measured in (None, HostMeasurement(gbps={"mlx5_0": 100.0})):
+        verdict, _ = judge(parse_check_task(task_lines("gpu07", text, 3)), measured)
+        assert verdict.status == "UNKNOWN"  # never FAIL "no RDMA compute port found" for a read that timed out
+        assert verdict.reasons == said.reasons and not verdict.evaluated

@@ -8,7 +8,6 @@ import sys
 
 import click
 
-from ccrhost.model.status import UNKNOWN
 
 # Subcommands that live outside the core package are imported only when
 # used, so production commands never load the lab.

@@ -25,7 +25,7 @@ import yaml
 from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, REPO
 from test_checks import H100, gpu, healthy, port
 
-from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
+from ccrhost.model.status import FAIL, UNKNOWN, WARN
 from ccrhost.model.verdict import evaluate
 from ccrhost.node import check as node_check
 from ccrhost.probes import kernel, qos

@@ -5,7 +5,7 @@ import html
 import json
 import re
 
-from test_checks import H100, healthy, port
+from test_checks import H100, healthy
 from test_report_page import chromium, fleet
 
 from ccrhost.fleet.charts import histogram

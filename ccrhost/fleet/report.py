@@ -12,7 +12,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
-from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
 from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, unjudged
 from ccrhost.output import write_atomic
 

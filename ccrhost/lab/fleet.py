@@ -20,7 +20,6 @@ import marshal
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -47,16 +46,15 @@ from ccrhost.lab.profile import (
     ssh_over,
     upper_name,
 )
-from ccrhost.lab.state import LabState, Node, lab_dir, load_state
+from ccrhost.lab.procs import alive as _alive
+from ccrhost.lab.procs import descendants as _descendants
+from ccrhost.lab.procs import kill as _kill
+from ccrhost.lab.state import LabError, LabState, Node, lab_dir, load_state
 
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 MAX_NODES = 200
-
-
-class LabError(RuntimeError):
-    pass
 
 
 def shim_python() -> str:
@@ -74,51 +72,6 @@ def _run(*cmd: str, check: bool = True, input: str | None = None) -> subprocess.
     if check and proc.returncode != 0:
         raise LabError(f"{' '.join(cmd)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _kill(pid: int | None) -> None:
-    if _alive(pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _descendants(pid: int | None) -> list[int]:
-    """Every process below ``pid`` (by /proc parent links)."""
-    if not pid:
-        return []
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def preflight() -> None:

@@ -24,7 +24,15 @@ import sys
 import time
 from pathlib import Path
 
-from ccrhost.lab.fleet import Lab, LabError, LabState, Node, _alive, _descendants, _kill
+from typing import TYPE_CHECKING
+
+from ccrhost.lab.procs import alive as _alive
+from ccrhost.lab.procs import descendants as _descendants
+from ccrhost.lab.procs import kill as _kill
+from ccrhost.lab.state import LabError, LabState, Node
+
+if TYPE_CHECKING:  # the fleet starts this cluster: it imports this module, never the other way
+    from ccrhost.lab.fleet import Lab
 
 # Not Slurm's defaults, so a site's own Slurm never answers; each lab
 # subnet its own pair, so two labs' clusters (two test workers) run at once.

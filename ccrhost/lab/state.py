@@ -13,6 +13,10 @@ from pathlib import Path
 DEFAULT_DIR = "/var/lib/ccrhost/lab"
 
 
+class LabError(RuntimeError):
+    pass
+
+
 def lab_dir() -> Path:
     return Path(os.environ.get("CCRHOST_LAB_DIR", DEFAULT_DIR))
 

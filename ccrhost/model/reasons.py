@@ -112,7 +112,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          f"`{_PORT}/rate`, against the fastest port or the declared rate.",
          ["a cable or optic that supports only a lower rate", "a degraded link that fell back to fewer lanes",
           "the switch port configured for a lower speed"],
-         [f"cat /sys/class/infiniband/*/ports/*/rate", "ibstat <dev>"],
+         ["cat /sys/class/infiniband/*/ports/*/rate", "ibstat <dev>"],
          ["replace the cable or transceiver with one rated for the port's speed",
           "check the switch port's configured speed", _CHECK + "   # after the fix"],
          "verification.md#the-connection-to-compute-ratio"),

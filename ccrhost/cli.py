@@ -280,8 +280,8 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
     swept_keys = {whatif.WORKLOAD_KEYS[k][0] for k in swept if k in whatif.WORKLOAD_KEYS}
     if (given and not workload_file and "preset" not in set(given) | swept_keys
             and not ({"tokens_per_gpu_step", "dp_size"} <= set(given) | swept_keys)):
-        raise click.UsageError("a workload needs --preset NAME, or --tokens and --dp (or --workload FILE); the "
-                               "other workload flags refine it")
+        raise click.UsageError("a workload needs --tokens and --dp (or --preset NAME, or --workload FILE); "
+                               "the other workload flags refine it")
     if beta is not None and workload:
         raise click.UsageError("give --beta or a workload, not both")
     if parsed and not workload:

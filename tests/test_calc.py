@@ -190,7 +190,7 @@ def test_workload_file_has_the_inventory_keys(tmp_path):
     (["--tokens", "8192", "--dp", "8", "--sweep", "colour=1,2"], "unknown key 'colour'; allowed: gpu, gpus"),
     (["--tokens", "8192", "--sweep", "dp=8,x"], "--sweep dp: 'x' is not an integer"),
     (["--sweep", "dp=8,16"], "a sweep compares a workload's CCR"),
-    (["--grad-bytes", "2"], "a workload needs --preset NAME, or --tokens and --dp"),
+    (["--grad-bytes", "2"], "a workload needs --tokens and --dp (or --preset NAME"),
 ])
 def test_refusals_name_the_value_and_write_nothing(args, message, tmp_path):
     chart = tmp_path / "c.png"  # a refused sweep draws no chart

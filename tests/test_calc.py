@@ -211,3 +211,30 @@ def test_console_script_runs_the_example():
     out = subprocess.run([sys.executable, "-m", "ccrhost", *EXAMPLE, *V2, "--tokens", "8192",
                           "--dp", "1024"], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and "CCR = B / (beta x F) = 5.006" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("flags, ccr", [
+    # README's "CCR model for real jobs" figures under v3's ring, 2-byte gradients, dp 1024:
+    # ring 2 x 1023/1024 x 2 = 3.99609375 B; CCR 393216 x 4e11 / (3.99609375 x 7.916e15) = 4.972213
+    ([], 4.972213),
+    (["--compression", "0.125"], 8 * 4.972213),  # 0.49951 B: 39.7777
+    (["--sharded"], 4.972213 * 2 / 3),  # reduce-scatter + 2 gathers: 1023/1024 x 6 = 5.994 B: 3.314809
+    (["--tp", "8", "--dp", "128"], 5.006473),  # ring over 128 ranks: 2 x 127/128 x 2 = 3.96875 B
+])
+def test_readme_ring_figures(flags, ccr):
+    out = calc(*EXAMPLE[1:], "--grad-bytes", "2", "--tokens", "8192", "--dp", "1024", "--format", "json", *flags)
+    assert json.loads(out.output)["ccr"] == pytest.approx(ccr, rel=1e-6)
+
+
+def test_readme_a100_and_sweep_crossings():
+    # A100: 393216 x 2e11 / (3.99609375 x 2.496e15) = 7.884628
+    a100 = calc("--gpu", "A100 SXM", "--nic-gbps", "200", "--grad-bytes", "2", "--tokens", "8192", "--dp", "1024",
+                "--format", "json")
+    assert json.loads(a100.output)["ccr"] == pytest.approx(7.884628, rel=1e-6)
+    # 2048 tokens, fp32 ring: H100 CCR at 400 Gb/s = 2.486106 / 4 = 0.621527, proportional to the rate:
+    # 0.5 is crossed at 400 x 0.5 / 0.621527 = 321.78 Gb/s; B200 (8 x 2250 TFLOPS): 0.621527 x 7916 / 18000
+    # = 0.273337 at 400 Gb/s, crossing at 400 x 0.5 / 0.273337 = 731.7 Gb/s
+    out = calc("--tokens", "2048", "--dp", "1024", "--sweep", "nic-gbps=100,200,400,800",
+               "--sweep", "gpu=A100 SXM,H100 SXM,B200")
+    assert "gpu=H100 SXM: CCR crosses 0.5 at nic-gbps ~ 321.8 (between 200 and 400)" in out.output
+    assert "gpu=B200: CCR crosses 0.5 at nic-gbps ~ 731.7 (between 400 and 800)" in out.output

@@ -346,3 +346,16 @@ def test_any_workload_is_either_refused_by_name_or_modelled(data):
     node = h100(s.verify_workload.spec())  # never raises once accepted
     assert node.ccr > 0 and node.nic_bytes >= 0 and 0 <= node.exposed_comm_fraction <= 1
     json.dumps(node.to_dict(), allow_nan=False)
+
+
+def test_the_issue_overlap_example_backward_only_against_the_whole_step():
+    # Issue 26, item 2: a data-parallel job whose CCR is 0.641 with overlap 1. Hiding behind the whole
+    # step (v2) left comm - compute exposed: (1 - 0.641) / 1 = 35.9 %. Behind backward only (4/6 of
+    # compute): exposed = comm - 2/3 compute = 1 - 0.427333 = 0.572667 of comm; step = compute + exposed
+    # = 0.641 + 0.572667 = 1.213667: 47.18 %.
+    spec = WorkloadSpec(8192, 1024, grad_bytes_per_param=2, reduction="tree", overlap=1.0)
+    bandwidth = 0.641 * 3.96875 * 7.916e15 / 393216 * 8 / 1e9  # Gb/s that makes the CCR 0.641
+    node = h100(spec, bandwidth=bandwidth)
+    assert node.ccr == pytest.approx(0.641)
+    assert node.exposed_comm_fraction == pytest.approx(0.572667 / 1.213667, rel=1e-5)
+    assert round(node.exposed_comm_fraction, 3) == 0.472

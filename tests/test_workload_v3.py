@@ -260,6 +260,12 @@ def test_preset_fields_can_be_overridden_in_calc_and_inventory():
         == pytest.approx(6 / 8)
     spec = validate_host("gpu-01", {"verify_workload": {"preset": "llama3-8b", "dp_size": 256}}).verify_workload
     assert spec.dp_size == 256 and spec.tp_size == 1 and spec.framework == "torchtitan"
+    # the preset's sources and what no source gives travel with the result
+    ccr_json = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", "--preset", "mixtral-8x7b",
+                                        "--format", "json"])
+    w = json.loads(ccr_json.output)["workload"]
+    assert w["preset"]["sources"] == list(PRESETS["mixtral-8x7b"].sources)
+    assert "mixtral-8x7b assumes tokens_per_gpu_step 8192: no batch is reported" in w["notes"], ccr_json.output
 
 
 # --- every assumption in JSON and the verification's statement ------------------

@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from ccrhost.model import ccr as ccrmod
+from ccrhost.model import presets
 
 TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 VALUE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -423,6 +424,7 @@ class NodeModel:
             "statement": self.statement(),
             "notes": list(self.notes),
             "assumptions": list(ASSUMPTIONS),
+            "preset": presets.PRESETS[self.spec.preset].to_dict() if self.spec.preset in presets.PRESETS else None,
         }
 
 
@@ -595,6 +597,8 @@ def _notes(spec: WorkloadSpec, attention: float) -> tuple[str, ...]:
         notes.append("attention FLOPs not counted: give layers, seq_len, hidden_size and params")
     if spec.pp_size > 1 and spec.micro_batches is None:
         notes.append("pipeline bubble not counted: give micro_batches")
+    if spec.preset in presets.PRESETS:
+        notes += [f"{spec.preset} assumes {a}" for a in presets.PRESETS[spec.preset].assumed]
     return tuple(notes)
 
 

@@ -83,8 +83,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         "tokens_per_gpu_step": 15360 * 4096 / 2048, "precision": "fp8", "moe_max_nodes": 4,
     }, ("DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report', arXiv:2412.19437: sec. 4.2 (61 layers, hidden 7168, "
         "first 3 layers dense, 256 routed experts of intermediate 2048, 8 per token), sec. 3.2 (2048 H800, "
-        "16-way PP, 64-way EP over 8 nodes, ZeRO-1 DP), sec. 4.2 (4K sequences, batch 15360), sec. 3.3 (fp8), sec. 2.1.2 and 3.2.2 (each token "
-        "to at most 4 nodes, once over IB)",)),
+        "16-way PP, 64-way EP over 8 nodes, ZeRO-1 DP), sec. 4.2 (4K sequences, batch 15360), sec. 3.3 (fp8), "
+        "sec. 2.1.2 and 3.2.2 (each token to at most 4 nodes, once over IB)",)),
 )}
 NAMES = tuple(PRESETS)
 

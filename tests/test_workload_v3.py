@@ -342,7 +342,10 @@ KEYS = {
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.fixed_dictionaries({}, optional=KEYS))
+@given(data=st.one_of(st.fixed_dictionaries({}, optional=KEYS),  # mostly refused
+                      st.fixed_dictionaries({"preset": st.sampled_from(NAMES)},  # mostly accepted
+                                            optional={k: KEYS[k] for k in ("reduction", "sharding", "recompute",
+                                                                           "framework", "overlap", "mfu")})))
 def test_any_workload_is_either_refused_by_name_or_modelled(data):
     try:
         s = validate_host("gpu-07", {"verify_gpu_count": 8, "verify_workload": data})

@@ -282,9 +282,9 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
             and not ({"tokens_per_gpu_step", "dp_size"} <= set(given) | swept_keys)):
         raise click.UsageError("a workload needs --tokens and --dp (or --preset NAME, or --workload FILE); "
                                "the other workload flags refine it")
-    if beta is not None and workload:
+    if beta is not None and (workload or "preset" in swept_keys):
         raise click.UsageError("give --beta or a workload, not both")
-    if parsed and not workload:
+    if parsed and not workload and "preset" not in swept_keys:
         raise click.UsageError("a sweep compares a workload's CCR against the bands: give --preset NAME, "
                                "--tokens and --dp, or --workload FILE")
     if chart and not parsed:

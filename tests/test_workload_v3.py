@@ -199,6 +199,10 @@ def test_interleaving_multiplies_sends_and_shrinks_the_bubble():
     ({"micro_batches": 4}, "micro_batches", "allowed only with pp_size > 1"),
     ({"capacity_factor": 0.5}, "capacity_factor", "allowed: 1 to 64"),
     ({"kv_size": 4096}, "kv_size", "allowed: at most hidden_size (1024)"),
+    ({"pp_size": 4, "virtual_stages": 4}, "pp_size", "allowed: pp_size x virtual_stages (16) at most the 8 layers"),
+    ({"experts": 64, "ep_size": 32}, "ep_size", "allowed: a divisor of dp_size x cp_size (16)"),
+    ({"experts": 12, "ep_size": 3, "dp_size": 24}, "ep_size", "allowed: ep_size x tp_size dividing the 8 GPUs"),
+    ({"cp_size": 3, "seq_len": 4096, "dp_size": 8}, "cp_size", "allowed: cp_size x tp_size dividing the 8 GPUs"),
 ])
 def test_contradictions_refused_alike_by_model_inventory_and_calc(change, key, allowed):
     data = {"tokens_per_gpu_step": 4096, "dp_size": 16, "params": 2e9, "expert_params": 1e9, "hidden_size": 1024,
@@ -213,8 +217,10 @@ def test_contradictions_refused_alike_by_model_inventory_and_calc(change, key, a
     flag = {key: name for name, (key, _) in WORKLOAD_KEYS.items()}  # calc's flag for each key
     flags = [f"--{flag[k]}={v}" for k, v in data.items()]
     out = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", *flags])
-    assert out.exit_code == 2 and f"calc: verify_workload[{key}] = " in out.output and allowed in out.output, \
-        out.output
+    # rules on the workload alone are the schema's (calc: verify_workload[KEY]); those needing the GPUs
+    # per node come from the model once calc knows --gpus ("does not fit 8 GPUs per node: KEY = ")
+    named = f"calc: verify_workload[{key}] = " in out.output or f"does not fit 8 GPUs per node: {key} = " in out.output
+    assert out.exit_code == 2 and named and allowed in out.output, out.output
 
 
 # --- presets ---------------------------------------------------------------------
@@ -293,6 +299,10 @@ def test_sweeps_over_expert_parallel_and_algorithm_per_node_count(tmp_path):
     assert chart.read_bytes()[:4] == b"\x89PNG"
     lines = out.output.splitlines()
     assert lines[0].split()[0] == "ep" and "deepseek-v3" not in lines[0]
+    # a sweep over presets needs no other workload flag; the categorical table names each band
+    out = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", "--sweep", "preset=llama3-8b,deepseek-v3"])
+    assert out.exit_code == 0, out.output
+    assert "bands: llama3-8b compute-underused, deepseek-v3 balanced" in out.output
     out = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", "--tokens", "8192", "--grad-bytes", "2",
                                     "--sweep", "dp=16,64", "--sweep", "reduction=ring,tree", "--format", "json"])
     rows = {(r["sweep"]["dp"], r["sweep"]["reduction"]): r["workload"]["nic_bytes_per_node_step"]

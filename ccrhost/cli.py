@@ -229,15 +229,34 @@ def nccl_env(config_path, fmt):
             click.echo(f"export {key}={shlex.quote(value)}" if fmt == "shell" else f"{key}={value}")
 
 
+class _Hardware(click.ParamType):
+    """A calc hardware figure: finite and in the range a sweep of it allows too (``whatif.HARDWARE_RANGES``)."""
+
+    def __init__(self, key: str, kind=float):
+        self.key, self.kind, self.name = key, kind, "integer" if kind is int else "float"
+
+    def convert(self, value, param, ctx):
+        from ccrhost import whatif
+
+        try:
+            number = self.kind(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not {'an integer' if self.kind is int else 'a number'}", param, ctx)
+        problem = whatif.number_problem(self.key, number)
+        if problem:
+            self.fail(problem, param, ctx)
+        return number
+
+
 @main.command()
 @click.option("--gpu", "gpu", help="GPU model: an NVML name or a table model such as 'H100 SXM'.")
-@click.option("--gpus", type=click.IntRange(1, 1024), default=8, show_default=True, help="GPUs per node.")
-@click.option("--nics", type=click.IntRange(1, 1024), default=8, show_default=True, help="Compute NICs per node.")
-@click.option("--nic-gbps", type=click.FloatRange(min=0, min_open=True), default=400, show_default=True)
+@click.option("--gpus", type=_Hardware("gpus", int), default=8, show_default=True, help="GPUs per node.")
+@click.option("--nics", type=_Hardware("nics", int), default=8, show_default=True, help="Compute NICs per node.")
+@click.option("--nic-gbps", type=_Hardware("nic-gbps"), default=400, show_default=True)
 @click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]), default="bf16",
               show_default=True, help="Precision of F, the GPUs' peak compute.")
-@click.option("--tflops", type=click.FloatRange(min=0, min_open=True), help="Peak TFLOPS per GPU (overrides the table).")
-@click.option("--beta", type=click.FloatRange(min=0, min_open=True), help="Bytes per FLOP [default: 4].")
+@click.option("--tflops", type=_Hardware("tflops"), help="Peak TFLOPS per GPU (overrides the table).")
+@click.option("--beta", type=_Hardware("beta"), help="Bytes per FLOP [default: 4].")
 @click.option("--workload", "workload_file", type=click.Path(dir_okay=False),
               help="YAML file of verify_workload keys; the flags below override it.")
 @click.option("--grad-bytes", type=click.FloatRange(min=0, min_open=True),
@@ -251,16 +270,37 @@ def nccl_env(config_path, fmt):
 @click.option("--pp", type=click.IntRange(1), help="Workload: pipeline stages, across nodes [1].")
 @click.option("--sharded", type=click.Choice(["none", "optimizer", "full"]), is_flag=False, flag_value="full",
               help="Workload: ZeRO-1/2 (optimizer) or ZeRO-3/FSDP (full, what a bare --sharded means).")
-@click.option("--reduction", type=click.Choice(["hierarchical", "flat"]),
-              help="Workload: NVLink first, then the NICs (default), or every GPU through its NIC.")
+@click.option("--reduction", help="Workload: collective algorithm: ring (default), tree or in-network (SHARP/NVLS).")
 @click.option("--compression", type=float, help="Workload: gradient bytes on the wire / uncompressed, (0, 1].")
-@click.option("--overlap", type=float, help="Workload: share of gradient traffic hidden behind backward, [0, 1].")
-@click.option("--hidden-size", type=click.IntRange(1), help="Workload: model width (with --pp).")
-@click.option("--params", type=click.FloatRange(min=0, min_open=True), help="Workload: parameters (with --pp).")
+@click.option("--overlap", type=float, help="Workload: share of each pass's collectives hidden behind it, [0, 1].")
+@click.option("--hidden-size", type=click.IntRange(1), help="Workload: model width.")
+@click.option("--params", type=click.FloatRange(min=0, min_open=True), help="Workload: total parameters.")
+@click.option("--preset", help="Workload: a named workload (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, "
+                               "mixtral-8x7b, deepseek-v3); the other workload flags override it.")
+@click.option("--framework", help="Workload: whose byte widths: megatron, torchtitan, deepspeed, ddp-amp "
+                                  "[default: none, fp32 gradient reduce].")
+@click.option("--param-bytes", type=float, help="Workload: parameter all-gather bytes per value.")
+@click.option("--activation-bytes", type=float, help="Workload: activation bytes per value (pipeline, "
+                                                     "all-to-all, KV).")
+@click.option("--cp", type=int, help="Workload: context-parallel size [1].")
+@click.option("--recompute", help="Workload: activation recompute, none or full [none].")
+@click.option("--mfu", type=float, help="Workload: share of peak F the job reaches, (0, 1] [1].")
+@click.option("--layers", type=int, help="Workload: transformer layers.")
+@click.option("--seq-len", type=int, help="Workload: tokens per sequence.")
+@click.option("--kv-size", type=int, help="Workload: K/V width per token per layer (GQA) [hidden size].")
+@click.option("--experts", type=int, help="Workload: routed experts per MoE layer.")
+@click.option("--expert-params", type=float, help="Workload: parameters in routed experts.")
+@click.option("--top-k", type=int, help="Workload: experts per token [1].")
+@click.option("--ep", type=int, help="Workload: expert-parallel size [1].")
+@click.option("--capacity-factor", type=float, help="Workload: expert capacity factor [1].")
+@click.option("--moe-layers", type=int, help="Workload: MoE layers [all].")
+@click.option("--moe-max-nodes", type=int, help="Workload: node-limited routing, nodes per token.")
+@click.option("--virtual-stages", type=int, help="Workload: interleaved pipeline chunks per stage [1].")
+@click.option("--micro-batches", type=int, help="Workload: micro-batches per step (pipeline bubble).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
-              help="Compare options: KEY is one of dp, tp, pp, tokens, grad-bytes, compression, overlap, "
-                   "train-precision, sharded, reduction, gpu, gpus, nics, nic-gbps. A second --sweep "
+              help="Compare options: KEY is a workload flag's name (dp, tp, pp, cp, ep, tokens, reduction, "
+                   "preset, framework, mfu, ...; see README) or gpu, gpus, nics, nic-gbps. A second --sweep "
                    "draws a line per value.")
 @click.option("--chart", type=click.Path(dir_okay=False), help="With --sweep: draw the sweep as a PNG here.")
 def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt, sweeps, chart, **flags):
@@ -274,9 +314,7 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
     from ccrhost import whatif
     from ccrhost.settings import InventoryDataError, validate_host
 
-    keys = {"grad_bytes": "grad_bytes_per_param", "tokens": "tokens_per_gpu_step", "dp": "dp_size",
-            "train_precision": "precision", "tp": "tp_size", "pp": "pp_size", "sharded": "sharding"}
-    given = {keys.get(k, k): v for k, v in flags.items() if v is not None}
+    given = {whatif.FLAG_KEYS.get(k, k): v for k, v in flags.items() if v is not None}
     workload = _yaml_mapping("--workload", workload_file, "verify_workload keys") if workload_file else {}
     workload.update(given)
     try:
@@ -289,14 +327,15 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
     if len(swept) < len(parsed):
         raise click.UsageError("each --sweep key once")
     swept_keys = {whatif.WORKLOAD_KEYS[k][0] for k in swept if k in whatif.WORKLOAD_KEYS}
-    if given and not workload_file and not ({"tokens_per_gpu_step", "dp_size"} <= set(given) | swept_keys):
-        raise click.UsageError("a workload needs --tokens and --dp (or --workload FILE); the other workload "
-                               "flags refine it (--grad-bytes defaults from --train-precision)")
-    if beta is not None and workload:
+    if (given and not workload_file and "preset" not in set(given) | swept_keys
+            and not ({"tokens_per_gpu_step", "dp_size"} <= set(given) | swept_keys)):
+        raise click.UsageError("a workload needs --tokens and --dp (or --preset NAME, or --workload FILE); "
+                               "the other workload flags refine it")
+    if beta is not None and (workload or "preset" in swept_keys):
         raise click.UsageError("give --beta or a workload, not both")
-    if parsed and not workload:
-        raise click.UsageError("a sweep compares a workload's CCR against the bands: give --tokens and --dp "
-                               "or --workload FILE")
+    if parsed and not workload and "preset" not in swept_keys:
+        raise click.UsageError("a sweep compares a workload's CCR against the bands: give --preset NAME, "
+                               "--tokens and --dp, or --workload FILE")
     if chart and not parsed:
         raise click.UsageError("--chart draws a sweep: give --sweep KEY=V1,V2,...")
     if gpu is None and "gpu" not in swept:

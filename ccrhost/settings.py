@@ -19,10 +19,12 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
+from ccrhost.model import presets
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import PRECISIONS
@@ -71,34 +73,88 @@ HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE
 
 
 class Workload(BaseModel):
-    """A training job; the node CCR comes from it (ccrhost/model/workload.py).
-
-    The first three keys keep their meaning from before the model; the rest
-    default to plain data parallelism with no compression or overlap."""
+    """A training job; the node CCR comes from it (ccrhost/model/workload.py,
+    formulas in docs/ccr-model.md). ``preset`` fills the other keys from a
+    named workload (ccrhost/model/presets.py); keys given beside it win."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
-    grad_bytes_per_param: float | None = Field(None, gt=0, le=16, description="Default: from precision (bf16: 2).")
-    tokens_per_gpu_step: float = Field(gt=0)
-    dp_size: int = Field(ge=1, le=1_000_000)
-    precision: Literal[wl.TRAIN_PRECISIONS] = "bf16"  # type: ignore[valid-type]
-    tp_size: int = Field(1, ge=1, le=64)
-    pp_size: int = Field(1, ge=1, le=4096)
-    sharding: Literal[wl.SHARDING] = "none"  # type: ignore[valid-type]
-    reduction: Literal[wl.REDUCTION] = "hierarchical"  # type: ignore[valid-type]
-    compression: float = 1.0
-    overlap: float = 0.0
-    hidden_size: int | None = Field(None, ge=1, le=1 << 20)
-    params: float | None = Field(None, gt=0, le=1e15)
+    preset: Literal[presets.NAMES] | None = Field(  # type: ignore[valid-type]
+        None, description="Named workload to start from (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, "
+        "mixtral-8x7b, deepseek-v3); the other keys override its values.")
+    tokens_per_gpu_step: float | None = Field(
+        None, gt=0, le=1e9, description="Tokens per step / GPUs of the job. Required unless a preset gives it.")
+    dp_size: int | None = Field(
+        None, ge=1, le=1_000_000, description="Data-parallel degree (model replicas). Required unless a preset "
+        "gives it.")
+    precision: Literal[wl.TRAIN_PRECISIONS] = Field(  # type: ignore[valid-type]
+        "bf16", description="Training precision; the byte widths' defaults follow it.")
+    framework: Literal[wl.FRAMEWORKS] | None = Field(  # type: ignore[valid-type]
+        None, description="Framework whose default byte widths apply (megatron, torchtitan, deepspeed, ddp-amp). "
+        "Default: none named, gradients reduced at the conservative fp32 width.")
+    grad_bytes_per_param: float | None = Field(
+        None, gt=0, le=16, description="Gradient-reduce bytes per value. Default: the framework's (fp32: 4 "
+        "when none is named).")
+    param_bytes: float | None = Field(
+        None, gt=0, le=16, description="Parameter all-gather bytes per value (ZeRO, FSDP). Default: the "
+        "framework's (2 for 16-bit and fp8 training).")
+    activation_bytes: float | None = Field(
+        None, gt=0, le=16, description="Bytes per value of pipeline sends, expert all-to-all and KV exchange. "
+        "Default: 2 (4 for fp32 training).")
+    tp_size: int = Field(1, ge=1, le=64, description="Tensor-parallel degree, inside a node.")
+    pp_size: int = Field(1, ge=1, le=4096, description="Pipeline stages, across nodes.")
+    cp_size: int = Field(1, ge=1, le=4096, description="Context-parallel degree (ring attention); needs seq_len.")
+    sharding: Literal[wl.SHARDING] = Field(  # type: ignore[valid-type]
+        "none", description="none: all-reduce; optimizer: ZeRO-1/2; full: ZeRO-3/FSDP.")
+    reduction: str | None = Field(
+        None, description="Collective algorithm: ring (default: NCCL's choice for large buckets), tree (NCCL "
+        "tree, NVLS-tree, hierarchical), in-network (SHARP/NVLS).")
+    compression: float = Field(1.0, description="Gradient bytes on the wire / uncompressed, (0, 1].")
+    overlap: float = Field(
+        0.0, description="Share of each pass's collectives hidden behind that pass, [0, 1]: gradient reduce "
+        "behind backward, parameter gathers behind the pass they precede.")
+    recompute: Literal[wl.RECOMPUTE] = Field(  # type: ignore[valid-type]
+        "none", description="Activation recompute: full reruns the forward inside backward.")
+    mfu: float = Field(1.0, description="Share of peak F the job reaches, (0, 1]; 1: peak.")
+    hidden_size: int | None = Field(None, ge=1, le=1 << 20, description="Model width (hidden size).")
+    params: float | None = Field(None, gt=0, le=1e15, description="Total parameters (MoE: experts included).")
+    layers: int | None = Field(None, ge=1, le=100_000, description="Transformer layers (attention FLOPs, KV "
+                               "exchange, all-to-all).")
+    seq_len: int | None = Field(None, ge=1, le=1 << 30, description="Tokens per sequence (attention FLOPs, "
+                                "context parallelism).")
+    kv_size: int | None = Field(None, ge=1, le=1 << 20, description="K (and V) width per token per layer: kv "
+                                "heads x head dim. Default: hidden_size.")
+    experts: int | None = Field(None, ge=1, le=1 << 20, description="Routed experts per MoE layer.")
+    expert_params: float | None = Field(None, gt=0, le=1e15, description="Parameters in routed experts, all "
+                                        "layers.")
+    top_k: int = Field(1, ge=1, le=1 << 20, description="Experts per token.")
+    ep_size: int = Field(1, ge=1, le=1 << 20, description="Expert-parallel degree.")
+    capacity_factor: float = Field(1.0, description="Expert buffer / even share of routed tokens, 1 to 64.")
+    moe_layers: int | None = Field(None, ge=1, le=100_000, description="MoE layers. Default: all layers.")
+    moe_max_nodes: int | None = Field(None, ge=1, le=1 << 20, description="Node-limited routing: a token "
+                                      "reaches at most this many nodes, each once (DeepSeek-V3).")
+    virtual_stages: int = Field(1, ge=1, le=1024, description="Interleaved pipeline chunks per stage.")
+    micro_batches: int | None = Field(None, ge=1, le=1 << 20, description="Micro-batches per step (pipeline "
+                                      "bubble).")
 
-    @field_validator("compression", "overlap")
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data):
+        return presets.expand(data) if isinstance(data, dict) else data
+
+    @field_validator("compression", "overlap", "mfu", "capacity_factor", "reduction")
     @classmethod
     def _ratio(cls, value, info):
         # the model's own rule, so the inventory and calc refuse alike
         spec = wl.WorkloadSpec(1, 1, **{info.field_name: value})
         for problem in wl.spec_problems(spec):
-            raise ValueError(problem.allowed)
+            if problem.key == info.field_name:
+                raise ValueError(problem.allowed)
         return value
+
+    def missing(self) -> list[wl.Problem]:
+        return [wl.Problem(k, None, "required: give it, or a preset that does")
+                for k in ("tokens_per_gpu_step", "dp_size") if getattr(self, k) is None]
 
     def spec(self) -> wl.WorkloadSpec:
         return wl.WorkloadSpec(**self.model_dump())
@@ -435,6 +491,8 @@ class HostSettings(BaseModel):
         declared, the verification checks it against the GPUs it finds."""
         if self.verify_workload is None:
             return []
+        if self.verify_workload.missing():
+            return self.verify_workload.missing()
         spec, gpus = self.verify_workload.spec(), self.expectation().gpu_count
         return wl.spec_problems(spec) + (wl.topology_problems(spec, gpus) if gpus else [])
 

@@ -16,13 +16,36 @@ from ccrhost.model import workload as workload_model
 
 # --sweep KEY: the node's hardware (Hardware fields) ...
 HARDWARE_KEYS = {"gpu": ("gpu", str), "gpus": ("gpus", int), "nics": ("nics", int), "nic-gbps": ("nic_gbps", float)}
+# ... within the ranges calc's own flags allow: (lowest, highest, whether the lowest is excluded)
+HARDWARE_RANGES = {"gpus": (1, 1024, False), "nics": (1, 1024, False), "nic-gbps": (0, 1e6, True),
+                   "tflops": (0, 1e6, True), "beta": (0, 1e6, True)}
+
+
+def number_problem(key: str, value) -> str | None:
+    """Why ``value`` cannot be calc's ``key`` (not finite, out of range), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    lo, hi, lo_open = HARDWARE_RANGES[key]
+    if value < lo or (lo_open and value == lo) or value > hi:
+        return f"{value!r} is out of range: allowed {'above' if lo_open else 'from'} {lo:g} to {hi:g}"
+    return None
 # ... or the workload (verify_workload keys).
 WORKLOAD_KEYS = {
-    "dp": ("dp_size", int), "tp": ("tp_size", int), "pp": ("pp_size", int),
-    "tokens": ("tokens_per_gpu_step", float), "grad-bytes": ("grad_bytes_per_param", float),
-    "compression": ("compression", float), "overlap": ("overlap", float),
+    "dp": ("dp_size", int), "tp": ("tp_size", int), "pp": ("pp_size", int), "cp": ("cp_size", int),
+    "ep": ("ep_size", int), "tokens": ("tokens_per_gpu_step", float), "grad-bytes": ("grad_bytes_per_param", float),
+    "param-bytes": ("param_bytes", float), "activation-bytes": ("activation_bytes", float),
+    "compression": ("compression", float), "overlap": ("overlap", float), "mfu": ("mfu", float),
     "train-precision": ("precision", str), "sharded": ("sharding", str), "reduction": ("reduction", str),
+    "preset": ("preset", str), "framework": ("framework", str), "recompute": ("recompute", str),
+    "layers": ("layers", int), "seq-len": ("seq_len", int), "kv-size": ("kv_size", int),
+    "hidden-size": ("hidden_size", int), "params": ("params", float),
+    "experts": ("experts", int), "expert-params": ("expert_params", float), "top-k": ("top_k", int),
+    "capacity-factor": ("capacity_factor", float), "moe-layers": ("moe_layers", int),
+    "moe-max-nodes": ("moe_max_nodes", int), "virtual-stages": ("virtual_stages", int),
+    "micro-batches": ("micro_batches", int),
 }
+# calc's flag (its Python name) -> verify_workload key
+FLAG_KEYS = {k.replace("-", "_"): v[0] for k, v in WORKLOAD_KEYS.items()}
 SWEEP_KEYS = (*HARDWARE_KEYS, *WORKLOAD_KEYS)
 
 
@@ -89,9 +112,13 @@ def parse_sweep(text: str) -> tuple[str, list]:
     out = []
     for item in values.split(","):
         try:
-            out.append(kind(item.strip()))
+            value = kind(item.strip())
         except ValueError:
             raise WhatIfError(f"--sweep {key}: {item.strip()!r} is not {'an integer' if kind is int else 'a number'}") from None
+        problem = number_problem(key, value) if key in HARDWARE_RANGES else None
+        if problem:  # workload values go through the inventory's schema, row by row
+            raise WhatIfError(f"--sweep {key}: {problem}")
+        out.append(value)
     return key, out
 
 
@@ -132,7 +159,9 @@ def text_single(r: dict) -> str:
     if w and w["ccr"] is None:
         lines.append("CCR: no inter-node traffic: not network-bound")
     else:
-        lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}")
+        mfu = w["inputs"]["mfu"] if w else 1
+        lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}" if mfu == 1 else
+                     f"CCR = B x mfu / (beta x F) = {r['ccr']:.4g} (mfu {mfu:g})")
     lines.append(f"(the seed guide's formula, without the 1000 from TFLOPS: {r['seed_ccr']:.4g})")
     if r["band"] and r["band"] != workload_model.NOT_NETWORK_BOUND:
         lines.append(f"band: {r['band']} (below {ccrmod.LOW_BAND}: bandwidth-bound; "
@@ -145,6 +174,7 @@ def text_single(r: dict) -> str:
         lines.append(f"exposed communication: {w['exposed_comm_fraction']:.1%} of the step; step time "
                      f"x{w['slowdown']:.3f} against a network that is never the bottleneck")
         lines.append(f"workload model: {w['statement']}")
+        lines += [f"note: {n}" for n in w["notes"]]
         lines.append("assumptions:")
         lines += [f"  - {a}" for a in w["assumptions"]]
     return "\n".join(lines) + "\n"
@@ -169,6 +199,8 @@ def text_table(rows: list[dict], sweeps: list[tuple[str, list]]) -> str:
                      f"{_fmt_ccr(r['ccr']):>9}  {r['band']:<18}{w['exposed_comm_fraction']:>8.1%}"
                      f"{w['slowdown']:>9.3f}")
     lines += crossings(rows, sweeps)
+    notes = dict.fromkeys(n for r in rows for n in r["workload"]["notes"])  # once each, in order
+    lines += [f"note: {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 

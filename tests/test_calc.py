@@ -1,6 +1,9 @@
 """``ccrhost calc``: the workload model as a what-if tool (text, JSON,
 sweeps, chart, workload files) and its refusals. Reference values are
-derived in tests/test_workload.py's docstring and tests."""
+derived in tests/test_workload.py's docstring and tests.
+
+Model v3 (issue 26) defaults to NCCL's ring and fp32 gradient reduce; the
+v2 figures kept here ask for v2's volume with V2 (tree, 2-byte gradients)."""
 
 import json
 import struct
@@ -15,6 +18,7 @@ from conftest import REPO
 from ccrhost.cli import main
 
 EXAMPLE = ["calc", "--gpu", "H100 SXM", "--gpus", "8", "--nics", "8", "--nic-gbps", "400"]
+V2 = ["--reduction", "tree", "--grad-bytes", "2"]
 
 
 def calc(*args):
@@ -23,20 +27,20 @@ def calc(*args):
 
 
 def test_worked_example_text():
-    out = calc(*EXAMPLE[1:], "--grad-bytes", "2", "--tokens", "8192", "--dp", "1024")
+    out = calc(*EXAMPLE[1:], *V2, "--tokens", "8192", "--dp", "1024")
     assert out.exit_code == 0, out.output
     # CCR = 393216 x 4e11 / (3.96875 x 7.916e15) = 5.00647, exposed 1/6.00647 = 16.6 %, x1.200
     assert "CCR = B / (beta x F) = 5.006\n" in out.output
     assert "beta: 1.009e-05 bytes/FLOP (the node's, from the workload model)" in out.output
     assert "band: compute-underused" in out.output
     assert "exposed communication: 16.6% of the step; step time x1.200" in out.output
-    assert "workload model: hierarchical DP over 128 nodes per stage" in out.output
+    assert "workload model: tree DP over 128 nodes per stage" in out.output
     assert "  - tensor parallelism stays inside the node" in out.output
     assert "0.62" not in out.output  # the old per-GPU answer
 
 
 def test_json_keys_and_values():
-    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "1024", "--format", "json")
+    out = calc(*EXAMPLE[1:], *V2, "--tokens", "8192", "--dp", "1024", "--format", "json")
     data = json.loads(out.output)
     assert data["ccr"] == pytest.approx(5.00647, rel=1e-5)
     assert data["beta"] == pytest.approx(3.96875 / 393216)
@@ -51,21 +55,22 @@ def test_json_keys_and_values():
     (["--compression", "0.125"], 40.0518),  # 2-bit of bf16
     (["--sharded"], 3.33765),  # bare --sharded: ZeRO-3/FSDP, 1.5x the bytes
     (["--sharded", "optimizer"], 5.00647),  # ZeRO-1/2: the all-reduce's volume
-    (["--train-precision", "fp8"], 10.0129),  # 1-byte gradients
+    (["--mfu", "0.5"], 10.0129),  # half the peak: compute takes twice as long
     (["--grad-bytes", "4"], 2.50324),  # fp32 gradient reduction
-    (["--reduction", "flat"], 0.621527),  # every GPU through its NIC: the old per-GPU formula
+    (["--reduction", "ring"], 4.972213),  # ring over 1024 ranks: 2 x 1023/1024 x 2 B = 3.99609375 B
+    (["--reduction", "in-network"], 9.934715),  # SHARP: the bytes once, 2 B: 393216 x 4e11 / (2 x 7.916e15)
     (["--overlap", "0.5"], 5.00647),  # overlap changes exposure, not the CCR
 ])
 def test_workload_flags(flags, ccr):
-    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "1024", "--format", "json", *flags)
+    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "1024", "--format", "json", *V2, *flags)
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["ccr"] == pytest.approx(ccr, rel=1e-5)
 
 
 def test_tp_and_a100_and_single_node():
-    tp = json.loads(calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "16", "--tp", "8", "--format", "json").output)
+    tp = json.loads(calc(*EXAMPLE[1:], *V2, "--tokens", "8192", "--dp", "16", "--tp", "8", "--format", "json").output)
     assert tp["ccr"] == pytest.approx(5.29851, rel=1e-5)  # 16 nodes: 2 x 15/16 x 2 B
-    a100 = json.loads(calc("--gpu", "A100 SXM", "--nic-gbps", "200", "--tokens", "8192", "--dp", "1024",
+    a100 = json.loads(calc("--gpu", "A100 SXM", *V2, "--nic-gbps", "200", "--tokens", "8192", "--dp", "1024",
                            "--format", "json").output)
     assert a100["ccr"] == pytest.approx(7.93895, rel=1e-5)
     one = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "8", "--format", "json")
@@ -92,7 +97,7 @@ def table_rows(text, columns):
 
 
 def test_sweep_over_dp_prints_a_table_and_the_crossings():
-    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--sweep", "dp=8,16,1024")
+    out = calc(*EXAMPLE[1:], *V2, "--tokens", "8192", "--sweep", "dp=8,16,1024")
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[0].split() == ["dp", "nodes", "B", "Gb/s", "F", "TFLOPS", "beta", "CCR",
                                                   "band", "exposed", "slowdown"]
@@ -106,7 +111,7 @@ def test_sweep_over_dp_prints_a_table_and_the_crossings():
 
 
 def test_sweep_over_nic_speed_and_gpu_models():
-    out = calc("--tokens", "2048", "--dp", "1024", "--sweep", "nic-gbps=100,200,400",
+    out = calc(*V2, "--tokens", "2048", "--dp", "1024", "--sweep", "nic-gbps=100,200,400",
                "--sweep", "gpu=A100 SXM,H100 SXM")
     assert out.exit_code == 0, out.output
     rows = table_rows(out.output, 3)  # "100", "A100", "SXM"
@@ -145,7 +150,8 @@ def test_chart_is_a_png(tmp_path):
 def test_workload_file_has_the_inventory_keys(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump({"tokens_per_gpu_step": 8192, "dp_size": 1024, "precision": "bf16",
-                                    "sharding": "full", "overlap": 0.5}))
+                                    "sharding": "full", "overlap": 0.5, "reduction": "tree",
+                                    "grad_bytes_per_param": 2}))
     data = json.loads(calc(*EXAMPLE[1:], "--workload", str(path), "--format", "json").output)
     assert data["ccr"] == pytest.approx(3.33765, rel=1e-5)  # FSDP, as the flag gives it
     assert data["workload"]["inputs"]["overlap"] == 0.5
@@ -155,7 +161,7 @@ def test_workload_file_has_the_inventory_keys(tmp_path):
     path.write_text(yaml.safe_dump({"tokens_per_gpu_step": 8192, "dp_size": 1024, "compresion": 0.5}))
     out = calc(*EXAMPLE[1:], "--workload", str(path))
     assert out.exit_code != 0
-    assert "calc: verify_workload[compresion] = 0.5: unknown key; allowed: grad_bytes_per_param" in out.output
+    assert "calc: verify_workload[compresion] = 0.5: unknown key; allowed: preset, tokens_per_gpu_step" in out.output
     path.write_text("- a list\n")
     out = calc(*EXAMPLE[1:], "--workload", str(path))
     assert out.exit_code == 1 and f"--workload {path}: expected a mapping of verify_workload keys" in out.output
@@ -169,13 +175,22 @@ def test_workload_file_has_the_inventory_keys(tmp_path):
      "verify_workload[overlap] = -0.5: allowed: a fraction in [0, 1]"),
     (["--tokens", "8192", "--dp", "1024", "--tp", "16"],
      "the workload does not fit 8 GPUs per node: tp_size = 16: allowed: a divisor of the 8 GPUs per node"),
-    (["--tokens", "8192", "--dp", "100"], "dp_size = 100: allowed: a multiple of 8"),
+    (["--tokens", "8192", "--dp", "100"], "dp_size = 100: allowed: dp_size x cp_size a multiple of 8"),
+    (["--tokens", "8192", "--dp", "64", "--reduction", "flat"],
+     "calc: verify_workload[reduction] = 'flat': removed in model v3"),
+    (["--preset", "gpt4"], "calc: verify_workload[preset] = 'gpt4': allowed: 'llama3-8b', 'llama3-70b', "
+                           "'llama3-405b', 'gpt3-175b', 'mixtral-8x7b' or 'deepseek-v3'"),
+    (["--preset", "mixtral-8x7b", "--ep", "16"], "calc: verify_workload[ep_size] = 16: allowed: at most experts (8)"),
+    (["--preset", "llama3-8b", "--cp", "16", "--seq-len", "8"],
+     "calc: verify_workload[seq_len] = 8: allowed: at least cp_size (16) tokens"),
+    (["--preset", "deepseek-v3", "--sweep", "ep=64,512"], "ep=512: calc: verify_workload[ep_size] = 512: allowed: "
+                                                          "at most experts (256)"),
     (["--tokens", "8192", "--dp", "64", "--pp", "2"], "calc: verify_workload[pp_size] = 2: pipeline stages send activations"),
     (["--tokens", "8192", "--sweep", "dp=8,100"], "dp=100: the workload does not fit 8 GPUs per node"),
     (["--tokens", "8192", "--dp", "8", "--sweep", "colour=1,2"], "unknown key 'colour'; allowed: gpu, gpus"),
     (["--tokens", "8192", "--sweep", "dp=8,x"], "--sweep dp: 'x' is not an integer"),
     (["--sweep", "dp=8,16"], "a sweep compares a workload's CCR"),
-    (["--grad-bytes", "2"], "a workload needs --tokens and --dp"),
+    (["--grad-bytes", "2"], "a workload needs --tokens and --dp (or --preset NAME"),
 ])
 def test_refusals_name_the_value_and_write_nothing(args, message, tmp_path):
     chart = tmp_path / "c.png"  # a refused sweep draws no chart
@@ -193,6 +208,53 @@ def test_chart_needs_a_sweep(tmp_path):
 
 def test_console_script_runs_the_example():
     # the installed entry point, as a user runs it
-    out = subprocess.run([sys.executable, "-m", "ccrhost", *EXAMPLE, "--grad-bytes", "2", "--tokens", "8192",
+    out = subprocess.run([sys.executable, "-m", "ccrhost", *EXAMPLE, *V2, "--tokens", "8192",
                           "--dp", "1024"], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and "CCR = B / (beta x F) = 5.006" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("flags, ccr", [
+    # README's "CCR model for real jobs" figures under v3's ring, 2-byte gradients, dp 1024:
+    # ring 2 x 1023/1024 x 2 = 3.99609375 B; CCR 393216 x 4e11 / (3.99609375 x 7.916e15) = 4.972213
+    ([], 4.972213),
+    (["--compression", "0.125"], 8 * 4.972213),  # 0.49951 B: 39.7777
+    (["--sharded"], 4.972213 * 2 / 3),  # reduce-scatter + 2 gathers: 1023/1024 x 6 = 5.994 B: 3.314809
+    (["--tp", "8", "--dp", "128"], 5.006473),  # ring over 128 ranks: 2 x 127/128 x 2 = 3.96875 B
+])
+def test_readme_ring_figures(flags, ccr):
+    out = calc(*EXAMPLE[1:], "--grad-bytes", "2", "--tokens", "8192", "--dp", "1024", "--format", "json", *flags)
+    assert json.loads(out.output)["ccr"] == pytest.approx(ccr, rel=1e-6)
+
+
+def test_readme_a100_and_sweep_crossings():
+    # A100: 393216 x 2e11 / (3.99609375 x 2.496e15) = 7.884628
+    a100 = calc("--gpu", "A100 SXM", "--nic-gbps", "200", "--grad-bytes", "2", "--tokens", "8192", "--dp", "1024",
+                "--format", "json")
+    assert json.loads(a100.output)["ccr"] == pytest.approx(7.884628, rel=1e-6)
+    # 2048 tokens, fp32 ring: H100 CCR at 400 Gb/s = 2.486106 / 4 = 0.621527, proportional to the rate:
+    # 0.5 is crossed at 400 x 0.5 / 0.621527 = 321.78 Gb/s; B200 (8 x 2250 TFLOPS): 0.621527 x 7916 / 18000
+    # = 0.273337 at 400 Gb/s, crossing at 400 x 0.5 / 0.273337 = 731.7 Gb/s
+    out = calc("--tokens", "2048", "--dp", "1024", "--sweep", "nic-gbps=100,200,400,800",
+               "--sweep", "gpu=A100 SXM,H100 SXM,B200")
+    assert "gpu=H100 SXM: CCR crosses 0.5 at nic-gbps ~ 321.8 (between 200 and 400)" in out.output
+    assert "gpu=B200: CCR crosses 0.5 at nic-gbps ~ 731.7 (between 400 and 800)" in out.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tflops", "nan"], "Invalid value for '--tflops': nan is not a finite number"),
+    (["--nic-gbps", "inf"], "Invalid value for '--nic-gbps': inf is not a finite number"),
+    (["--beta", "nan"], "Invalid value for '--beta': nan is not a finite number"),
+    (["--gpus", "0"], "Invalid value for '--gpus': 0 is out of range: allowed from 1 to 1024"),
+    (["--nics", "-1"], "Invalid value for '--nics': -1 is out of range: allowed from 1 to 1024"),
+    (["--tokens", "nan", "--dp", "8"], "verify_workload[tokens_per_gpu_step] = nan: Input should be a finite number"),
+    (["--tokens", "10", "--dp", "8", "--sweep", "gpus=8,0"], "--sweep gpus: 0 is out of range: allowed from 1 to 1024"),
+    (["--tokens", "10", "--dp", "8", "--sweep", "nic-gbps=-5"],
+     "--sweep nic-gbps: -5.0 is out of range: allowed above 0 to 1e+06"),
+    (["--tokens", "10", "--dp", "8", "--sweep", "nic-gbps=400,nan"], "--sweep nic-gbps: nan is not a finite number"),
+    (["--dp", "8", "--sweep", "tokens=10,inf"], "verify_workload[tokens_per_gpu_step] = inf: Input should be a finite "
+                                                "number"),
+])
+def test_numbers_that_are_not_finite_or_out_of_range_are_refused_naming_their_source(args, message):
+    out = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", *args])
+    assert out.exit_code == 2 and message in out.output, out.output
+    assert "Traceback" not in out.output and "NaN" not in out.output

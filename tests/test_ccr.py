@@ -37,12 +37,15 @@ def test_effective_rate_is_capped_by_pcie():
 def test_bands_only_with_a_workload():
     seed = ccr.compute([400] * 8, 7916, beta=4)
     assert seed.band is None and seed.workload is None
-    # 64 GPUs = 8 nodes, 4096 tokens: 2 x 7/8 x 2 B = 3.5 B against 6 x 8 x 4096 FLOP per parameter;
-    # CCR = 400e9 x 196608 / (3.5 x 7.916e15) = 2.838 (the old per-GPU beta said 0.315, bandwidth-bound)
+    # 64 GPUs = 8 nodes, 4096 tokens; model v3's defaults: NCCL's ring over the 64 ranks and fp32
+    # gradients (no framework named): 2 x 63/64 x 4 B = 7.875 B against 6 x 8 x 4096 FLOP per parameter;
+    # CCR = 400e9 x 196608 / (7.875 x 7.916e15) = 1.2616 (v2, tree with 2 B: 2.838; the old per-GPU beta: 0.315)
     node = workload.node_model(workload.WorkloadSpec(4096, 64), 8, 3200, 7916)
     work = ccr.from_workload(node)
-    assert work.ccr == pytest.approx(400e9 * 6 * 8 * 4096 / (3.5 * 7916e12)) == pytest.approx(2.838, rel=1e-3)
-    assert work.band == "compute-underused" and work.workload["nodes"] == 8
+    assert work.ccr == pytest.approx(400e9 * 6 * 8 * 4096 / (7.875 * 7916e12)) == pytest.approx(1.2616, rel=1e-4)
+    assert work.band == "balanced" and work.workload["nodes"] == 8
+    # the guide's literal beta = 4 figure stays in the result, labelled as such
+    assert work.workload["literal_beta_ccr"] == pytest.approx(seed.ccr)
     assert ccr.band(1.0) == "balanced" and ccr.band(2.5) == "compute-underused" and ccr.band(0.4) == "bandwidth-bound"
 
 

@@ -124,7 +124,7 @@ def test_settings_reference_states_type_default_and_allowed_values():
     assert "- **type**: integer or null" in entry_of("roce_mtu")
     assert "tc/&lt;port&gt;/traffic_class" in entry_of("roce_force_traffic_class")  # prose, not an HTML tag
     assert "[Workload keys](#workload-keys)" in entry_of("verify_workload")
-    assert "- **default**: required" in entry_of("dp_size")
+    assert "- **default**: `null`" in entry_of("dp_size") and "Required unless a preset gives it" in entry_of("dp_size")
     assert "- **allowed**: > 0 and ≤ 16" in entry_of("grad_bytes_per_param")
     # the example of refused data is what the validator says
     assert "  198.18.0.12: roce_dscp = 99: allowed: integers 0 to 63\n" in page

@@ -33,11 +33,12 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
     rows = sorted(verdicts.items(), key=lambda kv: (kv[1].ccr.ccr if kv[1].ccr else -1.0, kv[0]))
     model = next((v.ccr.model for v in verdicts.values() if v.ccr), "bottleneck")
     lines = [f"CCR per host (B = {model} bandwidth, F = peak dense compute, CCR = B / (beta x F)):",
-             f"{'host':24} {'status':8} {'CCR':>10} {'expected':>10} {'B Gb/s':>8} {'F TFLOPS':>9} {'beta':>8}  reasons"]
+             f"{'host':24} {'status':8} {'CCR':>10} {'band':17} {'expected':>10} {'B Gb/s':>8} {'F TFLOPS':>9} "
+             f"{'beta':>8}  reasons"]
     for host, v in rows:
         c = v.ccr
         lines.append(
-            f"{host:24} {v.status:8} {c.ccr if c else float('nan'):10.3e} "
+            f"{host:24} {v.status:8} {c.ccr if c else float('nan'):10.3e} {(c.band if c else None) or '-':17} "
             f"{v.expected_ccr if v.expected_ccr else float('nan'):10.3e} "
             f"{c.bandwidth_gbps if c else float('nan'):8.0f} {c.tflops if c else float('nan'):9.1f} "
             f"{c.beta if c else float('nan'):8.3g}  {v.summary()}"

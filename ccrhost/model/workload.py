@@ -1,81 +1,150 @@
 """What one training job asks of one node's network: the workload model
-behind the node CCR. Pure functions, no I/O.
+behind the node CCR (model v3, issue 26). Pure functions, no I/O.
 
 The CCR compares the time a node computes with the time its NICs need for
 the job's inter-node traffic, both per training step::
 
-    CCR = B / (beta x F) = compute_s / comm_s
+    CCR = compute_s / comm_s = B x mfu / (beta x F)
     beta = NIC bytes per node per step / FLOPs per node per step
 
 B is the node's NIC bandwidth (all compute ports together), F its peak
-dense FLOP/s. Per node, not per GPU: on an NVLink node the GPUs reduce
-among themselves first, so the NICs together carry one copy of the
-gradient, not one per GPU (nccl-tests' multi-node all_reduce busbw tops
-out at the node's total NIC bandwidth).
-
-Assumptions, stated once here and in every result (``ASSUMPTIONS``):
-whole nodes per pipeline stage, tensor parallelism inside a node, peak
-FLOP/s and NIC line rate, 6 FLOPs per parameter per token.
+dense FLOP/s, mfu the share of F the job reaches (1: peak). Per node, not
+per GPU: NCCL keeps the hops inside a node on NVLink and leaves each node
+once per ring, so the node's NICs carry one copy of what a ring member
+sends (nccl-tests' multi-node all_reduce busbw tops out at the node's
+total NIC bandwidth). Each formula, its derivation and its source are in
+docs/ccr-model.md; every assumption is in ``ASSUMPTIONS`` and in each
+result's ``notes``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 
 from ccrhost.model import ccr as ccrmod
+from ccrhost.model import presets
 
-# Training precision -> bytes per value on the wire (the guide's step 4).
-# fp8 training (Transformer Engine, MS-AMP) moves 1-byte values; where a
-# job reduces its gradients in a wider type, grad_bytes_per_param says so.
 TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 VALUE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 SHARDING = ("none", "optimizer", "full")
-REDUCTION = ("hierarchical", "flat")
+REDUCTION = ("ring", "tree", "in-network")
+# NCCL picks ring for large all-reduces between nodes unless SHARP (CollNet)
+# or NVLS is set up; a fabric with them is declared as in-network.
+DEFAULT_REDUCTION = "ring"
+# v2's names, refused with what replaced them (a silent mapping would change
+# a verdict without anyone asking for it)
+REMOVED_REDUCTIONS = {
+    "flat": "removed in model v3 (it counted every GPU's shard through the NICs, 8x too pessimistic): "
+            "NCCL's flat ring is 'ring', 2(N-1)/N of the replica's gradient per node",
+    "hierarchical": "removed in model v3: what it moved, 2(m-1)/m per node for m nodes, is 'tree' "
+                    "(NCCL tree, NVLS-tree, hierarchical all-reduce)",
+}
+RECOMPUTE = ("none", "full")
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "ddp-amp")
 # Kaplan et al. 2020, "Scaling Laws for Neural Language Models", sec. 2.1:
 # C = 6N FLOPs per token for training (2N forward, 4N backward).
 FLOPS_PER_PARAM_TOKEN = 6
 NOT_NETWORK_BOUND = "not-network-bound"
 
-ASSUMPTIONS = (
-    "compute: 6 FLOPs per parameter per token (Kaplan et al. 2020), no activation recompute, at peak dense F",
-    "network: the node's NICs at line rate B, all of them busy with every collective (NCCL rails)",
-    "tensor parallelism stays inside the node (its traffic is on NVLink, not counted)",
-    "each pipeline stage fills whole nodes; pipeline sends are exposed (not overlapped)",
-    "overlap hides at most the step's compute time of the gradient traffic",
-    "compression multiplies the gradient bytes only; its own compute cost is not counted",
-)
+
+def framework_widths(framework: str | None, precision: str) -> tuple[float, float, float]:
+    """(gradient-reduce, parameter-gather, activation) bytes per value that
+    ``framework`` sends when training in ``precision``. fp8 recipes keep
+    bf16 master weights and gather them in bf16 unless told otherwise.
+
+    - megatron: megatron/training/arguments.py lines 1204-1216 (NVIDIA/Megatron-LM
+      d98e8a64): with --bf16, params_dtype is bf16 and gradients are accumulated
+      and all-reduced in fp32 unless --grad-reduce-in-bf16; fp16 reduces in fp16.
+      Parameters (distributed optimizer) and pipeline sends travel in params_dtype;
+      fp8 parameter gathers are the opt-in --fp8-param-gather.
+    - torchtitan: torchtitan/config/configs.py lines 94 and 102 (pytorch/torchtitan
+      b5bcd76c): mixed_precision_param = "bfloat16", mixed_precision_reduce =
+      "float32" (its only allowed value); fp8 all-gather is the opt-in
+      enable_fsdp_float8_all_gather.
+    - deepspeed: deepspeed/runtime/engine.py lines 939-950 (microsoft/DeepSpeed
+      38327e07): communication_data_type is fp16 with fp16, bf16 with bf16, else fp32.
+    - ddp-amp: torch.autocast over an fp32 model with GradScaler (PyTorch's AMP
+      examples, the guide's step 4): parameters and so .grad stay fp32, DDP reduces
+      the .grad dtype; autocast's matmul outputs are 16-bit.
+    - none named: the conservative fp32 gradient reduce (what Megatron and
+      torchtitan do by default), parameters and activations at 16 bits.
+    """
+    if precision == "fp32":
+        return 4.0, 4.0, 4.0
+    half = 2.0  # bf16 / fp16, and the bf16 weights of fp8 recipes
+    if framework == "megatron":
+        return (half if precision == "fp16" else 4.0), half, half
+    if framework == "deepspeed":
+        return half, half, half
+    if framework == "ddp-amp":
+        return 4.0, 4.0, half
+    return 4.0, half, half  # torchtitan, and none named
 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """One training job, in the keys of ``verify_workload`` (validated there)."""
+    """One training job, in the keys of ``verify_workload`` (validated there).
+    None means: the default the model states in the result's notes."""
 
     tokens_per_gpu_step: float  # the job's tokens per step / its GPU count
     dp_size: int  # data-parallel degree (replicas of the model)
-    precision: str = "bf16"  # training precision: gradient, parameter and activation bytes
-    grad_bytes_per_param: float | None = None  # overrides the gradient bytes (e.g. 4: fp32 reduction)
+    precision: str = "bf16"  # training precision (the widths' defaults follow it)
+    framework: str | None = None  # whose byte widths: megatron, torchtitan, deepspeed, ddp-amp
+    grad_bytes_per_param: float | None = None  # gradient-reduce width
+    param_bytes: float | None = None  # parameter all-gather width (ZeRO / FSDP)
+    activation_bytes: float | None = None  # pipeline, all-to-all and KV exchange width
     tp_size: int = 1  # tensor-parallel degree, inside a node
     pp_size: int = 1  # pipeline stages, across nodes
+    cp_size: int = 1  # context-parallel degree (ring attention)
     sharding: str = "none"  # none: all-reduce; optimizer: ZeRO-1/2; full: ZeRO-3/FSDP
-    reduction: str = "hierarchical"  # hierarchical (NVLink first) or flat (every GPU through its NIC)
+    reduction: str | None = None  # ring, tree or in-network; None: DEFAULT_REDUCTION
     compression: float = 1.0  # gradient bytes on the wire / uncompressed, (0, 1]
-    overlap: float = 0.0  # share of gradient traffic hidden behind backward, [0, 1]
-    hidden_size: int | None = None  # model width, for the pipeline's activation sends
-    params: float | None = None  # total parameters; needed with pp_size > 1
+    overlap: float = 0.0  # share of each pass's collectives hidden behind that pass, [0, 1]
+    recompute: str = "none"  # full activation recompute reruns the forward in backward
+    mfu: float = 1.0  # share of peak F the job reaches, (0, 1]
+    hidden_size: int | None = None  # model width
+    params: float | None = None  # total parameters (MoE: experts included)
+    layers: int | None = None  # transformer layers
+    seq_len: int | None = None  # tokens per sequence (context)
+    kv_size: int | None = None  # K (and V) width per token per layer: kv heads x head dim
+    experts: int | None = None  # routed experts per MoE layer
+    expert_params: float | None = None  # parameters in routed experts, all layers
+    top_k: int = 1  # experts per token
+    ep_size: int = 1  # expert-parallel degree
+    capacity_factor: float = 1.0  # expert buffer / even share of the routed tokens
+    moe_layers: int | None = None  # MoE layers; default: all layers
+    moe_max_nodes: int | None = None  # node-limited routing: a token reaches at most this many nodes, once each
+    virtual_stages: int = 1  # interleaved pipeline chunks per stage
+    micro_batches: int | None = None  # micro-batches per step (pipeline bubble)
+    preset: str | None = None  # the named workload the values came from, for the statement
+
+    @property
+    def widths(self) -> tuple[float, float, float]:
+        g, p, a = framework_widths(self.framework, self.precision)
+        return (self.grad_bytes_per_param if self.grad_bytes_per_param is not None else g,
+                self.param_bytes if self.param_bytes is not None else p,
+                self.activation_bytes if self.activation_bytes is not None else a)
 
     @property
     def grad_bytes(self) -> float:
-        return self.grad_bytes_per_param if self.grad_bytes_per_param is not None else VALUE_BYTES[self.precision]
+        return self.widths[0]
 
     @property
-    def value_bytes(self) -> int:
-        return VALUE_BYTES[self.precision]
+    def algorithm(self) -> str:
+        return self.reduction or DEFAULT_REDUCTION
+
+    @property
+    def moe(self) -> bool:
+        return self.experts is not None
+
+
+SPEC_KEYS = tuple(f.name for f in fields(WorkloadSpec))
 
 
 @dataclass(frozen=True)
 class Problem:
-    """A workload key that does not fit the node it runs on."""
+    """A workload key that does not fit (the node it runs on)."""
 
     key: str
     value: object
@@ -86,108 +155,119 @@ class Problem:
 
 
 def spec_problems(spec: WorkloadSpec) -> list[Problem]:
-    """Rules that need only the workload (the inventory's schema checks them too)."""
-    problems = []
-    if not 0 < spec.compression <= 1:
-        problems.append(Problem("compression", spec.compression,
-                                "allowed: a ratio in (0, 1], compressed / uncompressed gradient bytes "
-                                "(2-bit of bf16 = 0.125)"))
-    if not 0 <= spec.overlap <= 1:
-        problems.append(Problem("overlap", spec.overlap,
-                                "allowed: a fraction in [0, 1] of the gradient traffic hidden behind backward"))
-    if spec.pp_size > 1 and (spec.hidden_size is None or spec.params is None):
-        problems.append(Problem("pp_size", spec.pp_size,
-                                "pipeline stages send activations: give hidden_size and params with pp_size > 1"))
+    """Rules that need only the workload (the inventory's schema and calc
+    check them both, through here)."""
+    s, problems = spec, []
+
+    def bad(key, allowed):
+        problems.append(Problem(key, getattr(s, key), allowed))
+
+    if s.reduction in REMOVED_REDUCTIONS:
+        bad("reduction", f"{REMOVED_REDUCTIONS[s.reduction]}; allowed: {', '.join(REDUCTION)}")
+    elif s.reduction is not None and s.reduction not in REDUCTION:
+        bad("reduction", f"allowed: {', '.join(REDUCTION)}")
+    if not 0 < s.compression <= 1:
+        bad("compression", "allowed: a ratio in (0, 1], compressed / uncompressed gradient bytes "
+                           "(2-bit of bf16 = 0.125)")
+    if not 0 <= s.overlap <= 1:
+        bad("overlap", "allowed: a fraction in [0, 1] of each pass's collectives hidden behind that pass")
+    if not 0 < s.mfu <= 1:
+        bad("mfu", "allowed: a fraction in (0, 1] of the peak FLOP/s the job reaches")
+    if not 1 <= s.capacity_factor <= 64:
+        bad("capacity_factor", "allowed: 1 to 64 (expert buffer / the even share of routed tokens)")
+    if s.pp_size > 1 and (s.hidden_size is None or s.params is None):
+        bad("pp_size", "pipeline stages send activations: give hidden_size and params with pp_size > 1")
+    if s.virtual_stages > 1 and s.pp_size == 1:
+        bad("virtual_stages", "allowed: 1 without a pipeline (pp_size 1); interleaving splits pipeline stages")
+    if s.layers is not None and s.pp_size * s.virtual_stages > s.layers:
+        bad("pp_size", f"allowed: pp_size x virtual_stages ({s.pp_size * s.virtual_stages}) at most the "
+                       f"{s.layers} layers (each chunk holds a layer at least)")
+    if s.micro_batches is not None and s.pp_size == 1:
+        bad("micro_batches", "allowed only with pp_size > 1 (it sets the pipeline bubble)")
+    if s.cp_size > 1:
+        if s.seq_len is None:
+            bad("cp_size", "context parallelism splits a sequence: give seq_len with cp_size > 1")
+        elif s.seq_len < s.cp_size:
+            bad("seq_len", f"allowed: at least cp_size ({s.cp_size}) tokens, one per context-parallel rank")
+        if s.layers is None or s.hidden_size is None:
+            bad("cp_size", "the KV exchange needs layers and hidden_size (and kv_size with GQA)")
+    if s.kv_size is not None and s.hidden_size is not None and s.kv_size > s.hidden_size:
+        bad("kv_size", f"allowed: at most hidden_size ({s.hidden_size}): kv heads x head dim")
+    if s.moe:
+        if s.ep_size > s.experts:
+            bad("ep_size", f"allowed: at most experts ({s.experts}): each expert-parallel rank holds one "
+                           "expert at least")
+        elif s.experts % s.ep_size:
+            bad("ep_size", f"allowed: a divisor of experts ({s.experts}), so every rank holds as many")
+        if s.top_k > s.experts:
+            bad("top_k", f"allowed: 1 to experts ({s.experts})")
+        if s.dp_size * s.cp_size % s.ep_size:
+            bad("ep_size", f"allowed: a divisor of dp_size x cp_size ({s.dp_size * s.cp_size}): "
+                           "expert parallelism splits the data-parallel ranks")
+        missing = [k for k in ("params", "expert_params", "hidden_size", "layers") if getattr(s, k) is None]
+        if missing:
+            bad("experts", f"a mixture of experts needs {', '.join(missing)} too")
+        elif s.expert_params >= s.params:
+            bad("expert_params", f"allowed: less than params ({s.params:g}): the rest is attention and embeddings")
+        if s.moe_layers is not None and s.layers is not None and s.moe_layers > s.layers:
+            bad("moe_layers", f"allowed: at most layers ({s.layers})")
+    else:
+        for key, default in (("ep_size", 1), ("top_k", 1), ("expert_params", None), ("moe_layers", None),
+                             ("moe_max_nodes", None)):
+            if getattr(s, key) != default:
+                bad(key, "allowed only with experts (a mixture-of-experts model)")
     return problems
+
+
+def _fits(ranks_x_tp: int, g: int) -> bool:
+    """A group of ranks_x_tp GPUs either fits in a node or fills whole nodes."""
+    return (g % ranks_x_tp == 0) if ranks_x_tp <= g else (ranks_x_tp % g == 0)
 
 
 def topology_problems(spec: WorkloadSpec, gpus_per_node: int) -> list[Problem]:
-    """Rules that need the node's GPU count: TP fits in the node, stages fill whole nodes."""
-    g = gpus_per_node
+    """Rules that need the node's GPU count: TP fits in the node, stages fill
+    whole nodes, CP and EP groups fit in a node or fill whole nodes."""
+    g, s = gpus_per_node, spec
     problems = []
     if g < 1:
-        return [Problem("tp_size", spec.tp_size, "the node has no GPU to run the workload on")]
-    if spec.tp_size > g or g % spec.tp_size:
-        problems.append(Problem("tp_size", spec.tp_size,
+        return [Problem("tp_size", s.tp_size, "the node has no GPU to run the workload on")]
+    if s.tp_size > g or g % s.tp_size:
+        problems.append(Problem("tp_size", s.tp_size,
                                 f"allowed: a divisor of the {g} GPUs per node (tensor parallelism stays "
                                 "inside the node's NVLink)"))
-    elif (spec.dp_size * spec.tp_size) % g:
-        per_node = g // spec.tp_size
-        problems.append(Problem("dp_size", spec.dp_size,
-                                f"allowed: a multiple of {per_node} ({g} GPUs per node / tp_size "
-                                f"{spec.tp_size}), so that each pipeline stage fills whole nodes"))
+        return problems
+    if (s.dp_size * s.cp_size * s.tp_size) % g:
+        per_node = g // s.tp_size
+        problems.append(Problem("dp_size", s.dp_size,
+                                f"allowed: dp_size x cp_size a multiple of {per_node} ({g} GPUs per node / "
+                                f"tp_size {s.tp_size}), so that each pipeline stage fills whole nodes"))
+    if s.cp_size > 1 and not _fits(s.cp_size * s.tp_size, g):
+        problems.append(Problem("cp_size", s.cp_size,
+                                f"allowed: cp_size x tp_size dividing the {g} GPUs per node or a multiple of them"))
+    if s.moe and s.ep_size > 1 and not _fits(s.ep_size * s.tp_size, g):
+        problems.append(Problem("ep_size", s.ep_size,
+                                f"allowed: ep_size x tp_size dividing the {g} GPUs per node or a multiple of them"))
     return problems
 
 
-def gradient_bytes(spec: WorkloadSpec, gpus_per_node: int, stage_nodes: int, stage_params: float) -> float:
-    """Bytes one node's NICs send per step to synchronise the data-parallel copies.
+def _share(op: str, algorithm: str, ranks: int, nodes: int) -> float:
+    """Bytes a node's NICs send per byte of the collective's buffer.
 
-    Ring collectives (Patarasuk & Yuan 2009; NCCL): over n members a
-    reduce-scatter or an all-gather of S bytes sends (n-1)/n x S per member,
-    an all-reduce (the two in sequence) 2(n-1)/n x S.
-
-    - hierarchical (default): the GPUs of a node reduce over NVLink first,
-      so each node is one member holding one copy of its stage's gradients
-      (S = stage_params x grad bytes) and n = the nodes of the stage
-      (Jia et al. 2018, arXiv:1807.11205, hierarchical all-reduce; NCCL's
-      rail-aligned rings move the same volume, the issue-15 derivation).
-    - flat: every GPU is a member reaching the others through a NIC: n =
-      dp_size, each of the node's GPUs sending its own shard
-      (S = stage_params / tp_size x grad bytes, times GPUs per node). This
-      is the per-GPU formula ccrhost used before this model, an upper bound
-      for nodes without NVLink.
-
-    Volumes by ``sharding`` (Rajbhandari et al. 2020, ZeRO, sec. 7):
-    none, all-reduce of gradients: 2(n-1)/n x S_grad; optimizer (ZeRO-1/2),
-    reduce-scatter of gradients plus all-gather of the updated parameters:
-    (n-1)/n x (S_grad + S_param); full (ZeRO-3/FSDP), reduce-scatter plus an
-    all-gather before forward and again before backward: (n-1)/n x (S_grad +
-    2 S_param), 1.5x plain data parallelism at equal byte widths.
-    ``compression`` scales the gradient part only (the guide's step 3).
-    A stage on one node reduces without its NICs in either mode: 0 bytes.
-    """
-    if stage_nodes == 1:
+    ring (nccl-tests PERFORMANCE.md; Patarasuk & Yuan 2009): N ranks, the
+    ring leaves each node once: all-reduce 2(N-1)/N, reduce-scatter or
+    all-gather (N-1)/N. tree (NCCL tree, NVLS-tree, hierarchical
+    all-reduce, Jia et al. 2018): the same over the m nodes. in-network
+    (SHARP / CollNet, NVLS): an all-reduce's data leaves each node once
+    (NVIDIA SHARP docs, "Using NVIDIA SHARP with NVIDIA NCCL"): 1;
+    reduce-scatter and all-gather gain nothing from a switch reduction and
+    move what tree moves. A group inside one node: 0."""
+    if nodes <= 1:
         return 0.0
-    if spec.reduction == "flat":
-        members, values = spec.dp_size, gpus_per_node * stage_params / spec.tp_size
-    else:
-        members, values = stage_nodes, stage_params
-    share = (members - 1) / members
-    grad = values * spec.grad_bytes * spec.compression
-    param = values * spec.value_bytes
-    if spec.sharding == "none":
-        return 2 * share * grad
-    if spec.sharding == "optimizer":
-        return share * (grad + param)
-    return share * (grad + 2 * param)
-
-
-def activation_bytes(spec: WorkloadSpec, gpus_per_node: int) -> float:
-    """Bytes the busiest node's NICs send per step at pipeline-stage boundaries.
-
-    Each replica processes tokens_per_gpu_step x tp_size x pp_size tokens a
-    step (its GPUs' share of the batch); at a boundary it sends a hidden_size
-    vector per token forward and the same-sized gradient backward (Narayanan
-    et al. 2021, arXiv:2104.04473, sec. 3.2: Megatron splits the send across
-    its TP ranks, the total is unchanged). A node holds gpus_per_node /
-    tp_size replicas of its stage. A middle stage sends both ways (forward
-    to the next stage, backward to the previous), an end stage one way; with
-    three stages or more the middle one is the busiest:
-
-        bytes = sends x (g / tp) x (T x tp x pp) x hidden x value bytes
-              = sends x g x T x pp x hidden x value bytes
-    """
-    if spec.pp_size == 1:
-        return 0.0
-    sends = 2 if spec.pp_size > 2 else 1
-    return sends * gpus_per_node * spec.tokens_per_gpu_step * spec.pp_size * spec.hidden_size * spec.value_bytes
-
-
-def node_flops(spec: WorkloadSpec, gpus_per_node: int, params: float) -> float:
-    """FLOPs one node computes per step: 6 x params x tokens for each GPU's
-    share (Kaplan et al. 2020). tokens_per_gpu_step is per GPU whatever the
-    parallelism, so TP and PP change who computes, not how much per GPU."""
-    return FLOPS_PER_PARAM_TOKEN * gpus_per_node * spec.tokens_per_gpu_step * params
+    base = ranks if algorithm == "ring" else nodes
+    once = (base - 1) / base
+    if op == "all-reduce":
+        return 1.0 if algorithm == "in-network" else 2 * once
+    return once
 
 
 @dataclass(frozen=True)
@@ -198,20 +278,32 @@ class NodeModel:
     spec: WorkloadSpec
     gpus_per_node: int
     bandwidth_gbps: float  # B, the node's NICs together
-    tflops: float  # F, the node's GPUs together
+    tflops: float  # F, the node's GPUs together (peak)
     params: float | None
     nodes: int  # the job's nodes
     stage_nodes: int  # nodes per pipeline stage: the data-parallel reduction spans them
-    grad_bytes: float  # gradient sync bytes the node's NICs send per step
-    act_bytes: float  # pipeline activation bytes the node's NICs send per step
-    flops: float  # node FLOPs per step
-    compute_s: float
-    grad_s: float
-    act_s: float
+    grad_bwd_bytes: float  # data-parallel sync during backward: gradient reduce (+ FSDP backward gather)
+    grad_fwd_bytes: float  # data-parallel sync during forward: parameter all-gathers
+    act_bytes: float  # pipeline sends
+    moe_bytes: float  # expert all-to-all (dispatch + combine) crossing nodes
+    cp_bytes: float  # ring-attention KV exchange crossing nodes
+    flops: float  # node FLOPs per step, recompute and attention included
+    attention_flops: float  # of which attention score/value products
+    fwd_share: float  # forward pass / all FLOPs
+    compute_s: float  # flops / (F x mfu)
+    bubble_s: float  # pipeline bubble, (pp-1)/(v x micro_batches) x compute
+    grad_bwd_s: float
+    grad_fwd_s: float
+    other_s: float  # pipeline + all-to-all + KV exchange: on the critical path, exposed
+    notes: tuple[str, ...] = field(default=())  # the defaults and simplifications this answer used
+
+    @property
+    def grad_bytes(self) -> float:
+        return self.grad_bwd_bytes + self.grad_fwd_bytes
 
     @property
     def nic_bytes(self) -> float:
-        return self.grad_bytes + self.act_bytes
+        return self.grad_bytes + self.act_bytes + self.moe_bytes + self.cp_bytes
 
     @property
     def beta(self) -> float:
@@ -220,11 +312,11 @@ class NodeModel:
 
     @property
     def comm_s(self) -> float:
-        return self.grad_s + self.act_s
+        return self.grad_bwd_s + self.grad_fwd_s + self.other_s
 
     @property
     def ccr(self) -> float:
-        """compute_s / comm_s = B / (beta x F); infinite without inter-node traffic."""
+        """compute_s / comm_s = B x mfu / (beta x F); infinite without inter-node traffic."""
         return math.inf if self.comm_s == 0 else self.compute_s / self.comm_s
 
     @property
@@ -232,62 +324,124 @@ class NodeModel:
         return NOT_NETWORK_BOUND if self.comm_s == 0 else ccrmod.band(self.ccr)
 
     @property
+    def hidden_s(self) -> float:
+        """Traffic hidden behind compute, pass by pass: gradient reduction
+        (and FSDP's backward gather) only behind backward, parameter
+        gathers before a pass behind forward; each at most that pass's time."""
+        o = self.spec.overlap
+        if not o:
+            return 0.0
+        fwd_s = self.compute_s * self.fwd_share
+        return min(o * self.grad_bwd_s, self.compute_s - fwd_s) + min(o * self.grad_fwd_s, fwd_s)
+
+    @property
     def exposed_s(self) -> float:
-        """Communication the step waits for. Overlap hides a share of the
-        gradient traffic behind backward, never more than the compute time
-        there is to hide it behind (the guide's step 3); pipeline sends sit
-        between micro-batches on the critical path and stay exposed."""
-        hidden = min(self.spec.overlap * self.grad_s, self.compute_s) if self.spec.overlap else 0.0
-        return self.grad_s - hidden + self.act_s
+        """Communication the step waits for: pipeline sends, all-to-all and
+        KV exchange sit on the critical path and stay exposed."""
+        if math.isinf(self.comm_s):
+            return math.inf
+        return self.comm_s - self.hidden_s
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.bubble_s + self.exposed_s
 
     @property
     def exposed_comm_fraction(self) -> float:
-        """Exposed communication / step time, step = compute + exposed."""
+        """Exposed communication / step time, step = compute + bubble + exposed."""
         if math.isinf(self.exposed_s):
             return 1.0
-        return self.exposed_s / (self.compute_s + self.exposed_s)
+        return self.exposed_s / self.step_s
+
+    @property
+    def bubble_fraction(self) -> float:
+        return 0.0 if math.isinf(self.exposed_s) else self.bubble_s / self.step_s
 
     @property
     def slowdown(self) -> float:
         """Step time / the step time on a network that is never the bottleneck."""
-        return (self.compute_s + self.exposed_s) / self.compute_s
+        return self.step_s / (self.compute_s + self.bubble_s)
 
     def statement(self) -> str:
         s = self.spec
         unit = "" if self.params else "/param"
-        where = (f"{s.reduction} DP over {self.stage_nodes} nodes per stage" if self.stage_nodes > 1
+        gb, pb, ab = s.widths
+        name = f"{s.preset}: " if s.preset else ""
+        where = (f"{s.algorithm} DP over {self.stage_nodes} nodes per stage" if self.stage_nodes > 1
                  else "DP inside one node")
-        return (f"{where}, {self.nodes} node(s) x {self.gpus_per_node} GPUs, dp {s.dp_size} tp {s.tp_size} "
-                f"pp {s.pp_size}, {s.precision} ({s.grad_bytes:g} B/grad), sharding {s.sharding}, "
-                f"compression {s.compression:g}, overlap {s.overlap:g}: NIC {self.nic_bytes:.4g} B{unit}, "
-                f"compute {self.flops:.4g} FLOP{unit} per step; beta {self.beta:.4g} B/FLOP; "
+        par = f"dp {s.dp_size} tp {s.tp_size} pp {s.pp_size}"
+        par += f" (x{s.virtual_stages} interleaved)" if s.virtual_stages > 1 else ""
+        par += f" cp {s.cp_size}" if s.cp_size > 1 else ""
+        par += f" ep {s.ep_size} of {s.experts} experts top-{s.top_k}" if s.moe else ""
+        traffic = ", ".join(f"{label} {value:.4g} B{unit}" for label, value in (
+            ("DP", self.grad_bytes), ("pipeline", self.act_bytes), ("all-to-all", self.moe_bytes),
+            ("KV exchange", self.cp_bytes)) if value)
+        literal = ccrmod.ccr(self.bandwidth_gbps, self.tflops) if self.tflops > 0 else float("nan")
+        return (f"{name}{where}, {self.nodes} node(s) x {self.gpus_per_node} GPUs, {par}, {s.precision} "
+                f"({s.framework or 'no framework'}: grad {gb:g} B, param {pb:g} B, activation {ab:g} B), "
+                f"sharding {s.sharding}, recompute {s.recompute}, compression {s.compression:g}, "
+                f"overlap {s.overlap:g}, mfu {s.mfu:g}: NIC {self.nic_bytes:.4g} B{unit}"
+                + (f" ({traffic})" if traffic else "")
+                + f", compute {self.flops:.4g} FLOP{unit} per step; beta {self.beta:.4g} B/FLOP; "
                 + ("CCR: no inter-node traffic, not network-bound" if self.comm_s == 0 else
                    f"CCR {self.ccr:.4g} ({self.band}), exposed communication {self.exposed_comm_fraction:.1%} "
-                   f"of the step, slowdown x{self.slowdown:.3f}"))
+                   f"of the step, slowdown x{self.slowdown:.3f}")
+                + (f", pipeline bubble {self.bubble_fraction:.1%}" if self.bubble_s else "")
+                + f" [the guide's literal beta 4: CCR {literal:.4g}, no band]")
 
     def to_dict(self) -> dict:
+        gb, pb, ab = self.spec.widths
         return {
             "inputs": asdict(self.spec),
+            "reduction": self.spec.algorithm,
+            "byte_widths": {"grad_reduce": gb, "param_gather": pb, "activation": ab},
             "gpus_per_node": self.gpus_per_node,
             "nodes": self.nodes,
             "stage_nodes": self.stage_nodes,
             "params": self.params,
             "per_parameter": self.params is None,
             "grad_bytes_per_node_step": self.grad_bytes,
+            "grad_bwd_bytes_per_node_step": self.grad_bwd_bytes,
+            "param_gather_fwd_bytes_per_node_step": self.grad_fwd_bytes,
             "activation_bytes_per_node_step": self.act_bytes,
+            "moe_all_to_all_bytes_per_node_step": self.moe_bytes,
+            "cp_kv_bytes_per_node_step": self.cp_bytes,
             "nic_bytes_per_node_step": self.nic_bytes,
             "flops_per_node_step": self.flops,
+            "attention_flops_per_node_step": self.attention_flops,
+            "forward_flops_share": self.fwd_share,
             "beta": self.beta,
             "ccr": None if self.comm_s == 0 else self.ccr,
             "band": self.band,
+            "literal_beta_ccr": ccrmod.ccr(self.bandwidth_gbps, self.tflops) if self.tflops > 0 else None,
             "compute_s": self.compute_s,
+            "bubble_s": self.bubble_s,
+            "bubble_fraction": self.bubble_fraction,
             "comm_s": self.comm_s if math.isfinite(self.comm_s) else None,
             "exposed_comm_s": self.exposed_s if math.isfinite(self.exposed_s) else None,
             "exposed_comm_fraction": self.exposed_comm_fraction,
             "slowdown": self.slowdown if math.isfinite(self.slowdown) else None,
             "statement": self.statement(),
+            "notes": list(self.notes),
             "assumptions": list(ASSUMPTIONS),
+            "preset": presets.PRESETS[self.spec.preset].to_dict() if self.spec.preset in presets.PRESETS else None,
         }
+
+
+ASSUMPTIONS = (
+    "compute: 6 FLOPs per active parameter per token (Kaplan et al. 2020; 8 with full activation recompute) "
+    "plus causal attention 6 x layers x seq_len x hidden per token (PaLM, Chowdhery et al. 2022, app. B, "
+    "halved for the causal mask), at F x mfu",
+    "network: the node's NICs at line rate B, all of them busy with every collective (NCCL rails)",
+    "data-parallel sync: ring 2(N-1)/N, tree 2(m-1)/m, in-network 1 x the stage's gradient bytes per node "
+    "(all-reduce); reduce-scatter and all-gather half of ring/tree each",
+    "tensor parallelism stays inside the node (its traffic is on NVLink, not counted)",
+    "each pipeline stage fills whole nodes; pipeline sends, expert all-to-all and the KV exchange are exposed",
+    "overlap hides gradient reduction behind backward only, parameter gathers behind the pass they precede, "
+    "each at most that pass's compute time",
+    "MoE: tokens routed evenly over the experts; without moe_max_nodes every routed copy travels on its own",
+    "compression multiplies the gradient bytes only; its own compute cost is not counted",
+)
 
 
 class WorkloadError(ValueError):
@@ -296,13 +450,169 @@ class WorkloadError(ValueError):
         super().__init__("; ".join(str(p) for p in problems))
 
 
+def data_parallel_bytes(spec: WorkloadSpec, g: int, stage_nodes: int, params: float) -> tuple[float, float]:
+    """(backward, forward) bytes one node's NICs send per step to keep the
+    data-parallel copies in step; a stage on one node sends none.
+
+    The replica's stage holds params / pp_size parameters; the dense ones
+    are reduced over the N = dp x cp data-parallel ranks on the stage's m
+    nodes, the routed experts' over the N/ep expert-data-parallel ranks on
+    m / n_ep nodes, each node holding 1/n_ep of them (n_ep = the nodes an
+    expert-parallel group spans). By ``sharding`` (Rajbhandari et al. 2020,
+    ZeRO, sec. 7): none, an all-reduce of gradients (backward); optimizer
+    (ZeRO-1/2), a reduce-scatter of gradients (backward) and an all-gather
+    of updated parameters (before the next forward); full (ZeRO-3/FSDP), the
+    reduce-scatter, an all-gather before forward and another before backward.
+    ``compression`` scales the gradient part only (the guide's step 3).
+    """
+    gb, pb, _ = spec.widths
+    ranks = spec.dp_size * spec.cp_size
+    expert = (spec.expert_params or 0.0) if spec.moe else 0.0
+    n_ep = max(1, spec.ep_size * spec.tp_size // g) if spec.moe else 1
+    pieces = [((params - expert) / spec.pp_size, ranks, stage_nodes)]
+    if expert:
+        pieces.append((expert / spec.pp_size / n_ep, ranks // spec.ep_size, stage_nodes // n_ep))
+    bwd = fwd = 0.0
+    for values, n, m in pieces:
+        grad = values * gb * spec.compression
+        if spec.sharding == "none":
+            bwd += _share("all-reduce", spec.algorithm, n, m) * grad
+            continue
+        once = _share("reduce-scatter", spec.algorithm, n, m)
+        bwd += once * grad
+        fwd += once * values * pb
+        if spec.sharding == "full":
+            bwd += once * values * pb
+    return bwd, fwd
+
+
+def pipeline_bytes(spec: WorkloadSpec, g: int) -> float:
+    """Bytes the busiest node's NICs send per step at pipeline-stage boundaries.
+
+    Each replica processes tokens_per_gpu_step x tp x cp x pp tokens a
+    step; a node holds g / (tp x cp) replica slices of its stage, so g x T x
+    pp tokens cross its stage, each sending a hidden_size vector forward and
+    its gradient backward (Narayanan et al. 2021, arXiv:2104.04473, sec. 3.2:
+    Megatron splits the send across TP ranks, the total is unchanged). A
+    middle stage sends both ways, an end stage one way; with v interleaved
+    chunks a stage sends at each chunk's boundary (sec. 2.2.2: "the amount of
+    communication also increases by v"): 2v sends (pp > 2), 2v - 1 (pp 2).
+
+        bytes = sends x g x T x pp x hidden x activation bytes
+    """
+    if spec.pp_size == 1:
+        return 0.0
+    v = spec.virtual_stages
+    sends = 2 * v if spec.pp_size > 2 else 2 * v - 1
+    return sends * g * spec.tokens_per_gpu_step * spec.pp_size * spec.hidden_size * spec.widths[2]
+
+
+def moe_bytes(spec: WorkloadSpec, g: int) -> float:
+    """Expert all-to-all bytes a node's NICs send per step.
+
+    A node routes g x T x pp tokens through each of its stage's moe_layers /
+    pp MoE layers: g x T x moe_layers token-layers. Each token goes to top_k
+    experts; buffers are sized capacity_factor x the even share (GShard,
+    Lepikhin et al. 2020, sec. 2.2). Experts sit evenly on the n_ep nodes of
+    the expert-parallel group, so (n_ep - 1)/n_ep of the copies leave the
+    node. With node-limited routing (DeepSeek-V3 sec. 2.1.2 and 3.2.2: a
+    token goes to at most M nodes, once over IB, then over NVLink to its
+    experts there) the copies are M instead of top_k x cf. Dispatch and
+    combine each move a hidden_size vector per copy,
+    forward, and again backward (their gradients); full recompute reruns the
+    forward pair: 4 transfers (6 with recompute).
+
+        bytes = transfers x g x T x moe_layers x top_k x cf x (n_ep-1)/n_ep x hidden x act bytes
+    """
+    if not spec.moe or spec.ep_size * spec.tp_size <= g:
+        return 0.0
+    n_ep = spec.ep_size * spec.tp_size // g
+    transfers = 6 if spec.recompute == "full" else 4
+    layers = spec.moe_layers if spec.moe_layers is not None else spec.layers
+    copies = spec.top_k * spec.capacity_factor
+    if spec.moe_max_nodes is not None:
+        copies = min(copies, spec.moe_max_nodes)
+    return (transfers * g * spec.tokens_per_gpu_step * layers * copies
+            * (n_ep - 1) / n_ep * spec.hidden_size * spec.widths[2])
+
+
+def context_parallel_bytes(spec: WorkloadSpec, g: int) -> float:
+    """Ring-attention KV bytes a node's NICs send per step (Liu et al. 2023,
+    arXiv:2310.01889; Megatron-Core context parallelism).
+
+    The cp ranks of a group hold s/cp tokens each and pass their K and V
+    blocks around the ring cp - 1 times per layer; the ring leaves a node
+    once, so per sequence and layer a node sends (cp-1) x s/cp x 2 x kv_size
+    values forward. Backward passes K, V and their gradients: twice that;
+    full recompute adds a forward: 3 passes (4). A node hosts one group's
+    slice; the group handles T x tp x cp x layers / s sequence-layers a step:
+
+        bytes = passes x T x tp x layers x (cp - 1) x 2 x kv_size x act bytes
+
+    Zero when the group (cp x tp GPUs) fits in a node (NVLink)."""
+    if spec.cp_size == 1 or spec.cp_size * spec.tp_size <= g:
+        return 0.0
+    passes = 4 if spec.recompute == "full" else 3
+    kv = spec.kv_size if spec.kv_size is not None else spec.hidden_size
+    return (passes * spec.tokens_per_gpu_step * spec.tp_size * spec.layers * (spec.cp_size - 1)
+            * 2 * kv * spec.widths[2])
+
+
+def node_flops(spec: WorkloadSpec, g: int, params: float) -> tuple[float, float, float]:
+    """(FLOPs, attention FLOPs, forward share) one node computes per step.
+
+    Per token: 6 x active parameters (Kaplan et al. 2020: 2 forward, 4
+    backward), MoE active = params - expert_params x (1 - top_k / experts);
+    plus attention 6 x layers x seq_len x hidden when those and params are
+    given (PaLM app. B counts 12 L H Q T without masking; a causal mask
+    halves it). Full recompute reruns the forward (2 of each 6) inside
+    backward: 8/6 of the FLOPs, forward share 2/8 instead of 2/6. Each GPU
+    computes its tokens_per_gpu_step share."""
+    active = params
+    if spec.moe and spec.expert_params:
+        active = params - spec.expert_params * (1 - spec.top_k / spec.experts)
+    attention = 0.0
+    if spec.params is not None and None not in (spec.layers, spec.seq_len, spec.hidden_size):
+        attention = FLOPS_PER_PARAM_TOKEN * spec.layers * spec.seq_len * spec.hidden_size
+    per_token = FLOPS_PER_PARAM_TOKEN * active + attention
+    passes = 8 if spec.recompute == "full" else 6
+    scale = g * spec.tokens_per_gpu_step * passes / 6
+    return per_token * scale, attention * scale, 2 / passes
+
+
+def _notes(spec: WorkloadSpec, attention: float) -> tuple[str, ...]:
+    gb, pb, ab = spec.widths
+    notes = []
+    if spec.reduction is None:
+        notes.append(f"reduction: {DEFAULT_REDUCTION} (default: what NCCL picks for large gradient buckets "
+                     "between nodes without SHARP/NVLS; declare tree or in-network otherwise)")
+    if spec.framework is None and spec.grad_bytes_per_param is None:
+        notes.append(f"no framework named: gradient reduce at the conservative fp32 width ({gb:g} B per value); "
+                     "set framework (megatron, torchtitan, deepspeed, ddp-amp) or grad_bytes_per_param")
+    elif spec.framework is not None:
+        # a width given beside the framework wins; the note names which is which
+        given = {"grad": spec.grad_bytes_per_param, "param": spec.param_bytes, "activation": spec.activation_bytes}
+        parts = [f"{name} {width:g}" + (" (given)" if given[name] is not None else "")
+                 for name, width in (("grad", gb), ("param", pb), ("activation", ab))]
+        notes.append(f"byte widths from {spec.framework}'s defaults: {', '.join(parts)} B")
+    if spec.mfu == 1:
+        notes.append("compute at peak F (mfu 1); set mfu to the efficiency the job reaches")
+    if not attention:
+        notes.append("attention FLOPs not counted: give layers, seq_len, hidden_size and params")
+    if spec.pp_size > 1 and spec.micro_batches is None:
+        notes.append("pipeline bubble not counted: give micro_batches")
+    if spec.preset in presets.PRESETS:
+        notes += [f"{spec.preset} assumes {a}" for a in presets.PRESETS[spec.preset].assumed]
+    return tuple(notes)
+
+
 def node_model(spec: WorkloadSpec, gpus_per_node: int, bandwidth_gbps: float, tflops: float) -> NodeModel:
     """The workload on one node of ``gpus_per_node`` GPUs, ``bandwidth_gbps``
     of NICs and ``tflops`` of compute. Raises WorkloadError naming each key
     that does not fit.
 
     Time = work / rate: comm_s = bytes / (B x 1e9 / 8), compute_s = FLOPs /
-    (F x 1e12), the same unit conversions as ``ccr.ccr``.
+    (F x 1e12 x mfu), the same unit conversions as ``ccr.ccr``.
     """
     problems = spec_problems(spec) + topology_problems(spec, gpus_per_node)
     if problems:
@@ -310,19 +620,26 @@ def node_model(spec: WorkloadSpec, gpus_per_node: int, bandwidth_gbps: float, tf
     if bandwidth_gbps < 0 or tflops <= 0:
         raise ValueError("compute must be positive and bandwidth not negative")
     g = gpus_per_node
-    stage_nodes = spec.dp_size * spec.tp_size // g
+    stage_nodes = spec.dp_size * spec.cp_size * spec.tp_size // g
     params = spec.params if spec.params is not None else 1.0
-    grad = gradient_bytes(spec, g, stage_nodes, params / spec.pp_size)
-    act = activation_bytes(spec, g)
-    flops = node_flops(spec, g, params)
+    bwd, fwd = data_parallel_bytes(spec, g, stage_nodes, params)
+    act, moe, cp = pipeline_bytes(spec, g), moe_bytes(spec, g), context_parallel_bytes(spec, g)
+    flops, attention, fwd_share = node_flops(spec, g, params)
     byte_rate = bandwidth_gbps * 1e9 / 8
 
     def seconds(nbytes: float) -> float:  # no NIC left: traffic never completes
         return nbytes / byte_rate if byte_rate else (math.inf if nbytes else 0.0)
 
+    compute_s = flops / (tflops * 1e12 * spec.mfu)
+    bubble = 0.0
+    if spec.pp_size > 1 and spec.micro_batches:
+        # Narayanan et al. 2021 sec. 2.2: bubble = (p - 1) / (v x m) of the ideal step
+        bubble = compute_s * (spec.pp_size - 1) / (spec.virtual_stages * spec.micro_batches)
     return NodeModel(
         spec=spec, gpus_per_node=g, bandwidth_gbps=bandwidth_gbps, tflops=tflops, params=spec.params,
         nodes=stage_nodes * spec.pp_size, stage_nodes=stage_nodes,
-        grad_bytes=grad, act_bytes=act, flops=flops,
-        compute_s=flops / (tflops * 1e12), grad_s=seconds(grad), act_s=seconds(act),
+        grad_bwd_bytes=bwd, grad_fwd_bytes=fwd, act_bytes=act, moe_bytes=moe, cp_bytes=cp,
+        flops=flops, attention_flops=attention, fwd_share=fwd_share,
+        compute_s=compute_s, bubble_s=bubble, grad_bwd_s=seconds(bwd), grad_fwd_s=seconds(fwd),
+        other_s=seconds(act + moe + cp), notes=_notes(spec, attention),
     )

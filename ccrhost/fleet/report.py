@@ -44,8 +44,12 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
             f"{c.beta if c else float('nan'):8.3g}  {v.summary()}"
         )
     models = [(host, v.ccr.workload) for host, v in rows if v.ccr and v.ccr.workload]
-    for host, model in models:  # each host's own: its GPU count and bandwidth enter the model
-        lines.append(f"{host}: workload model: {model['statement']}")
+    statements: dict[str, list[str]] = {}  # each host's own (its GPUs and bandwidth enter it); alike ones once
+    for host, model in models:
+        statements.setdefault(model["statement"], []).append(host)
+    for statement, hosts in statements.items():
+        who = hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts ({', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''})"
+        lines.append(f"{who}: workload model: {statement}")
     if models:
         lines.append("workload model assumptions: " + "; ".join(models[0][1]["assumptions"]))
     bands = {v.ccr.band for v in verdicts.values() if v.ccr}

@@ -190,9 +190,9 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
             p = port(dev, num)
             leaf = parts[3]
             if leaf == "state":
-                p.state_id, p.state = _located(where, sysfs.parse_numbered_state, text)
+                p.state_id, p.state = _located(where, sysfs.parse_port_state, text)
             elif leaf == "phys_state":
-                _, p.phys_state = _located(where, sysfs.parse_numbered_state, text)
+                _, p.phys_state = _located(where, sysfs.parse_phys_state, text)
             elif leaf == "rate":
                 rate = _located(where, sysfs.parse_rate, text)
                 p.rate_gbps, p.lanes, p.speed = rate.gbps, rate.lanes, rate.speed
@@ -217,9 +217,9 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
             elif parts[2] == "max_link_speed":
                 link["max_speed_gts"] = _located(where, sysfs.parse_pcie_speed, text)
             elif parts[2] == "current_link_width":
-                link["current_width"] = _located(where, sysfs.parse_int, text)
+                link["current_width"] = _located(where, sysfs.parse_pcie_width, text)
             elif parts[2] == "max_link_width":
-                link["max_width"] = _located(where, sysfs.parse_int, text)
+                link["max_width"] = _located(where, sysfs.parse_pcie_width, text)
         elif len(parts) == 4 and parts[1] == "tc" and num is not None:
             port(dev, num).traffic_class = [v for v in values if v.strip()]
     for dev, link in pci.items():

@@ -192,7 +192,9 @@ class Workload(BaseModel):
 ReadReq = Literal[dp.READ_REQ_SIZES]  # type: ignore[valid-type]
 RoceMtu = Literal[dp.NETDEV_MTUS]  # type: ignore[valid-type]
 LinkCounter = Literal[dp.COUNTERS]  # type: ignore[valid-type]
-VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9][0-9A-Za-z._-]{0,63}$")]
+# A required version is a version number (datapath.version_key): numbers
+# split by '.', '-' or '_'; a word in it could never be compared.
+VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,9}([._-][0-9]{1,9}){0,15}$")]
 
 Priority = Annotated[int, Field(ge=0, le=7)]
 EightSizes = Annotated[tuple[Annotated[int, Field(ge=0, le=1 << 30)], ...], Field(min_length=8, max_length=8)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
@@ -19,16 +20,21 @@ class Bar:
     threshold: float | None = None  # drawn as a dashed line
 
 
+def _length(value: float | None) -> float:
+    """A bar's drawn value: none for a missing or non-finite one (its text says what it is)."""
+    return value if value is not None and math.isfinite(value) else 0.0
+
+
 def bar_chart(title: str, note: str, bars: list[Bar], width: int = 520) -> str:
-    top = max([b.value or 0 for b in bars] + [b.threshold or 0 for b in bars] + [1e-12])
+    top = max([_length(b.value) for b in bars] + [_length(b.threshold) for b in bars] + [1e-12])
     bar_h, parts = 22, []
     for i, b in enumerate(bars):
         y = 10 + i * (bar_h + 6)
-        w = width * (b.value or 0) / top
+        w = width * _length(b.value) / top
         parts.append(f'<text x="0" y="{y + 15}" font-size="12">{html.escape(b.label)}</text>'
                      f'<rect x="170" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{COLOURS.get(b.status, "#757575")}"/>'
                      f'<text x="{175 + w:.1f}" y="{y + 15}" font-size="11">{html.escape(b.text)}</text>')
-        if b.threshold:
+        if _length(b.threshold):
             x = 170 + width * b.threshold / top
             parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y - 2}" y2="{y + bar_h + 2}" stroke="black" '
                          'stroke-dasharray="3,2"/>')
@@ -46,8 +52,11 @@ def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: in
               width: int = 640, height: int = 220, label: str = "CCR") -> str:
     """An inline SVG histogram of (value, status) pairs, each bar stacked by
     status, with a dashed line per threshold and labelled axes."""
+    # an infinite CCR (no inter-node traffic) has no place on an axis; the page counts those hosts apart
+    values = [(v, s) for v, s in values if v is not None and math.isfinite(v)]
+    thresholds = [t for t in thresholds if t is not None and math.isfinite(t)]
     if not values:
-        return '<p class="empty">No host has a CCR to show.</p>'
+        return '<p class="empty">No host has a finite CCR to show.</p>'
     points = [v for v, _ in values] + list(thresholds)
     lo, hi = min(points), max(points)
     if hi - lo < abs(hi) * 1e-9 or hi == lo:

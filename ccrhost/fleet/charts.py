@@ -60,14 +60,17 @@ def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: in
     points = [v for v, _ in values] + list(thresholds)
     lo, hi = min(points), max(points)
     if hi - lo < abs(hi) * 1e-9 or hi == lo:
-        lo, hi = lo * 0.9, hi * 1.1 if hi else 1.0
+        lo, hi = (lo - abs(lo) * 0.1, hi + abs(hi) * 0.1) if hi else (lo, 1.0)
+    if not math.isfinite(hi - lo):  # beyond float range: no axis to draw on
+        return '<p class="empty">No host has a CCR this chart can draw.</p>'
+
     step = (hi - lo) / bins
     counts = [dict.fromkeys(COLOURS, 0) for _ in range(bins)]
     for v, status in values:
         counts[min(bins - 1, int((v - lo) / step))][status if status in COLOURS else "UNKNOWN"] += 1
     top = max(sum(c.values()) for c in counts)
     left, plot_w, plot_h = 48, width - 90, height - 50
-    x = lambda v: left + plot_w * (v - lo) / (hi - lo)  # noqa: E731
+    x = lambda v: left + plot_w * ((v - lo) / (hi - lo))  # noqa: E731  (the fraction first: no overflow)
     y = lambda n: 24 + (plot_h - 14) * (1 - n / top)  # noqa: E731
     parts = [f'<line x1="{left}" y1="{10 + plot_h}" x2="{left + plot_w}" y2="{10 + plot_h}" stroke="#333"/>',
              f'<line x1="{left}" y1="10" x2="{left}" y2="{10 + plot_h}" stroke="#333"/>']

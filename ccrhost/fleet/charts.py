@@ -59,9 +59,11 @@ def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: in
         return '<p class="empty">No host has a finite CCR to show.</p>'
     points = [v for v, _ in values] + list(thresholds)
     lo, hi = min(points), max(points)
-    if hi - lo < abs(hi) * 1e-9 or hi == lo:
+    if hi - lo < abs(hi) * 1e-9 or not (hi - lo) / bins > 0:  # one value, or too close to draw apart
         lo, hi = (lo - abs(lo) * 0.1, hi + abs(hi) * 0.1) if hi else (lo, 1.0)
-    if not math.isfinite(hi - lo):  # beyond float range: no axis to draw on
+        if not (hi - lo) / bins > 0:  # subnormal CCRs: 10% of them is nothing
+            hi = lo + 1e-300
+    if max(abs(lo), abs(hi)) > 1e300:  # near the float range's end the axis arithmetic overflows
         return '<p class="empty">No host has a CCR this chart can draw.</p>'
 
     step = (hi - lo) / bins
@@ -88,7 +90,7 @@ def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: in
             parts.append(f'<text x="{x(lo + (i + 0.5) * step):.1f}" y="{y(base) - 3:.1f}" font-size="10" '
                          f'text-anchor="middle">{base}</text>')
     for k in range(5):
-        v = lo + (hi - lo) * k / 4
+        v = lo + (hi - lo) * (k / 4)
         parts.append(f'<text x="{x(v):.1f}" y="{height - 18}" font-size="11" text-anchor="middle">{_tick(v)}</text>')
     for n in sorted({0, top // 2, top}):
         parts.append(f'<text x="{left - 6}" y="{y(n) + 4:.1f}" font-size="11" text-anchor="end">{n}</text>')

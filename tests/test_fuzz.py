@@ -608,6 +608,7 @@ KERNEL_FORMS = {
     sysfs.parse_pcie_speed: ["32.0 GT/s PCIe", "8 GT/s", "5 GT/s", "Unknown speed", "Unknown", "64.0 GT/s PCIe",
                              "0.0 GT/s PCIe"],
     sysfs.parse_pcie_width: ["16", "8", "0", "255", "32", "-1", "x16"],
+    sysfs.parse_tos: ["106", "0", "255", "-1", "256"],
 }
 
 
@@ -629,6 +630,8 @@ def test_sysfs_values_are_only_what_the_kernel_prints(parse, data):
         assert value is None or value in sysfs.PCIE_SPEEDS_GTS
     elif parse is sysfs.parse_pcie_width:
         assert value is None or (type(value) is int and 0 <= value <= 32)
+    elif parse is sysfs.parse_tos:
+        assert type(value) is int and 0 <= value <= 255
     else:
         names = sysfs.PORT_STATES if parse is sysfs.parse_port_state else sysfs.PHYS_STATES
         number, name = value

@@ -220,3 +220,16 @@ def test_an_unreadable_value_in_the_rdma_dump_names_its_file(line, old, message)
     with pytest.raises(rdma.RdmaFormatError) as info:
         rdma.parse_rdma_dump(lines)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("text, tos", [("0\n", 0), ("106\n", 106), ("255\n", 255)])
+def test_default_roce_tos_every_kernel_form(text, tos):
+    # cma_configfs.c default_roce_tos_show: sprintf/sysfs_emit "%u\n" of a u8
+    assert sysfs.parse_tos(text) == tos
+
+
+@pytest.mark.parametrize("text", ["-1", "256", "0x6a", "+106", "\u0661\u0660\u0666", ""])
+def test_default_roce_tos_refuses_what_the_kernel_never_prints(text):
+    with pytest.raises(sysfs.SysfsFormatError) as info:
+        sysfs.parse_tos(text)
+    assert str(info.value) == f"expected a ToS byte 0 to 255, got {text!r}"

@@ -264,7 +264,7 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
         cm = p.cm or CmDefaults()
         value = "\n".join(values).strip()
         if parts[3] == "default_roce_tos":
-            cm = replace(cm, default_roce_tos=_located(f"{RDMA_CM}/{path}", sysfs.parse_int, value))
+            cm = replace(cm, default_roce_tos=_located(f"{RDMA_CM}/{path}", sysfs.parse_tos, value))
         else:
             cm = replace(cm, default_roce_mode=value)
         p.cm = cm

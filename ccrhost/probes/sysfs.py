@@ -152,6 +152,16 @@ def parse_int(text: str) -> int:
     return (-1 if sign else 1) * (int(hexa, 16) if hexa else int(dec))
 
 
+def parse_tos(text: str) -> int:
+    """rdma_cm's ``default_roce_tos``: "%u" of a u8 (drivers/infiniband/core/cma_configfs.c
+    default_roce_tos_show), so 0..255 and never signed."""
+    match = _WIDTH_RE.fullmatch(text)
+    tos = int(match.group(1)) if match else -1
+    if not 0 <= tos <= 255:
+        raise SysfsFormatError(f"expected a ToS byte 0 to 255, got {text!r}")
+    return tos
+
+
 def parse_gid(text: str) -> ipaddress.IPv6Address:
     """``gids/<i>`` prints the full ``%pI6`` form."""
     try:

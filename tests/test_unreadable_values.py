@@ -126,3 +126,12 @@ def test_a_required_version_is_a_version_number(key, value):
     with pytest.raises(InventoryDataError) as info:
         validate_host("gpu01", {key: value})
     assert str(info.value) == (f"gpu01: {key} = {value!r}: must match ^[0-9]{{1,9}}([._-][0-9]{{1,9}}){{0,15}}$")
+
+
+@pytest.mark.parametrize("text, hi, value", [("16", None, 16), (" 255\n", 255, 255), ("256", 255, None), ("-1", None, None),
+                                             ("+1", None, None), ("١", None, None), ("²", None, None), ("1_0", None, None),
+                                             ("0x10", None, None), ("", None, None)])
+def test_unsigned_is_the_kernels_percent_u(text, hi, value):
+    from ccrhost.probes import numbers
+
+    assert numbers.unsigned(text, hi) == value

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 from ccrhost.model.topology import GDR_LEVELS, Pair, path_bridges
+from ccrhost.probes import numbers
 
 
 class DatapathError(ValueError):
@@ -407,18 +408,14 @@ class RequiredVersions:
     nvidia: str | None = None
 
 
-_VERSION_NUMBER = re.compile(r"[0-9]{1,9}")
-
-
 def version_key(version: str) -> tuple[int, ...] | None:
     """The numbers of a release version: ``28.39.3560``, ``23.10-1.1.9``
     (split on ``.``, ``-`` and ``_``), ``535.104.05``. None for anything
     else: a word ("inbox 6.1.0-18-amd64"), a non-ASCII digit, an empty part.
     Numbers and words never sort against each other."""
-    parts = re.split(r"[._-]", version.strip())
-    if not all(_VERSION_NUMBER.fullmatch(p) for p in parts):
-        return None
-    return tuple(int(p) for p in parts)
+    parts = [numbers.unsigned(p, 999_999_999) if p.strip() == p else None
+             for p in re.split(r"[._-]", version.strip())]
+    return None if None in parts else tuple(parts)
 
 
 def compare_versions(have: str, need: str) -> int | None:

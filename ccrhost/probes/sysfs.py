@@ -12,6 +12,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from ccrhost.probes import numbers
+
 
 class SysfsFormatError(ValueError):
     """A sysfs file did not have the format the kernel prints."""
@@ -126,16 +128,14 @@ def parse_pcie_speed(text: str) -> float | None:
 # PCIE_LNK_WIDTH_UNKNOWN (255) when the capability reads as zero. PCIe
 # links are at most x32.
 PCIE_WIDTH_UNKNOWN = 255
-_WIDTH_RE = re.compile(r"\s*([0-9]{1,3})\s*")
 
 
 def parse_pcie_width(text: str) -> int | None:
     """Lanes from ``current_link_width``/``max_link_width``; None for the kernel's 255 (unknown)."""
-    match = _WIDTH_RE.fullmatch(text)
-    width = int(match.group(1)) if match else -1
+    width = numbers.unsigned(text, 255)
     if width == PCIE_WIDTH_UNKNOWN:
         return None
-    if not 0 <= width <= 32:
+    if width is None or width > 32:
         raise SysfsFormatError(f"expected a lane count 0 to 32 (or 255: unknown), got {text!r}")
     return width
 
@@ -155,9 +155,8 @@ def parse_int(text: str) -> int:
 def parse_tos(text: str) -> int:
     """rdma_cm's ``default_roce_tos``: "%u" of a u8 (drivers/infiniband/core/cma_configfs.c
     default_roce_tos_show), so 0..255 and never signed."""
-    match = _WIDTH_RE.fullmatch(text)
-    tos = int(match.group(1)) if match else -1
-    if not 0 <= tos <= 255:
+    tos = numbers.unsigned(text, 255)
+    if tos is None:
         raise SysfsFormatError(f"expected a ToS byte 0 to 255, got {text!r}")
     return tos
 

@@ -609,6 +609,7 @@ KERNEL_FORMS = {
                              "0.0 GT/s PCIe"],
     sysfs.parse_pcie_width: ["16", "8", "0", "255", "32", "-1", "x16"],
     sysfs.parse_tos: ["106", "0", "255", "-1", "256"],
+    sysfs.parse_link_layer: ["InfiniBand", "Ethernet", "Unknown", "ethernet"],
 }
 
 
@@ -632,6 +633,8 @@ def test_sysfs_values_are_only_what_the_kernel_prints(parse, data):
         assert value is None or (type(value) is int and 0 <= value <= 32)
     elif parse is sysfs.parse_tos:
         assert type(value) is int and 0 <= value <= 255
+    elif parse is sysfs.parse_link_layer:
+        assert value in sysfs.LINK_LAYERS
     else:
         names = sysfs.PORT_STATES if parse is sysfs.parse_port_state else sysfs.PHYS_STATES
         number, name = value

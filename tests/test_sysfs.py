@@ -233,3 +233,16 @@ def test_default_roce_tos_refuses_what_the_kernel_never_prints(text):
     with pytest.raises(sysfs.SysfsFormatError) as info:
         sysfs.parse_tos(text)
     assert str(info.value) == f"expected a ToS byte 0 to 255, got {text!r}"
+
+
+@pytest.mark.parametrize("text", ["InfiniBand\n", "Ethernet\n", "Unknown\n"])
+def test_link_layer_every_kernel_form(text):
+    # infiniband/core/sysfs.c link_layer_show: IB_LINK_LAYER_INFINIBAND/ETHERNET, default "Unknown"
+    assert sysfs.parse_link_layer(text) == text.strip()
+
+
+@pytest.mark.parametrize("text", ["ethernet", "IB", "", "Ether"])
+def test_link_layer_refuses_other_text(text):
+    with pytest.raises(sysfs.SysfsFormatError) as info:
+        sysfs.parse_link_layer(text)
+    assert str(info.value) == f"expected one of InfiniBand, Ethernet, Unknown, got {text!r}"

@@ -197,7 +197,7 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
                 rate = _located(where, sysfs.parse_rate, text)
                 p.rate_gbps, p.lanes, p.speed = rate.gbps, rate.lanes, rate.speed
             elif leaf == "link_layer":
-                p.link_layer = text.strip()
+                p.link_layer = _located(where, sysfs.parse_link_layer, text)
             elif leaf == "credit_threshold":
                 p.credit_threshold = text.strip()
             elif leaf == "gids" and len(parts) == 5 and _index(parts[4]) is not None:

@@ -58,6 +58,17 @@ def parse_phys_state(text: str) -> tuple[int, str]:
     return _named(text, PHYS_STATES, "<unknown>")
 
 
+# link_layer_show: "InfiniBand", "Ethernet", else "Unknown" (4.18 to 6.x alike).
+LINK_LAYERS = ("InfiniBand", "Ethernet", "Unknown")
+
+
+def parse_link_layer(text: str) -> str:
+    value = text.strip()
+    if value not in LINK_LAYERS:
+        raise SysfsFormatError(f"expected one of {', '.join(LINK_LAYERS)}, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class LinkRate:
     gbps: float

@@ -135,3 +135,13 @@ def test_unsigned_is_the_kernels_percent_u(text, hi, value):
     from ccrhost.probes import numbers
 
     assert numbers.unsigned(text, hi) == value
+
+
+@pytest.mark.parametrize("length", ["nan", "inf", "-3.0", "\u0663.0", "1e3", "3_0"])
+def test_a_counter_window_whose_length_is_no_number_is_not_read(length):
+    """float() took these; the window's length divides the counters' rise."""
+    from ccrhost.probes.node import WINDOW_MARK, parse_snapshot
+
+    lines = [f"{WINDOW_MARK} {length}", "@@ib", "mlx5_0/ports/1/counters/symbol_error:7"]
+    assert parse_snapshot(lines).window is None
+    assert parse_snapshot([f"{WINDOW_MARK} 3.0", *lines[1:]]).window == (3.0, {"mlx5_0/1": {"symbol_error": 7}})

@@ -13,6 +13,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
@@ -145,17 +146,30 @@ def _drop_stale(path: Path) -> None:
         pass
 
 
+def write_each(reports: dict[str, tuple[Path, Callable[[], str]]], stream=None) -> Written:
+    """Render and write each report on its own: one that fails (a rendering
+    bug, a full disk) is named on ``stream`` (stderr by default) with why,
+    its previous run's file removed, and never keeps the others, or the
+    caller's closing table, from coming."""
+    written = Written()
+    for kind, (path, render) in reports.items():
+        try:
+            write_atomic(path, render())
+        except Exception as exc:  # one report's failure is reported, never the end of the others
+            written.failed[kind] = f"{type(exc).__name__}: {exc}"
+            _drop_stale(path)
+            (stream or sys.stderr).write(f"ccrhost: the {kind} report {path} was not written: "
+                                         f"{written.failed[kind]}\n")
+        else:
+            written[kind] = path
+    return written
+
+
 def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None,
                   addresses: dict[str, str] | None = None, stream=None) -> Written:
-    """Write the four reports; ``addresses``: host name -> address, shown
-    beside the name where they differ.
-
-    Each report is written on its own: one that fails (a rendering bug, a
-    full disk) is named on ``stream`` (stderr by default) with why, its
-    previous run's file removed, and never keeps the others or the caller's
-    closing table from coming."""
+    """Write the four reports (each on its own: :func:`write_each`);
+    ``addresses``: host name -> address, shown beside the name where they differ."""
     out = Path(directory)
-    paths = {kind: out / f"ccr-report.{kind}" for kind in ("json", "xml", "txt", "html")}
 
     def document() -> str:
         doc = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
@@ -164,18 +178,7 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
 
     renders = {"json": document, "xml": lambda: junit_xml(verdicts), "txt": lambda: text_table(verdicts),
                "html": lambda: html_chart(verdicts, addresses)}
-    written = Written()
-    for kind, render in renders.items():
-        try:
-            write_atomic(paths[kind], render())
-        except Exception as exc:  # one report's failure is reported, never the end of the others
-            written.failed[kind] = f"{type(exc).__name__}: {exc}"
-            _drop_stale(paths[kind])
-            (stream or sys.stderr).write(f"ccrhost: the {kind} report {paths[kind]} was not written: "
-                                         f"{written.failed[kind]}\n")
-        else:
-            written[kind] = paths[kind]
-    return written
+    return write_each({kind: (out / f"ccr-report.{kind}", render) for kind, render in renders.items()}, stream)
 
 
 def _op_failure(state, host) -> str | None:

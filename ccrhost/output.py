@@ -37,6 +37,19 @@ def _under_proc(path: str) -> bool:
     return path == "/proc" or path.startswith("/proc/")
 
 
+def _may_follow(link: str) -> None:
+    """The kernel's fs.protected_symlinks rule, which a rename of the
+    resolved path would bypass: in a sticky world-writable folder (/tmp) a
+    link is followed only when it is ours or the folder owner's; anyone
+    else's could point a root run at /etc/shadow."""
+    folder = os.stat(os.path.dirname(link))
+    if not (folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH):
+        return
+    owner = os.lstat(link).st_uid
+    if owner not in (os.geteuid(), folder.st_uid):
+        raise PermissionError(f"{link}: a link of uid {owner} in a sticky world-writable folder; not followed")
+
+
 def _replace_target(path: Path) -> Path | None:
     """The regular file to replace for ``path``, or None to write through.
 
@@ -54,6 +67,7 @@ def _replace_target(path: Path) -> Path | None:
             return None
         if not os.path.islink(current):
             break
+        _may_follow(current)
         current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
     else:
         raise OSError(f"{path}: too many levels of symbolic links")

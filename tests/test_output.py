@@ -259,3 +259,23 @@ def test_check_output_dash_and_a_link_to_a_fifo(tmp_path):
     assert json.loads(reader.result())["status"] == "FAIL"
     assert os.readlink(tmp_path / "stdout") == "pipe" and stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert _siblings(tmp_path) == ["pipe", "stdout"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the link another owner")
+def test_someone_elses_link_in_a_sticky_world_writable_folder_is_not_followed(tmp_path):
+    """As the kernel's fs.protected_symlinks: a link planted in /tmp by
+    another user must not make a root run replace the file it names."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    victim = tmp_path / "shadow"
+    victim.write_text("secret\n")
+    link = shared / "report.txt"
+    link.symlink_to(victim)
+    os.lchown(link, 4242, 4242)
+    with pytest.raises(PermissionError, match=r"a link of uid 4242 in a sticky world-writable folder; not followed$"):
+        write_atomic(link, "x\n")
+    assert victim.read_text() == "secret\n" and os.path.islink(link)
+    os.lchown(link, 0, 0)  # our own link is followed
+    write_atomic(link, "x\n")
+    assert victim.read_text() == "x\n"

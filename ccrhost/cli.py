@@ -80,7 +80,8 @@ def _load_check_data(config_path, overrides) -> dict:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nhc", "npd"]), default="text",
               show_default=True, help="npd: a Node Problem Detector custom plugin (exit 0 fit, 1 not, 2 UNKNOWN; "
               "one line naming the reason codes).")
-@click.option("--output", type=click.Path(dir_okay=False), help="Write here atomically instead of stdout.")
+@click.option("--output", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write here instead of stdout (a file is replaced atomically; `-` is stdout).")
 @click.option("--drain", is_flag=True, help="HealthCheckProgram use: drain this node in Slurm on FAIL.")
 @click.option("--drain-unknown", is_flag=True,
               help="Prolog use, with --drain: UNKNOWN drains too (Slurm drains a node whose prolog fails anyway), "
@@ -103,7 +104,7 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
     reads = Started(probe_timeout)
 
     from ccrhost.node import check as node_check
-    from ccrhost.output import write_atomic
+    from ccrhost.output import write_output
 
     if overrides.get("rdma_exclude_devices"):
         overrides["rdma_exclude_devices"] = tuple(overrides["rdma_exclude_devices"])
@@ -138,7 +139,7 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         }[fmt]
         text, exit_code = render(verdict), verdict.exit_code
     if output:
-        write_atomic(output, text)
+        write_output(output, text)
     else:
         click.echo(text, nl=False)
     if drained:
@@ -158,7 +159,8 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
 @click.option("--net-target", type=click.FloatRange(0, 100), default=80.0, show_default=True,
               help="Network utilization, % of the effective rate.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus"]), default="text", show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False), help="Write the summary here atomically.")
+@click.option("--output", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the summary here (a file is replaced atomically; `-` is stdout).")
 @click.option("--quiet", is_flag=True, help="No live display.")
 def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output, quiet):
     """Watch GPU utilization and RDMA throughput; summarize against the targets.
@@ -168,7 +170,7 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
     """
     from ccrhost.model.status import EXIT_CODES
     from ccrhost.node import monitor as mon
-    from ccrhost.output import write_atomic
+    from ccrhost.output import write_output
     from ccrhost.probes import counters, gpu, rdma
 
     settings = _settings(config_path)
@@ -178,7 +180,7 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
                       stream=None if quiet else sys.stderr)
     text = {"text": mon.format_text, "json": mon.format_json, "prometheus": mon.format_prometheus}[fmt](summary)
     if output:
-        write_atomic(output, text)
+        write_output(output, text)
     else:
         click.echo(text, nl=False)
     return EXIT_CODES[summary.verdict]

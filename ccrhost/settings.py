@@ -28,6 +28,7 @@ from ccrhost.model import presets
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import PRECISIONS
+from ccrhost.model.gpus import PeakUnknown, peak_tflops
 from ccrhost.model.gpus import lookup as lookup_gpu
 from ccrhost.model.qos import DCQCN_NP, DCQCN_RP, Wanted, tos_byte
 from ccrhost.model.verdict import Expectation, Policy
@@ -68,6 +69,90 @@ NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:/@%+^-]{0,
 # Paths written into shell scripts and slurm.conf: absolute, no white space or shell metacharacters.
 AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]{0,254}$")]
 SearchPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.+@/-]*(:/[A-Za-z0-9_.+@/-]*){0,31}$")]
+# --- settings that name a path -------------------------------------------------
+# A path setting must name one file plainly: no "." or ".." component (they
+# would walk past every rule below), no empty one, no trailing "/".
+# The files ccrhost writes on a node (slurm_fragment, verify_link_state) must
+# also be its own; refused, and why:
+# - Slurm's own configuration files, by name wherever they live (a site keeps
+#   them in /etc/slurm, /etc/slurm-llnl or /usr/local/etc): the man pages of
+#   slurm.conf(5), slurmdbd.conf(5), cgroup.conf(5), gres.conf(5),
+#   topology.conf(5), acct_gather.conf(5), burst_buffer.conf(5),
+#   helpers.conf(5), job_container.conf(5), mpi.conf(5), oci.conf(5), and
+#   spank(8)'s plugstack.conf; and the slurm_conf value itself.
+SLURM_OWN = ("slurm.conf", "slurmdbd.conf", "cgroup.conf", "gres.conf", "topology.conf", "acct_gather.conf",
+             "burst_buffer.conf", "helpers.conf", "job_container.conf", "mpi.conf", "oci.conf", "plugstack.conf")
+# - ccrhost's own files of another key (ccrhost/model/managed.py WHAT), NCCL's /etc/nccl.conf among them.
+# - The trees of the package manager (/usr, /bin, /sbin, /lib*), of boot
+#   (/boot) and the kernel's interfaces (/dev, /proc, /sys): nothing there is
+#   a site's file to replace. Two sub-trees are: /usr/local/etc is Slurm's
+#   configuration folder when built with the default prefix, and /dev/shm is
+#   a plain tmpfs (a state file there lasts until reboot, as under /run).
+SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/libexec", "/boot", "/dev",
+                "/proc", "/sys")
+SYSTEM_TREE_EXCEPTIONS = ("/usr/local/etc", "/dev/shm")
+# - A file directly in /etc (passwd, shadow, group, fstab, hosts, sudoers,
+#   nccl.conf...) is the system's, unless its name starts with "ccrhost".
+# - /etc folders whose every file the system parses or runs: a JSON file or
+#   a slurm.conf fragment there breaks sudo, cron, PAM, logins or the boot.
+ETC_DROPIN_FOLDERS = ("/etc/sudoers.d", "/etc/cron.d", "/etc/cron.hourly", "/etc/cron.daily", "/etc/cron.weekly",
+                      "/etc/cron.monthly", "/etc/profile.d", "/etc/pam.d", "/etc/security", "/etc/ssh",
+                      "/etc/systemd", "/etc/modprobe.d", "/etc/modules-load.d", "/etc/sysctl.d", "/etc/ld.so.conf.d",
+                      "/etc/udev", "/etc/init.d", "/etc/default", "/etc/apt", "/etc/yum.repos.d", "/etc/logrotate.d",
+                      "/etc/network", "/etc/netplan", "/etc/NetworkManager", "/etc/tmpfiles.d", "/etc/rc.d")
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder + "/")
+
+
+def _file_name_problem(path: str) -> str | None:
+    """Why ``path`` does not plainly name one file, or None."""
+    if path == "/" or path.endswith("/"):
+        return "names a folder; allowed: the path of a file"
+    parts = path.split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts):
+        return "has an empty, '.' or '..' component; allowed: a plain absolute path"
+    return None
+
+
+def _system_tree(path: str) -> str | None:
+    """The system tree that ``path`` (absolute, plain) is in, or None."""
+    if any(_within(path, ok) for ok in SYSTEM_TREE_EXCEPTIONS):
+        return None
+    return next((tree for tree in SYSTEM_TREES if _within(path, tree)), None)
+
+
+def _not_ours(path: str) -> str | None:
+    """Why ccrhost may not write the file ``path``, or None (the rules above)."""
+    from ccrhost.model.managed import WHAT
+
+    name = path.rsplit("/", 1)[-1]
+    if name in SLURM_OWN:
+        return f"is Slurm's own {name}"
+    if path in WHAT:
+        return f"is {WHAT[path]}"
+    tree = _system_tree(path)
+    if tree:
+        return f"is a system file (under {tree})"
+    folder = next((f for f in ETC_DROPIN_FOLDERS if _within(path, f)), None)
+    if folder:
+        return f"is in {folder}, whose every file the system reads"
+    if path.count("/") == 2 and path.startswith("/etc/") and not name.startswith("ccrhost"):
+        return "is a system file directly in /etc"
+    return None
+
+
+def _written_file(path: str, example: str) -> str:
+    problem = _file_name_problem(path)
+    why = _not_ours(path) if problem is None else None
+    if problem:
+        raise ValueError(problem)
+    if why:
+        raise ValueError(f"{why}; allowed: a file of ccrhost's own, such as {example}")
+    return path
+
+
 # slurm.conf's HealthCheckNodeState: a comma list of these (slurm.conf(5)).
 HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
@@ -163,7 +248,9 @@ class Workload(BaseModel):
 ReadReq = Literal[dp.READ_REQ_SIZES]  # type: ignore[valid-type]
 RoceMtu = Literal[dp.NETDEV_MTUS]  # type: ignore[valid-type]
 LinkCounter = Literal[dp.COUNTERS]  # type: ignore[valid-type]
-VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9][0-9A-Za-z._-]{0,63}$")]
+# A required version is a version number (datapath.version_key): numbers
+# split by '.', '-' or '_'; a word in it could never be compared.
+VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,9}([._-][0-9]{1,9}){0,15}$")]
 
 Priority = Annotated[int, Field(ge=0, le=7)]
 EightSizes = Annotated[tuple[Annotated[int, Field(ge=0, le=1 << 30)], ...], Field(min_length=8, max_length=8)]
@@ -432,6 +519,44 @@ class HostSettings(BaseModel):
             raise ValueError(f"a comma list of {', '.join(HEALTHCHECK_STATES)}")
         return value
 
+    @field_validator("slurm_fragment")
+    @classmethod
+    def _fragment_is_ours(cls, value):
+        return _written_file(value, "/etc/slurm/ccrhost.conf")
+
+    @field_validator("verify_link_state")
+    @classmethod
+    def _link_state_is_ours(cls, value):
+        return _written_file(value, "/run/ccrhost/counters.json")
+
+    @field_validator("slurm_ccrhost", "slurm_conf")
+    @classmethod
+    def _names_a_file(cls, value):
+        problem = _file_name_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("verify_report_dir")
+    @classmethod
+    def _report_dir(cls, value):
+        # a folder the controller writes four report files into; relative
+        # paths are the operator's working directory's business
+        if not value.startswith("/"):
+            return value
+        plain = "/" + "/".join(p for p in value.split("/") if p)
+        if any(p in (".", "..") for p in value.split("/")):
+            raise ValueError("has a '.' or '..' component; allowed: a plain absolute path or a relative one")
+        if plain == "/":
+            raise ValueError("is the root folder; allowed: a folder of the reports' own, such as ccrhost-report")
+        tree = _system_tree(plain)
+        folder = next((f for f in ETC_DROPIN_FOLDERS if _within(plain, f)), None)
+        if tree or folder or plain in ("/etc", "/var", "/run", "/home", "/root", "/opt", "/srv", "/tmp", "/mnt"):
+            where = f"under {tree}" if tree else f"in {folder}" if folder else "a top-level system folder"
+            raise ValueError(f"is a system folder ({where}); allowed: a folder of the reports' own, "
+                             "such as ccrhost-report or /var/lib/ccrhost/report")
+        return value
+
     @field_validator("verify_gpu_tflops")
     @classmethod
     def _positive_tflops(cls, value):
@@ -456,6 +581,24 @@ class HostSettings(BaseModel):
                 f"[verify_gpu_model] {self.verify_gpu_model!r} is not in the peak-TFLOPS table; give its "
                 "datasheet figures in verify_gpu_tflops, or use an NVML name such as 'NVIDIA H100 80GB HBM3'"
             )
+        model = self.expectation().gpu_model
+        if model and self.verify_gpu_tflops and self.verify_precision not in self.verify_gpu_tflops:
+            try:
+                peak_tflops(model, self.verify_precision)
+            except PeakUnknown as exc:
+                gave = ", ".join(self.verify_gpu_tflops)
+                raise ValueError(
+                    f"[verify_gpu_tflops/verify_precision] verify_gpu_tflops gives {gave} only, but "
+                    f"verify_precision is {self.verify_precision} and {exc}: every host would be UNKNOWN; "
+                    f"add its {self.verify_precision} figure to verify_gpu_tflops"
+                ) from None
+        for key in ("slurm_fragment", "verify_link_state"):
+            path = getattr(self, key)
+            if path == (self.slurm_conf or "/etc/slurm/slurm.conf"):
+                raise ValueError(f"[{key}] {path} is Slurm's own slurm.conf (slurm_conf)")
+            for other in ("slurm_fragment", "verify_link_state", "slurm_ccrhost", "slurm_conf"):
+                if other != key and path == getattr(self, other):
+                    raise ValueError(f"[{key}] {path} is also {other}: each file has one use")
         if self.verify_beta is not None and self.verify_workload is not None:
             raise ValueError("[verify_beta/verify_workload] set verify_beta or verify_workload, not both")
         if self.nccl_ib_addr_range is not None:

@@ -157,7 +157,7 @@ def run_ccrhost(*args):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["calc", "--gpu", "H100 SXM", "--gpus", "0"], "0 is not in the range"),
+    (["calc", "--gpu", "H100 SXM", "--gpus", "0"], "Invalid value for '--gpus': 0 is out of range: allowed from 1 to 1024"),
     (["calc", "--gpu", "H100 SXM", "--nic-gbps", "-400"], "-400"),
     (["calc", "--gpu", "H100 SXM", "--grad-bytes", "2"], "a workload needs --tokens and --dp"),
     (["calc", "--gpu", "H100 SXM", "--beta", "4", "--grad-bytes", "2", "--tokens", "1", "--dp", "2"], "not both"),

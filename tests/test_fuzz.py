@@ -587,3 +587,150 @@ def test_validator_accepts_exactly_what_the_typed_rule_allows(key, value):
         accepted = False
         assert all(e.where == "gpu-07" and key in str(e) for e in exc.errors), str(exc)  # names host and key
     assert accepted == RULES[key](value), (key, value)
+
+
+# --- issue 24: the whole shape of every record, and values that are no numbers -----
+# (appended here to ease merging; imports local to this part)
+
+from ccrhost.fleet.charts import histogram  # noqa: E402
+from ccrhost.model import datapath as dp_model  # noqa: E402
+from ccrhost.model.ports import natural_key  # noqa: E402
+from ccrhost.model.status import FAIL as _FAIL  # noqa: E402
+from ccrhost.model.status import UNKNOWN as _UNKNOWN  # noqa: E402
+
+KERNEL_FORMS = {
+    sysfs.parse_port_state: ["4: ACTIVE", "1: DOWN", "2: INIT", "3: ARMED", "0: NOP", "5: ACTIVE_DEFER",
+                             "9: UNKNOWN"],
+    sysfs.parse_phys_state: ["5: LinkUp", "3: Disabled", "2: Polling", "7: Phy Test", "0: <unknown>",
+                             "4: PortConfigurationTraining"],
+    sysfs.parse_rate: ["400 Gb/sec (4X NDR)", "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)", "14 Gb/sec (1X FDR)",
+                       "100 Gb/sec (2X HDR)", "800 Gb/sec (4X XDR)", "168 Gb/sec (12X FDR)", "0 Gb/sec (4X NDR)"],
+    sysfs.parse_pcie_speed: ["32.0 GT/s PCIe", "8 GT/s", "5 GT/s", "Unknown speed", "Unknown", "64.0 GT/s PCIe",
+                             "0.0 GT/s PCIe"],
+    sysfs.parse_pcie_width: ["16", "8", "0", "255", "32", "-1", "x16"],
+    sysfs.parse_tos: ["106", "0", "255", "-1", "256"],
+    sysfs.parse_link_layer: ["InfiniBand", "Ethernet", "Unknown", "ethernet"],
+}
+
+
+@pytest.mark.parametrize("parse", list(KERNEL_FORMS), ids=lambda f: f.__name__)
+@given(data=st.data())
+def test_sysfs_values_are_only_what_the_kernel_prints(parse, data):
+    text = data.draw(st.one_of(st.sampled_from(KERNEL_FORMS[parse]), mutated_line(KERNEL_FORMS[parse]),
+                               st.text(max_size=30)))
+    try:
+        value = parse(text)
+    except Exception as exc:
+        assert owns(exc, sysfs.SysfsFormatError), repr(exc)
+        assert repr(text) in str(exc)  # the text seen is named
+        return
+    if parse is sysfs.parse_rate:
+        assert value.lanes in sysfs.RATE_LANES and value.speed in sysfs.RATE_DECI_GBPS
+        assert value.gbps == sysfs.RATE_DECI_GBPS[value.speed] * value.lanes / 10 > 0
+    elif parse is sysfs.parse_pcie_speed:
+        assert value is None or value in sysfs.PCIE_SPEEDS_GTS
+    elif parse is sysfs.parse_pcie_width:
+        assert value is None or (type(value) is int and 0 <= value <= 32)
+    elif parse is sysfs.parse_tos:
+        assert type(value) is int and 0 <= value <= 255
+    elif parse is sysfs.parse_link_layer:
+        assert value in sysfs.LINK_LAYERS
+    else:
+        names = sysfs.PORT_STATES if parse is sysfs.parse_port_state else sysfs.PHYS_STATES
+        number, name = value
+        assert number >= 0 and (name == names[number] if number < len(names) else name in ("UNKNOWN", "<unknown>"))
+
+
+VERSIONS = ["28.39.3560", "23.10-1.1.9", "5.8-4.1.5", "535.104.05", "inbox 6.1.0-18-amd64", "N/A", "",
+            "٥٣٥.١٨٣.٠١", "535.104.05²", "1_000", "28..39"]
+
+
+@given(st.one_of(st.sampled_from(VERSIONS), mutated_line(VERSIONS), st.text(max_size=20)),
+       st.one_of(st.sampled_from(VERSIONS), mutated_line(VERSIONS), st.text(max_size=20)))
+def test_versions_compare_only_version_numbers(a, b):
+    key = dp_model.version_key(a)
+    assert key is None or (all(type(n) is int and n >= 0 for n in key) and key)
+    order = dp_model.compare_versions(a, b)
+    assert order is None or order == -(dp_model.compare_versions(b, a))
+    if a.startswith("inbox "):
+        assert order is None
+
+
+# (an empty driver version is "not found", FAIL *_required: the probes never give one)
+@given(st.one_of(st.sampled_from(VERSIONS), mutated_line(VERSIONS)).filter(bool),
+       st.sampled_from(["23.10", "28.40.1000", "535", "5.8-4.1.5"]))
+def test_a_required_version_never_passes_what_cannot_be_compared(have, need):
+    host = dp_model.HostVersions(nic_fw={"mlx5_0": have}, mlx5=have, nvidia=have)
+    out = dp_model.check_fleet_versions({"n": host}, dp_model.RequiredVersions(need, need, need))["n"]
+    codes = {r.code: r.level for r in out}
+    if dp_model.version_key(have) is None:
+        assert codes["fw_version_unknown"] == _UNKNOWN and codes["nvidia_version_unknown"] == _UNKNOWN
+        assert codes.get("mlx5_inbox", codes.get("mlx5_version_unknown")) in (_FAIL, _UNKNOWN)
+        assert "mlx5_inbox" in codes if have.startswith("inbox ") else "mlx5_version_unknown" in codes
+    else:
+        assert set(codes) <= {"fw_required", "mlx5_required", "nvidia_required"}
+
+
+@given(st.text(max_size=20))
+def test_natural_key_sorts_any_name(name):
+    key = natural_key(name)
+    assert all(type(k) is int for k in key[1::2]) and all(type(k) is str for k in key[0::2])
+    sorted([name, "eth0", "eth0²", "mlx5_10"], key=natural_key)
+
+
+@given(output(["@@pair GPU0-mlx5_0", *BW, "@@rc 0", "@@pair GPU1-mlx5_1", "@@rc 124", "@@rc ²", "@@rc -١",
+               "@@unmeasurable no CUDA"]))
+def test_gdr_runs(lines):
+    try:
+        why, gbps, errors = perftest.parse_gdr_runs(lines)
+    except Exception as exc:
+        assert owns(exc, perftest.PerftestFormatError), repr(exc)
+        return
+    assert all(math.isfinite(v) and v >= 0 for v in gbps.values())
+    assert all(isinstance(e, str) for e in errors)
+
+
+EIGHT_RECORDS = {
+    qos.parse_dcb_pfc: ("prio-pfc", "{i}:{v}", ["on", "off"]),
+    qos.parse_dcb_buffer: ("prio-buffer", "{i}:{v}", ["0", "1", "7"]),
+    qos.parse_ofed_prio2buffer: ("Priority\tBuffer\n", "{i}\t\t{v}\n", ["0", "1"]),
+}
+
+
+@pytest.mark.parametrize("parse", list(EIGHT_RECORDS), ids=lambda f: f.__name__)
+@given(data=st.data())
+def test_an_eight_entry_record_is_whole_or_refused(parse, data):
+    head, entry, values = EIGHT_RECORDS[parse]
+    indices = data.draw(st.lists(st.integers(0, 7), max_size=10))
+    joiner = "" if head.endswith("\n") else " "
+    text = head + joiner + joiner.join(entry.format(i=i, v=data.draw(st.sampled_from(values))) for i in indices)
+    try:
+        out = parse(text + "\n")
+    except Exception as exc:
+        assert owns(exc, qos.QosFormatError), repr(exc)
+        assert sorted(indices) != list(range(8))  # only a partial or repeated record is refused
+        return
+    assert sorted(indices) == list(range(8))
+    record = out if isinstance(out, list) else out.get("prio_pfc") or out.get("prio_buffer")
+    assert _eight(record, 7)
+
+
+@given(st.integers(0, len(MLNX_QOS) - 1), st.integers(0, len(MLNX_QOS)))
+def test_mlnx_qos_cut_anywhere_is_whole_or_refused(start, stop):
+    text = "\n".join(MLNX_QOS[start:stop])
+    try:
+        out = qos.parse_mlnx_qos(text)
+    except Exception as exc:
+        assert owns(exc, qos.QosFormatError), repr(exc)
+        return
+    assert _eight(out["pfc"], 1) and out["pfc"] is not None
+    assert (out["buffer_size"] is None) == (out["prio2buffer"] is None)
+    assert out["trust"] != "dscp" or out["dscp2prio"]
+
+
+@given(st.lists(st.tuples(st.one_of(st.floats(), st.none()), st.sampled_from(["OK", "WARN", "FAIL", "UNKNOWN"])),
+                max_size=20),
+       st.lists(st.one_of(st.floats(), st.none()), max_size=3))
+def test_the_histogram_takes_any_ccr(values, thresholds):
+    svg = histogram([(v, s) for v, s in values], [t for t in thresholds])
+    assert "nan" not in svg.lower().replace("span", "") and "inf" not in svg

@@ -87,8 +87,9 @@ def test_bad_qos_output_is_refused_quoting_the_line(parse, text, quoted):
 
 
 def test_qos_dump_names_the_command_and_keeps_the_error_with_its_interface():
-    reading = p.parse_qos_dump(["@@if ens1np0", "@@dcb_app 0", "dscp-prio CS3:3", "@@dcb_pfc 0", "prio-pfc 3:on",
-                                "@@if ens2np0", "@@dcb_app 0", "dscp-prio 26:3", "@@dcb_pfc 0", "prio-pfc 3:on"])
+    pfc = "prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off"
+    reading = p.parse_qos_dump(["@@if ens1np0", "@@dcb_app 0", "dscp-prio CS3:3", "@@dcb_pfc 0", pfc,
+                                "@@if ens2np0", "@@dcb_app 0", "dscp-prio 26:3", "@@dcb_pfc 0", pfc])
     bad, good = reading.interfaces["ens1np0"], reading.interfaces["ens2np0"]
     assert bad.errors == ["cannot read dcb -N app show dev ens1np0 dscp-prio: line 'dscp-prio CS3:3': "
                           "DSCP 'CS3' by name: run dcb with -N"]
@@ -99,3 +100,71 @@ def test_ecn_value_that_is_no_integer_names_the_file():
     reading = p.parse_qos_dump(["@@if ens1np0", "@@ecn", "roce_rp/enable/3:yes"])
     assert reading.interfaces["ens1np0"].errors == [
         "cannot read /sys/class/net/ens1np0/ecn: /sys/class/net/ens1np0/ecn/roce_rp/enable/3 holds 'yes', not an integer"]
+
+
+# --- a record cut short is no record (issue 24) -----------------------------------
+# Every parser knows its record's whole shape: eight priorities (or buffers),
+# each once. Samples: /work/shared/reference/roce.md (dcb man pages, mlx5e's
+# qos/ files) cut where a short read or a killed tool would cut them.
+
+@pytest.mark.parametrize("parse, text, message", [
+    (p.parse_dcb_pfc, "pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc 0:off 1:off 2:off 3:on\n",
+     "line 'prio-pfc 0:off 1:off 2:off 3:on': priority 4, 5, 6, 7 missing; expected all eight (0-7)"),
+    (p.parse_dcb_pfc, "prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:on 6:off 7:on\n",
+     "line 'prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:on 6:off 7:on': priority 6 appears twice"),
+    (p.parse_dcb_buffer, "prio-buffer 0:0 1:1 2:2 3:3\n",
+     "line 'prio-buffer 0:0 1:1 2:2 3:3': priority 4, 5, 6, 7 missing; expected all eight (0-7)"),
+    (p.parse_dcb_buffer, "buffer-size 0:10Kb 1:10Kb 2:10Kb 3:10Kb 4:10Kb 5:10Kb 6:1Mb\n",
+     "line 'buffer-size 0:10Kb 1:10Kb 2:10Kb 3:10Kb 4:10Kb 5:10Kb 6:1Mb': buffer 7 missing; expected all eight (0-7)"),
+    (p.parse_ofed_prio2buffer, "Priority\tBuffer\n0\t\t0\n1\t\t0\n2\t\t0\n3\t\t1\n",
+     "line 'priority rows': priority 4, 5, 6, 7 missing; expected all eight (0-7)"),
+    (p.parse_ofed_buffer_size, "Port buffer size = 262016\nSpare buffer size = 0\n"
+                               "Buffer\tSize\txoff_threshold\txon_threshold\n0\t0\t0\t\t0\n1\t262016\t150000\t\t140000\n",
+     "line 'buffer rows': buffer 2, 3, 4, 5, 6, 7 missing; expected all eight (0-7)"),
+    (p.parse_ofed_buffer_size, "Port buffer size = 262016\n", "no 'Spare buffer size = N' line"),
+])
+def test_a_record_cut_short_is_refused(parse, text, message):
+    with pytest.raises(p.QosFormatError) as info:
+        parse(text)
+    assert str(info.value) == message
+
+
+def _sample2() -> str:
+    return (Path(__file__).parent / "fixtures/mlnx_qos_sample2.txt").read_text()
+
+
+@pytest.mark.parametrize("cut, message", [
+    ("\tenabled", "no PFC 'enabled' row"),
+    ("\tbuffer  ", "a 'Receive buffer size' line without the PFC 'buffer' row"),
+    ("\tprio:0", "trust is dscp but no 'prio:N dscp:...' line follows"),
+])
+def test_mlnx_qos_output_cut_short_is_refused(cut, message):
+    lines = _sample2().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.replace("        ", "\t").startswith(cut))
+    with pytest.raises(p.QosFormatError) as info:
+        p.parse_mlnx_qos("\n".join(lines[:at]) + "\n")
+    assert str(info.value) == message
+
+
+def test_mlnx_qos_with_a_dscp_mapped_twice_is_refused():
+    text = _sample2().replace("prio:1 dscp:15,14,13,12,11,10,09,08,", "prio:1 dscp:15,14,13,12,11,10,09,07,")
+    with pytest.raises(p.QosFormatError, match=r"DSCP 7 is mapped twice$"):
+        p.parse_mlnx_qos(text)
+
+
+def test_the_whole_samples_still_read():
+    assert p.parse_mlnx_qos(_sample2())["pfc"] == [0, 0, 0, 0, 0, 1, 0, 0]
+    sample1 = (Path(__file__).parent / "fixtures/mlnx_qos_sample1.txt").read_text()
+    assert p.parse_mlnx_qos(sample1)["prio2buffer"] is None  # older OFED: neither buffer line nor row
+
+
+def test_a_truncated_dcb_pfc_line_leaves_the_interface_unread():
+    """The reproduction: the missing priorities read as "off", so the deploy
+    planned a PFC write on a node that matched and its restore would switch
+    the lossless priorities off. Now the interface has an error and no PFC."""
+    reading = p.parse_qos_dump(["@@if ens1np0", "@@dcb_app 0", "dscp-prio 26:3 48:6", "@@dcb_pfc 0",
+                                "pfc-cap 8 macsec-bypass off delay 7", "prio-pfc 0:off 1:off 2:off 3:on"])
+    st = reading.interfaces["ens1np0"]
+    assert st.pfc is None
+    assert st.errors == ["cannot read dcb pfc show dev ens1np0: line 'prio-pfc 0:off 1:off 2:off 3:on': "
+                         "priority 4, 5, 6, 7 missing; expected all eight (0-7)"]

@@ -175,11 +175,18 @@ def _version_codes() -> set[str]:
     return {r.code for rs in out.values() for r in rs}
 
 
+def _version_unknown_codes() -> set[str]:
+    hosts = {"h": dp.HostVersions(mlx5="abc", nvidia="abc")}
+    out = dp.check_fleet_versions(hosts, dp.RequiredVersions(mlx5="3.0", nvidia="3.0"))
+    return {r.code for rs in out.values() for r in rs}
+
+
 # regex of each f-string code in the source -> the function that makes every variant
 DYNAMIC = {
     r"^link_.+$": _link_counter_codes,
     r"^.+_mismatch$": _version_codes,
     r"^.+_required$": _version_codes,
+    r"^.+_version_unknown$": _version_unknown_codes,
 }
 
 

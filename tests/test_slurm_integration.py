@@ -7,7 +7,9 @@ import subprocess
 import pytest
 import yaml
 
-from ccrhost.model.managed import CHECK_CONFIG, HEALTHCHECK, PROLOG
+from ccrhost.model.managed import CHECK_CONFIG
+from ccrhost.model.managed import SLURM_HEALTHCHECK as HEALTHCHECK
+from ccrhost.model.managed import SLURM_PROLOG as PROLOG
 from ccrhost.model.slurm import integration_files
 from ccrhost.operations.files import MANAGED_HEADER
 from ccrhost.settings import InventoryDataError, validate_host

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
@@ -19,16 +20,21 @@ class Bar:
     threshold: float | None = None  # drawn as a dashed line
 
 
+def _length(value: float | None) -> float:
+    """A bar's drawn value: none for a missing or non-finite one (its text says what it is)."""
+    return value if value is not None and math.isfinite(value) else 0.0
+
+
 def bar_chart(title: str, note: str, bars: list[Bar], width: int = 520) -> str:
-    top = max([b.value or 0 for b in bars] + [b.threshold or 0 for b in bars] + [1e-12])
+    top = max([_length(b.value) for b in bars] + [_length(b.threshold) for b in bars] + [1e-12])
     bar_h, parts = 22, []
     for i, b in enumerate(bars):
         y = 10 + i * (bar_h + 6)
-        w = width * (b.value or 0) / top
+        w = width * _length(b.value) / top
         parts.append(f'<text x="0" y="{y + 15}" font-size="12">{html.escape(b.label)}</text>'
                      f'<rect x="170" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{COLOURS.get(b.status, "#757575")}"/>'
                      f'<text x="{175 + w:.1f}" y="{y + 15}" font-size="11">{html.escape(b.text)}</text>')
-        if b.threshold:
+        if _length(b.threshold):
             x = 170 + width * b.threshold / top
             parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y - 2}" y2="{y + bar_h + 2}" stroke="black" '
                          'stroke-dasharray="3,2"/>')
@@ -46,19 +52,27 @@ def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: in
               width: int = 640, height: int = 220, label: str = "CCR") -> str:
     """An inline SVG histogram of (value, status) pairs, each bar stacked by
     status, with a dashed line per threshold and labelled axes."""
+    # an infinite CCR (no inter-node traffic) has no place on an axis; the page counts those hosts apart
+    values = [(v, s) for v, s in values if v is not None and math.isfinite(v)]
+    thresholds = [t for t in thresholds if t is not None and math.isfinite(t)]
     if not values:
-        return '<p class="empty">No host has a CCR to show.</p>'
+        return '<p class="empty">No host has a finite CCR to show.</p>'
     points = [v for v, _ in values] + list(thresholds)
     lo, hi = min(points), max(points)
-    if hi - lo < abs(hi) * 1e-9 or hi == lo:
-        lo, hi = lo * 0.9, hi * 1.1 if hi else 1.0
+    if hi - lo < abs(hi) * 1e-9 or not (hi - lo) / bins > 0:  # one value, or too close to draw apart
+        lo, hi = (lo - abs(lo) * 0.1, hi + abs(hi) * 0.1) if hi else (lo, 1.0)
+        if not (hi - lo) / bins > 0:  # subnormal CCRs: 10% of them is nothing
+            hi = lo + 1e-300
+    if max(abs(lo), abs(hi)) > 1e300:  # near the float range's end the axis arithmetic overflows
+        return '<p class="empty">No host has a CCR this chart can draw.</p>'
+
     step = (hi - lo) / bins
     counts = [dict.fromkeys(COLOURS, 0) for _ in range(bins)]
     for v, status in values:
         counts[min(bins - 1, int((v - lo) / step))][status if status in COLOURS else "UNKNOWN"] += 1
     top = max(sum(c.values()) for c in counts)
     left, plot_w, plot_h = 48, width - 90, height - 50
-    x = lambda v: left + plot_w * (v - lo) / (hi - lo)  # noqa: E731
+    x = lambda v: left + plot_w * ((v - lo) / (hi - lo))  # noqa: E731  (the fraction first: no overflow)
     y = lambda n: 24 + (plot_h - 14) * (1 - n / top)  # noqa: E731
     parts = [f'<line x1="{left}" y1="{10 + plot_h}" x2="{left + plot_w}" y2="{10 + plot_h}" stroke="#333"/>',
              f'<line x1="{left}" y1="10" x2="{left}" y2="{10 + plot_h}" stroke="#333"/>']
@@ -76,7 +90,7 @@ def histogram(values: list[tuple[float, str]], thresholds: list[float], bins: in
             parts.append(f'<text x="{x(lo + (i + 0.5) * step):.1f}" y="{y(base) - 3:.1f}" font-size="10" '
                          f'text-anchor="middle">{base}</text>')
     for k in range(5):
-        v = lo + (hi - lo) * k / 4
+        v = lo + (hi - lo) * (k / 4)
         parts.append(f'<text x="{x(v):.1f}" y="{height - 18}" font-size="11" text-anchor="middle">{_tick(v)}</text>')
     for n in sorted({0, top // 2, top}):
         parts.append(f'<text x="{left - 6}" y="{y(n) + 4:.1f}" font-size="11" text-anchor="end">{n}</text>')

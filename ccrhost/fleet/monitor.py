@@ -14,10 +14,10 @@ from ccrhost.facts.gpu import NvidiaGpus
 from ccrhost.facts.rdma import RdmaDevices
 from ccrhost.fleet.charts import Bar, bar_chart
 from ccrhost.fleet.parallel import once_per_run, parallel_facts
+from ccrhost.fleet.report import write_each
 from ccrhost.model.ports import effective_rates
 from ccrhost.model.status import FAIL, UNKNOWN, below_median
 from ccrhost.model.utilization import Summary, summarize
-from ccrhost.output import write_atomic
 from ccrhost.probes.rdma import RdmaReading
 
 
@@ -47,12 +47,12 @@ def _window(state, inventory, settings_by_host: dict) -> dict:
                         **{h: {"verdict": UNKNOWN, "reason": why, "flags": []} for h, why in missing.items()}}}
     report["hosts"] = dict(sorted(report["hosts"].items()))
     out = Path(first.verify_report_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "monitor-report.json", json.dumps(report, indent=2) + "\n")
     table = fleet_table(summaries, flags, missing)
-    write_atomic(out / "monitor-report.txt", table)
-    write_atomic(out / "monitor-report.html", html_chart(summaries, flags, missing))
+    # each report on its own, and the table printed whatever becomes of them
     atexit.register(lambda: sys.stdout.write("\n" + table + f"Report: {out / 'monitor-report.json'}\n"))
+    write_each({"json": (out / "monitor-report.json", lambda: json.dumps(report, indent=2) + "\n"),
+                "txt": (out / "monitor-report.txt", lambda: table),
+                "html": (out / "monitor-report.html", lambda: html_chart(summaries, flags, missing))})
     return report
 
 

@@ -14,6 +14,7 @@ also links to the site's page. No script, no external resource otherwise.
 from __future__ import annotations
 
 import html
+import math
 import os
 import re
 import time
@@ -128,7 +129,7 @@ def _rows(items, addresses: dict, show_address: bool) -> str:
     out = []
     for host, v in items:
         c = v.ccr
-        share = f"{c.ccr / v.expected_ccr:.0%}" if c and v.expected_ccr else "–"
+        share = f"{c.ccr / v.expected_ccr:.0%}" if c and v.expected_ccr and math.isfinite(c.ccr) else "–"
         address = f"<td>{html.escape(addresses.get(host, ''))}</td>" if show_address else ""
         out.append(
             f'<tr id="host-{html.escape(host)}" class="{v.status}"><td>{_badge(v.status)}</td>'
@@ -162,7 +163,8 @@ def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = 
     count_items = "".join(
         f'<li class="{s}{" zero" if not n else ""}" style="background:{COLOURS[s]}">{n} {s}</li>'
         for s, n in counts.items())
-    values = [(v.ccr.ccr, v.status) for v in verdicts.values() if v.ccr]
+    values = [(v.ccr.ccr, v.status) for v in verdicts.values() if v.ccr and math.isfinite(v.ccr.ccr)]
+    no_traffic = sum(1 for v in verdicts.values() if v.ccr and math.isinf(v.ccr.ccr))
     thresholds = sorted({v.fail_below for v in verdicts.values() if v.fail_below})
     below = sum(1 for v in verdicts.values() if v.ccr and v.fail_below and v.ccr.ccr < v.fail_below)
     first = (f'<section id="attention"><h2>Needs attention: {len(attention)} of {len(verdicts)} hosts, '
@@ -178,7 +180,8 @@ def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = 
         f"{first}"
         f'<section id="distribution"><h2>CCR distribution</h2>'
         f"{histogram(values, thresholds)}"
-        f"<p>{len(values)} hosts with a CCR; {below} below their fail threshold (dashed: verify_min_ccr, or "
+        f"<p>{len(values)} hosts with a CCR"
+        f"{f'; {no_traffic} with no inter-node traffic (infinite CCR, not drawn)' if no_traffic else ''}; {below} below their fail threshold (dashed: verify_min_ccr, or "
         f"verify_min_ccr_fraction of the CCR the declared hardware should give).</p></section>"
         f'<section id="all"><h2>All {len(verdicts)} hosts</h2><details><summary>show every host, worst first'
         f"</summary>{_table(ordered, addresses, show_address)}</details></section>"

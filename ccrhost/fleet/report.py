@@ -7,8 +7,13 @@ compared across the fleet here, once every host's verdict is in."""
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
+import sys
 import time
 from pathlib import Path
+from typing import Callable
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
@@ -38,10 +43,10 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
     for host, v in rows:
         c = v.ccr
         lines.append(
-            f"{host:24} {v.status:8} {c.ccr if c else float('nan'):10.3e} {(c.band if c else None) or '-':17} "
-            f"{v.expected_ccr if v.expected_ccr else float('nan'):10.3e} "
-            f"{c.bandwidth_gbps if c else float('nan'):8.0f} {c.tflops if c else float('nan'):9.1f} "
-            f"{c.beta if c else float('nan'):8.3g}  {v.summary()}"
+            f"{host:24} {v.status:8} {_cell(c and c.ccr, '10.3e')} {(c.band if c else None) or '-':17} "
+            f"{_cell(v.expected_ccr or None, '10.3e')} "
+            f"{_cell(c and c.bandwidth_gbps, '8.0f')} {_cell(c and c.tflops, '9.1f')} "
+            f"{_cell(c and c.beta, '8.3g')}  {v.summary()}"
         )
     models = [(host, v.ccr.workload) for host, v in rows if v.ccr and v.ccr.workload]
     statements: dict[str, list[str]] = {}  # each host's own (its GPUs and bandwidth enter it); alike ones once
@@ -59,6 +64,27 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
     counts = {s: sum(v.status == s for v in verdicts.values()) for s in (OK, WARN, FAIL, UNKNOWN)}
     lines.append("  ".join(f"{s}: {n}" for s, n in counts.items()))
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None, spec: str) -> str:
+    """A table cell: ``-`` where there is no figure, ``inf`` for an infinite
+    CCR (a job with no inter-node traffic)."""
+    width = spec.split(".")[0]
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return format("-", f">{width}")
+    return format(value, spec)
+
+
+def _finite(obj):
+    """``obj`` with every infinite or NaN float as None: JSON has neither
+    (json.dumps would write the invalid ``Infinity``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def junit_xml(verdicts: dict[str, Verdict]) -> str:
@@ -83,18 +109,58 @@ def html_chart(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = 
     return fleet_page(verdicts, addresses)
 
 
+class Written(dict):
+    """kind -> path of each report written; ``failed``: kind -> why, for
+    each one that was not."""
+
+    def __init__(self):
+        super().__init__()
+        self.failed: dict[str, str] = {}
+
+
+def _drop_stale(path: Path) -> None:
+    """Remove the previous run's report of a kind this run could not write,
+    so that it is never read as this run's (only a regular file of ours)."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_each(reports: dict[str, tuple[Path, Callable[[], str]]], stream=None) -> Written:
+    """Render and write each report on its own: one that fails (a rendering
+    bug, a full disk) is named on ``stream`` (stderr by default) with why,
+    its previous run's file removed, and never keeps the others, or the
+    caller's closing table, from coming."""
+    written = Written()
+    for kind, (path, render) in reports.items():
+        try:
+            write_atomic(path, render())
+        except Exception as exc:  # one report's failure is reported, never the end of the others
+            written.failed[kind] = f"{type(exc).__name__}: {exc}"
+            _drop_stale(path)
+            (stream or sys.stderr).write(f"ccrhost: the {kind} report {path} was not written: "
+                                         f"{written.failed[kind]}\n")
+        else:
+            written[kind] = path
+    return written
+
+
 def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dict | None = None,
-                  addresses: dict[str, str] | None = None) -> dict[str, Path]:
-    """``addresses``: host name -> address, shown beside the name where they differ."""
+                  addresses: dict[str, str] | None = None, stream=None) -> Written:
+    """Write the four reports (each on its own: :func:`write_each`);
+    ``addresses``: host name -> address, shown beside the name where they differ."""
     out = Path(directory)
-    paths = {kind: out / f"ccr-report.{kind}" for kind in ("json", "xml", "txt", "html")}
-    document = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
-                "hosts": {h: v.to_dict() for h, v in sorted(verdicts.items())}}
-    write_atomic(paths["json"], json.dumps(document, indent=2, default=str) + "\n")
-    write_atomic(paths["xml"], junit_xml(verdicts))
-    write_atomic(paths["txt"], text_table(verdicts))
-    write_atomic(paths["html"], html_chart(verdicts, addresses))
-    return paths
+
+    def document() -> str:
+        doc = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
+               "hosts": {h: v.to_dict() for h, v in sorted(verdicts.items())}}
+        return json.dumps(_finite(doc), indent=2, default=str, allow_nan=False) + "\n"
+
+    renders = {"json": document, "xml": lambda: junit_xml(verdicts), "txt": lambda: text_table(verdicts),
+               "html": lambda: html_chart(verdicts, addresses)}
+    return write_each({kind: (out / f"ccr-report.{kind}", render) for kind, render in renders.items()}, stream)
 
 
 def _op_failure(state, host) -> str | None:
@@ -166,7 +232,7 @@ class FleetReport:
             return None
         apply_fleet_rules(verdicts, self.tolerance)
         paths = write_reports(verdicts, self.directory, {"fleet_versions": fleet_versions(verdicts)},
-                              addresses=self.addresses)
+                              addresses=self.addresses, stream=stream)
         if stream is not None:
             stream.write("\n" + text_table(verdicts))
             stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")

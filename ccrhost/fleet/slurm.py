@@ -105,7 +105,7 @@ def expand_hostlist(expression: str) -> list[str]:
 
 # -- the check step ----------------------------------------------------------
 
-_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
+_LABEL = re.compile(r"^\s*([0-9]{1,9}): ?(.*)$")  # ASCII digits: int() takes any Unicode one
 
 
 def check_script(ccrhost: str, config: str) -> str:

@@ -265,7 +265,8 @@ def _nic_settings(r: Readings, dev: str, notes: list[str]) -> dict:
         out["link_layer"] = port.link_layer or "Ethernet"
         if port.rate_gbps is not None:
             gbps = f"{port.rate_gbps:g}"
-            out["rate"] = f"{gbps} Gb/sec ({port.lanes}X {port.speed})"
+            # old kernels print no name for SDR ("10 Gb/sec (4X)"): the lab renders today's form
+            out["rate"] = f"{gbps} Gb/sec ({port.lanes}X {port.speed or 'SDR'})"
         if port.state != "ACTIVE":
             notes.append(f"{dev} port 1 was {port.state} ({port.phys_state}) at capture; the profile boots it "
                          f"ACTIVE (reproduce with --fault NODE:port_down={dev})")

@@ -183,7 +183,8 @@ def slurm(command, directory):
 
 
 @lab.command()
-@click.option("--output", type=click.Path(dir_okay=False), help="Write the profile here [default: stdout].")
+@click.option("--output", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the profile here (`-` is stdout) [default: stdout].")
 @click.option("--anonymize", is_flag=True,
               help="Replace addresses, GIDs, GPU UUIDs and the host name with consistent stand-ins.")
 @click.option("--name", help="The profile's name [default: capture-<host>].")
@@ -195,7 +196,7 @@ def capture(output, anonymize, name):
     listed in its capture.not_replayed and on stderr.
     """
     from ccrhost.lab.capture import CaptureError, build_profile, read_local, render
-    from ccrhost.output import write_atomic
+    from ccrhost.output import write_output
 
     try:
         profile = build_profile(read_local(), name=name, anonymize=anonymize)
@@ -203,8 +204,10 @@ def capture(output, anonymize, name):
         raise click.ClickException(f"capture: {exc}") from None
     text = render(profile)
     if output:
-        write_atomic(output, text)
-        click.echo(f"wrote {output}: {len(profile['nics'])} NICs, {profile['gpus']['count']} GPUs", err=True)
+        write_output(output, text)
+        if output != "-":
+            click.echo(f"wrote {output}: {len(profile['nics'])} NICs, {profile['gpus']['count']} GPUs",
+                       err=True)
     else:
         click.echo(text, nl=False)
     for note in profile["capture"]["not_replayed"]:

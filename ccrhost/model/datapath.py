@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 from ccrhost.model.topology import GDR_LEVELS, Endpoint, Pair, path_bridges
+from ccrhost.probes import numbers
 
 
 class DatapathError(ValueError):
@@ -79,7 +80,7 @@ class PeerMemory:
 
 
 def _release(text: str | None) -> tuple[int, int] | None:
-    match = re.match(r"^(\d+)\.(\d+)", text or "")
+    match = re.match(r"^([0-9]+)\.([0-9]+)", text or "")  # ASCII: \d and int() take "٥"
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
@@ -407,9 +408,26 @@ class RequiredVersions:
     nvidia: str | None = None
 
 
-def version_key(version: str) -> tuple:
-    """``28.39.3560`` < ``28.41.1000``; ``23.10-1.1.9`` splits on . and -."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-_ ]+", version.strip()) if p)
+def version_key(version: str) -> tuple[int, ...] | None:
+    """The numbers of a release version: ``28.39.3560``, ``23.10-1.1.9``
+    (split on ``.``, ``-`` and ``_``), ``535.104.05``. None for anything
+    else: a word ("inbox 6.1.0-18-amd64"), a non-ASCII digit, an empty part.
+    Numbers and words never sort against each other."""
+    parts = [numbers.unsigned(p, 999_999_999) if p.strip() == p else None
+             for p in re.split(r"[._-]", version.strip())]
+    return None if None in parts else tuple(parts)
+
+
+def compare_versions(have: str, need: str) -> int | None:
+    """-1, 0 or 1 as ``have`` is older than, equal to or newer than
+    ``need``; None when they are not both version numbers (not comparable)."""
+    a, b = version_key(have), version_key(need)
+    if a is None or b is None:
+        return None
+    return (a > b) - (a < b)
+
+
+INBOX = "inbox "  # HostVersions.mlx5 of the kernel's own mlx5 driver: "inbox <uname -r>"
 
 
 def _majority(values: list[str]) -> str | None:
@@ -422,7 +440,9 @@ def _majority(values: list[str]) -> str | None:
 def check_fleet_versions(hosts: dict[str, HostVersions], required: RequiredVersions = RequiredVersions(),
                          minimum_hosts: int = 3) -> dict[str, list[Reason]]:
     """Per host: WARN what differs from the fleet majority (with at least
-    ``minimum_hosts`` hosts), FAIL what is below a required version."""
+    ``minimum_hosts`` hosts), FAIL what is below a required version or is
+    the kernel's inbox mlx5 driver against a required MLNX_OFED release,
+    UNKNOWN a version that is no version number against a requirement."""
     out: dict[str, list[Reason]] = {h: [] for h in hosts}
     compare = len(hosts) >= minimum_hosts
 
@@ -434,12 +454,16 @@ def check_fleet_versions(hosts: dict[str, HostVersions], required: RequiredVersi
     for h, v in hosts.items():
         odd: dict[tuple[str, str, str], list[str]] = {}
         old: dict[str, list[str]] = {}
+        unreadable: dict[str, list[str]] = {}
         for dev in sorted(v.nic_fw, key=natural_key):
             fw, model = v.nic_fw[dev], v.nic_model.get(dev, "")
             common = majority.get(model)
             if compare and common is not None and fw != common:
                 odd.setdefault((fw, model, common), []).append(dev)
-            if required.nic_fw and version_key(fw) < version_key(required.nic_fw):
+            order = compare_versions(fw, required.nic_fw) if required.nic_fw else 0
+            if order is None:
+                unreadable.setdefault(fw, []).append(dev)
+            elif order < 0:
                 old.setdefault(fw, []).append(dev)
         for (fw, model, common), devs in odd.items():
             of = f" {model}" if model else ""
@@ -448,6 +472,10 @@ def check_fleet_versions(hosts: dict[str, HostVersions], required: RequiredVersi
         for fw, devs in old.items():
             out[h].append(Reason(FAIL, "fw_required", f"NIC {', '.join(devs)} firmware {fw} is older than the "
                                                       f"required {required.nic_fw}"))
+        for fw, devs in unreadable.items():
+            out[h].append(Reason(UNKNOWN, "fw_version_unknown", f"NIC {', '.join(devs)} firmware {fw!r} is not a "
+                                                                f"version number; cannot compare it with the required "
+                                                                f"{required.nic_fw}"))
     for key, label in (("mlx5", "mlx5 driver"), ("nvidia", "NVIDIA driver")):
         values = {h: getattr(v, key) for h, v in hosts.items() if getattr(v, key)}
         common = _majority(list(values.values()))
@@ -456,9 +484,20 @@ def check_fleet_versions(hosts: dict[str, HostVersions], required: RequiredVersi
             have = values.get(h)
             if compare and common is not None and have is not None and have != common:
                 out[h].append(Reason(WARN, f"{key}_mismatch", f"{label} {have} differs from the fleet's {common}"))
-            if need and (have is None or version_key(have) < version_key(need)):
-                out[h].append(Reason(FAIL, f"{key}_required",
-                                     f"{label} {have or 'not found'} does not meet the required {need}"))
+            if not need:
+                continue
+            if have is None:
+                out[h].append(Reason(FAIL, f"{key}_required", f"{label} not found does not meet the required {need}"))
+            elif key == "mlx5" and have.startswith(INBOX):
+                out[h].append(Reason(FAIL, "mlx5_inbox", f"mlx5 driver is the kernel's inbox driver "
+                                                         f"({have[len(INBOX):]}), not an MLNX_OFED release; "
+                                                         f"required {need}"))
+            elif (order := compare_versions(have, need)) is None:
+                out[h].append(Reason(UNKNOWN, f"{key}_version_unknown", f"{label} version {have!r} is not a version "
+                                                                        f"number; cannot compare it with the "
+                                                                        f"required {need}"))
+            elif order < 0:
+                out[h].append(Reason(FAIL, f"{key}_required", f"{label} {have} does not meet the required {need}"))
     return out
 
 

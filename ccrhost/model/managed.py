@@ -16,9 +16,25 @@ UNIT_WANTS = f"/etc/systemd/system/multi-user.target.wants/{UNIT}"  # exists onc
 
 FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH, QOS_INTERFACES, PEERMEM_FILE)
 
-# The Slurm integration's own files (deploys/slurm.py); slurm_fragment is a setting.
+# The Slurm integration's files (deploys/slurm.py writes them; ccrhost/fleet/slurm.py
+# names them too, and a test holds the two alike).
 CHECK_CONFIG = "/etc/ccrhost/check.yaml"
-PROLOG = "/etc/ccrhost/slurm-prolog.sh"
-HEALTHCHECK = "/etc/ccrhost/slurm-healthcheck.sh"
+SLURM_PROLOG = "/etc/ccrhost/slurm-prolog.sh"
+SLURM_HEALTHCHECK = "/etc/ccrhost/slurm-healthcheck.sh"
+
+# Each file above and what it is, for messages that refuse a setting naming one.
+WHAT = {
+    MODULES_FILE: "ccrhost's RDMA module list",
+    PEERMEM_FILE: "ccrhost's peer-memory module file",
+    NCCL_CONF: "NCCL's own /etc/nccl.conf",
+    NCCL_PROFILE: "ccrhost's NCCL environment profile",
+    BOOT_SCRIPT: "ccrhost's boot script",
+    UNIT_PATH: "ccrhost's boot unit",
+    UNIT_WANTS: "ccrhost's boot unit link",
+    QOS_INTERFACES: "ccrhost's QoS interface list",
+    CHECK_CONFIG: "the check's settings (check.yaml)",
+    SLURM_PROLOG: "ccrhost's Slurm prolog",
+    SLURM_HEALTHCHECK: "ccrhost's Slurm health check",
+}
 # Every drain reason ccrhost sets starts with this; others' reasons are never touched.
 DRAIN_PREFIX = "ccrhost:"

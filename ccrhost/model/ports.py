@@ -15,7 +15,9 @@ from ccrhost.probes.rdma import NodeNet, RdmaPort, RdmaReading
 
 def natural_key(name: str) -> list:
     """Sort device names as people do: mlx5_2 before mlx5_10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"([0-9]+)", name)]
+    # the split's odd parts are the ASCII digit runs; the rest may hold
+    # other digits ("eth0²": "²".isdigit() is True and int("²") raises)
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"([0-9]+)", name))]
 
 
 # Payload bits per transfer after line encoding: 8b/10b up to 5 GT/s,

@@ -478,6 +478,39 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["srun -w NODE ccrhost check --config /etc/ccrhost/check.yaml --format json"],
          ["install ccrhost on the node (`deploys/slurm.py` says where it is expected)"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
+    _doc("mlx5_inbox", FAIL,
+         "`verify_required_mlx5` asks for an MLNX_OFED/DOCA release, and the node runs the kernel's inbox mlx5 "
+         "driver: the two are not comparable, so the requirement is not met (it never passes by sorting).",
+         "`/sys/module/mlx5_core/version` (OFED only; absent for the inbox driver, then `uname -r`).",
+         ["MLNX_OFED/DOCA not installed, or lost with a kernel update (DKMS did not rebuild)"],
+         ["cat /sys/module/mlx5_core/version", "modinfo mlx5_core | grep -E '^(version|filename)'", "uname -r"],
+         ["install the required MLNX_OFED/DOCA release for this kernel, or drop verify_required_mlx5 where the "
+          "inbox driver is intended"],
+         "verification.md"),
+    _doc("fw_version_unknown", UNKNOWN,
+         "The NIC firmware version is not a version number, so it cannot be compared with the required one "
+         "(`verify_required_nic_fw`); the message quotes the text seen.",
+         "`/sys/class/infiniband/<dev>/fw_ver`.",
+         ["a driver or firmware that prints an unusual version string", "a garbled file"],
+         ["cat /sys/class/infiniband/*/fw_ver"],
+         ["install a release with a plain version number, or report the format with the quoted text"],
+         "verification.md"),
+    _doc("mlx5_version_unknown", UNKNOWN,
+         "The mlx5 driver version is not a version number, so it cannot be compared with the required one "
+         "(`verify_required_mlx5`); the message quotes the text seen.",
+         "`/sys/module/mlx5_core/version`.",
+         ["a driver or firmware that prints an unusual version string", "a garbled file"],
+         ["cat /sys/module/mlx5_core/version"],
+         ["install a release with a plain version number, or report the format with the quoted text"],
+         "verification.md"),
+    _doc("nvidia_version_unknown", UNKNOWN,
+         "The NVIDIA driver version is not a version number, so it cannot be compared with the required one "
+         "(`verify_required_nvidia`); the message quotes the text seen.",
+         "`/proc/driver/nvidia/version`.",
+         ["a driver or firmware that prints an unusual version string", "a garbled file"],
+         ["cat /proc/driver/nvidia/version"],
+         ["install a release with a plain version number, or report the format with the quoted text"],
+         "verification.md"),
     _doc("rdma_unreadable", UNKNOWN,
          "The RDMA snippet's output could not be read (a sysfs file held text the kernel never prints, or the "
          "probe hung past its timeout), so nothing about the node's ports is known. The deploy, `ccrhost check`, "

@@ -4,7 +4,7 @@ Pure: settings in, file contents out."""
 
 from __future__ import annotations
 
-from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX, HEALTHCHECK, MANAGED_HEADER, PROLOG  # noqa: F401
+from ccrhost.model.managed import CHECK_CONFIG, MANAGED_HEADER, SLURM_HEALTHCHECK, SLURM_PROLOG
 from ccrhost.render import render
 
 
@@ -28,11 +28,11 @@ def integration_files(settings) -> list[tuple[str, str, str]]:
     values = {"header": MANAGED_HEADER, "path": settings.slurm_path, "slurm_conf": settings.slurm_conf,
               "ccrhost": settings.slurm_ccrhost, "config": CHECK_CONFIG}
     fragment = render("slurm-ccrhost.conf.j2", header=MANAGED_HEADER, fragment=settings.slurm_fragment,
-                      prolog=settings.slurm_prolog, prolog_path=PROLOG, healthcheck_path=HEALTHCHECK,
+                      prolog=settings.slurm_prolog, prolog_path=SLURM_PROLOG, healthcheck_path=SLURM_HEALTHCHECK,
                       interval=settings.slurm_healthcheck_interval, node_state=settings.slurm_healthcheck_node_state)
     return [
         (CHECK_CONFIG, check_config_text(settings), "644"),
-        (PROLOG, render("slurm-prolog.sh.j2", **values), "755"),
-        (HEALTHCHECK, render("slurm-healthcheck.sh.j2", **values), "755"),
+        (SLURM_PROLOG, render("slurm-prolog.sh.j2", **values), "755"),
+        (SLURM_HEALTHCHECK, render("slurm-healthcheck.sh.j2", **values), "755"),
         (settings.slurm_fragment, fragment, "644"),
     ]

@@ -307,7 +307,8 @@ def apply_fleet_rules(verdicts: dict[str, Verdict], tolerance: float | None = No
 
 def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, Reason]:
     """Hosts whose CCR is more than ``tolerance`` (0.1 = 10%) below the fleet median."""
-    values = {h: v.ccr.ccr for h, v in verdicts.items() if v.ccr is not None}
+    # a host with no inter-node traffic has an infinite CCR: no figure to set a median by
+    values = {h: v.ccr.ccr for h, v in verdicts.items() if v.ccr is not None and math.isfinite(v.ccr.ccr)}
     return {
         h: Reason(FAIL, "fleet_outlier", f"CCR {c:.3g} is {1 - c / median:.0%} below the fleet median {median:.3g}")
         for h, (c, median) in below_median(values, tolerance).items()

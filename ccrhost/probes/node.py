@@ -13,7 +13,7 @@ import binascii
 import gzip
 from dataclasses import dataclass, field
 
-from ccrhost.probes import files, gpu, kernel, pci, qos, rdma
+from ccrhost.probes import files, gpu, kernel, numbers, pci, qos, rdma
 from ccrhost.probes.sections import split
 
 PROBE_MARK = "@@@"
@@ -106,7 +106,10 @@ def parse_snapshot(lines: list[str], probes=PROBES) -> NodeSnapshot:
     if marks:
         lines, window = lines[:marks[0]], lines[marks[0]:]
         try:
-            snap.window = (float(window[0].split()[1]), pci.parse_counters(window[1:]))
+            seconds = numbers.decimal(window[0].split()[1], 0)  # float() takes nan, inf and "١"
+            if seconds is None:
+                raise SnapshotFormatError(f"window length {window[0]!r} is not a number of seconds")
+            snap.window = (seconds, pci.parse_counters(window[1:]))
         except Exception:  # unreadable: the verification reads the counters on its own
             snap.window = None
     try:

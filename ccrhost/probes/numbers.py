@@ -12,6 +12,7 @@ import math
 import re
 
 _INT = re.compile(r"[+-]?[0-9]{1,19}")
+_UNSIGNED = re.compile(r"[0-9]{1,19}")
 _DECIMAL = re.compile(r"[+-]?[0-9]{1,19}(?:\.[0-9]{1,19})?")
 
 
@@ -36,3 +37,14 @@ def decimal(text: str, lo: float | None = None) -> float | None:
     if not math.isfinite(number) or (lo is not None and number < lo):
         return None
     return number
+
+
+def unsigned(text: str, hi: int | None = None) -> int | None:
+    """``text`` as the kernel's ``%u`` prints it (ASCII digits, no sign;
+    surrounding white space allowed) within [0, hi], else None: a count,
+    a width, a byte, a version part."""
+    value = text.strip()
+    if not _UNSIGNED.fullmatch(value):
+        return None
+    number = int(value)
+    return number if hi is None or number <= hi else None

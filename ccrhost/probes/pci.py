@@ -433,7 +433,7 @@ def parse_nvidia_version(text: str) -> NvidiaDriver | None:
     match = _NVRM.match(lines[0].strip())
     if not match:
         raise PciFormatError(f"expected 'NVRM version: NVIDIA UNIX ... Kernel Module ...', got {lines[0]!r}")
-    version = re.search(r"\b(\d+(?:\.\d+)+)\b", match.group(2))
+    version = re.search(r"\b([0-9]+(?:\.[0-9]+)+)\b", match.group(2))  # ASCII: \d takes "٥"
     if not version:
         raise PciFormatError(f"no driver version after 'Kernel Module' in {lines[0]!r}")
     return NvidiaDriver(version.group(1), bool(match.group(1)), "/proc/driver/nvidia/version")
@@ -449,7 +449,7 @@ def parse_modinfo(lines: list[str]) -> NvidiaDriver | None:
             info[key.strip()] = value.strip()
     if not info:
         return None
-    if "version" not in info or not re.fullmatch(r"\d+(\.\d+)+", info["version"]):
+    if "version" not in info or not re.fullmatch(r"[0-9]+(\.[0-9]+)+", info["version"]):
         raise PciFormatError(f"modinfo nvidia without a dotted version: {info!r}")
     return NvidiaDriver(info["version"], info.get("license") == "Dual MIT/GPL", "modinfo nvidia")
 
@@ -554,10 +554,10 @@ def parse_devctl_batch(lines: list[str]) -> dict[str, DevCtl]:
 def _hex(bdf: str, key: str, value: str) -> int | None:
     if not value:
         return None
-    try:
-        return int(value, 16)
-    except ValueError:
-        raise PciFormatError(f"{bdf}: {key} {value!r} is not a hex number") from None
+    # sysfs prints "0x%04x"/"0x%06x"; int(x, 16) alone would take "١٥b3", "15_b3" and "-1"
+    if not re.fullmatch(r"(?:0x)?[0-9a-fA-F]{1,8}", value):
+        raise PciFormatError(f"{bdf}: {key} {value!r} is not a hex number")
+    return int(value, 16)
 
 
 def parse_function(bdf: str, lines: list[str], lspci: list[str] | None = None) -> PciFunction:

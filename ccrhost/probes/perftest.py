@@ -17,6 +17,10 @@ from ccrhost.probes.sections import split
 
 DEFAULT_PORT = 18515
 _UNIT_GBPS = {"Gb/sec": 1.0, "MB/sec": 8 * 2**20 / 1e9, "MiB/sec": 8 * 2**20 / 1e9}
+# What a result cell that tries to be a number looks like (what float() took,
+# Unicode digits included): such a cell is refused by numbers.decimal as
+# no measurement; any other cell is a warning line, skipped.
+_NUMBERISH = re.compile(r"[+-]?(?:[\d._]+(?:[eE][+-]?\d+)?|nan|inf(?:inity)?)", re.IGNORECASE)
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[([^\]]+)\]\s+BW average\[([^\]]+)\]")
 
 
@@ -50,16 +54,14 @@ def parse_ib_write_bw(text: str) -> BwResult:
         fields = line.split()
         if len(fields) < 4 or numbers.integer(fields[0], 0) is None or numbers.integer(fields[1], 0) is None:
             continue
-        try:
-            float(fields[2]), float(fields[3])
-        except ValueError:
+        if not (_NUMBERISH.fullmatch(fields[2]) and _NUMBERISH.fullmatch(fields[3])):
             continue  # a warning line that happens to start with numbers
         peak, avg = numbers.decimal(fields[2], 0), numbers.decimal(fields[3], 0)
         if peak is None or avg is None:
             # nan, inf or a negative rate is no measurement
             raise NotAMeasurement(f"result row {line.strip()!r}: bandwidth is not a finite number >= 0")
         scale = _UNIT_GBPS[unit]
-        return BwResult(int(fields[0]), int(fields[1]), peak * scale, avg * scale)
+        return BwResult(numbers.integer(fields[0], 0), numbers.integer(fields[1], 0), peak * scale, avg * scale)
     raise PerftestFormatError("no ib_write_bw result row found" if unit else "no ib_write_bw report header found")
 
 
@@ -195,7 +197,8 @@ def parse_gdr_runs(lines: list[str]) -> tuple[str | None, dict[str, float], list
         if section.tag == "pair":
             name, text = section.arg, section.lines
         elif section.tag == "rc" and name is not None:
-            rc = int(section.arg) if section.arg.lstrip("-").isdigit() else -1
+            rc = numbers.integer(section.arg, -255, 255)  # isdigit() takes "²", which int() refuses
+            rc = -1 if rc is None else rc
             if rc == 124:
                 errors.append(f"GPUDirect ib_write_bw on {name} timed out")
             else:

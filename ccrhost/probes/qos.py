@@ -36,6 +36,23 @@ def _eight(words: list[str], what: str, line: str, hi: int | None) -> list[int]:
     return [_number(w, what, line, 0, hi) for w in words]
 
 
+def _all_eight(entries: list[tuple[int, int]], what: str, line: str) -> list[int]:
+    """``(index, value)`` entries of one 8-entry record (a priority or buffer
+    map) as a list: every index 0..7 exactly once. A tool's output cut short
+    ("prio-pfc 0:off 1:off 2:off 3:on") is no record: the missing entries
+    are unknown, not "off" or 0."""
+    seen: dict[int, int] = {}
+    for index, value in entries:
+        if index in seen:
+            raise QosFormatError(f"line {line.strip()!r}: {what} {index} appears twice")
+        seen[index] = value
+    missing = [i for i in range(8) if i not in seen]
+    if missing:
+        raise QosFormatError(f"line {line.strip()!r}: {what} {', '.join(map(str, missing))} missing; "
+                             "expected all eight (0-7)")
+    return [seen[i] for i in range(8)]
+
+
 def _pairs(words: list[str], line: str) -> list[tuple[str, str]]:
     """``KEY:VALUE`` words; a word without ':' is not dcb's format."""
     out = []
@@ -69,7 +86,10 @@ def parse_mlnx_qos(text: str) -> dict:
                 raise QosFormatError(f"line {line!r}: expected 'prio:N dscp:D,D,...'")
             prio = _number(match.group(1), "priority", line, 0, 7)
             for dscp in match.group(2).replace(",", " ").split():
-                out["dscp2prio"][_number(dscp, "DSCP", line, 0, 63)] = prio
+                number = _number(dscp, "DSCP", line, 0, 63)
+                if number in out["dscp2prio"]:
+                    raise QosFormatError(f"line {line!r}: DSCP {number} is mapped twice")
+                out["dscp2prio"][number] = prio
         elif line.startswith("Receive buffer size (bytes):"):
             values = line.split(":", 1)[1].strip().rstrip(",").split(",")
             sizes = []
@@ -91,8 +111,19 @@ def parse_mlnx_qos(text: str) -> dict:
             out["prio2buffer"] = _eight(line[len("buffer"):].replace(",", " ").split(), "prio2buffer", line, 7)
         elif line.startswith("tc:"):
             in_pfc = False
+    # pretty_print()'s record: the table of a dscp trust, the PFC "enabled"
+    # row, and a "buffer" row exactly when the buffer sizes are printed
+    # (both come from the one buffer query). Output cut short lacks one.
     if out["trust"] is None:
         raise QosFormatError("no 'Priority trust state' line")
+    if out["trust"] == "dscp" and not out["dscp2prio"]:
+        raise QosFormatError("trust is dscp but no 'prio:N dscp:...' line follows")
+    if out["pfc"] is None:
+        raise QosFormatError("no PFC 'enabled' row")
+    if (out["buffer_size"] is None) != (out["prio2buffer"] is None):
+        have, lack = (("'Receive buffer size' line", "PFC 'buffer' row") if out["prio2buffer"] is None
+                      else ("PFC 'buffer' row", "'Receive buffer size' line"))
+        raise QosFormatError(f"a {have} without the {lack}")
     return out
 
 
@@ -109,12 +140,12 @@ def parse_dcb_pfc(text: str) -> dict:
             out["macsec_bypass"] = kv.get("macsec-bypass")
             out["delay"] = _number(kv["delay"], "delay", line) if "delay" in kv else None
         elif words[0] in ("prio-pfc", "pg-pfc"):
-            flags = [0] * 8
+            entries = []
             for prio, state in _pairs(words[1:], line):
                 if state not in ("on", "off"):
                     raise QosFormatError(f"line {line.strip()!r}: PFC state {state!r} is not on or off")
-                flags[_number(prio, "priority", line, 0, 7)] = int(state == "on")
-            out["prio_pfc"] = flags
+                entries.append((_number(prio, "priority", line, 0, 7), int(state == "on")))
+            out["prio_pfc"] = _all_eight(entries, "priority", line)
     if out["prio_pfc"] is None:
         raise QosFormatError("no prio-pfc line")
     return out
@@ -150,18 +181,17 @@ def parse_dcb_buffer(text: str) -> dict:
     for line in text.splitlines():
         words = line.split()
         if words[:1] == ["prio-buffer"]:
-            flags = [0] * 8
-            for prio, buf in _pairs(words[1:], line):
-                flags[_number(prio, "priority", line, 0, 7)] = _number(buf, "buffer", line, 0, 7)
-            out["prio_buffer"] = flags
+            entries = [(_number(prio, "priority", line, 0, 7), _number(buf, "buffer", line, 0, 7))
+                       for prio, buf in _pairs(words[1:], line)]
+            out["prio_buffer"] = _all_eight(entries, "priority", line)
         elif words[:1] == ["buffer-size"]:
-            sizes = [0] * 8
+            entries = []
             for buf, size in _pairs(words[1:], line):
                 try:
-                    sizes[_number(buf, "buffer", line, 0, 7)] = parse_size(size)
+                    entries.append((_number(buf, "buffer", line, 0, 7), parse_size(size)))
                 except QosFormatError as exc:
                     raise QosFormatError(f"line {line.strip()!r}: {exc}") from None
-            out["buffer_size"] = sizes
+            out["buffer_size"] = _all_eight(entries, "buffer", line)
         elif words[:1] == ["total-size"] and len(words) > 1:
             try:
                 out["total_size"] = parse_size(words[1])
@@ -187,17 +217,22 @@ def parse_ofed_buffer_size(text: str) -> dict:
                 index = _number(words[0], "buffer", line, 0, 7)
                 size, xoff, xon = (_number(w, what, line) for w, what in zip(words[1:], ("size", "xoff", "xon")))
                 out["buffers"].append({"buffer": index, "size": size, "xoff": xoff, "xon": xon})
+    # mlx5e's qos/buffer_size prints both totals and one row per buffer, 0..7
+    for label, key in (("Port buffer size", "port_buffer_size"), ("Spare buffer size", "spare_buffer_size")):
+        if out[key] is None:
+            raise QosFormatError(f"no '{label} = N' line")
+    _all_eight([(b["buffer"], 0) for b in out["buffers"]], "buffer", "buffer rows")
     return out
 
 
 def parse_ofed_prio2buffer(text: str) -> list[int]:
     """MLNX_OFED ``qos/prio2buffer``: a ``Priority Buffer`` header, then rows."""
-    table = [0] * 8
+    entries = []
     for line in text.splitlines():
         words = line.split()
         if len(words) == 2 and all(numbers.integer(w) is not None for w in words):
-            table[_number(words[0], "priority", line, 0, 7)] = _number(words[1], "buffer", line, 0, 7)
-    return table
+            entries.append((_number(words[0], "priority", line, 0, 7), _number(words[1], "buffer", line, 0, 7)))
+    return _all_eight(entries, "priority", "priority rows")
 
 
 _PER_IF = r"""

@@ -191,14 +191,14 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
             p = port(dev, num)
             leaf = parts[3]
             if leaf == "state":
-                p.state_id, p.state = _located(where, sysfs.parse_numbered_state, text)
+                p.state_id, p.state = _located(where, sysfs.parse_port_state, text)
             elif leaf == "phys_state":
-                _, p.phys_state = _located(where, sysfs.parse_numbered_state, text)
+                _, p.phys_state = _located(where, sysfs.parse_phys_state, text)
             elif leaf == "rate":
                 rate = _located(where, sysfs.parse_rate, text)
                 p.rate_gbps, p.lanes, p.speed = rate.gbps, rate.lanes, rate.speed
             elif leaf == "link_layer":
-                p.link_layer = text.strip()
+                p.link_layer = _located(where, sysfs.parse_link_layer, text)
             elif leaf == "credit_threshold":
                 p.credit_threshold = text.strip()
             elif leaf == "gids" and len(parts) == 5 and _index(parts[4]) is not None:
@@ -218,9 +218,9 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
             elif parts[2] == "max_link_speed":
                 link["max_speed_gts"] = _located(where, sysfs.parse_pcie_speed, text)
             elif parts[2] == "current_link_width":
-                link["current_width"] = _located(where, sysfs.parse_int, text)
+                link["current_width"] = _located(where, sysfs.parse_pcie_width, text)
             elif parts[2] == "max_link_width":
-                link["max_width"] = _located(where, sysfs.parse_int, text)
+                link["max_width"] = _located(where, sysfs.parse_pcie_width, text)
         elif len(parts) == 4 and parts[1] == "tc" and num is not None:
             port(dev, num).traffic_class = [v for v in values if v.strip()]
     for dev, link in pci.items():
@@ -265,7 +265,7 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
         cm = p.cm or CmDefaults()
         value = "\n".join(values).strip()
         if parts[3] == "default_roce_tos":
-            cm = replace(cm, default_roce_tos=_located(f"{RDMA_CM}/{path}", sysfs.parse_int, value))
+            cm = replace(cm, default_roce_tos=_located(f"{RDMA_CM}/{path}", sysfs.parse_tos, value))
         else:
             cm = replace(cm, default_roce_mode=value)
         p.cm = cm

@@ -108,7 +108,8 @@ SYSFS_CASES = [
     ("state", "mlx5_2/ports/1/state", "Unknown",
      "/sys/class/infiniband/mlx5_2/ports/1/state: expected '<n>: <NAME>', got 'Unknown'"),
     ("pcie", "mlx5_1/device/current_link_width", "x16",
-     "/sys/class/infiniband/mlx5_1/device/current_link_width: expected an integer, got 'x16'"),
+     "/sys/class/infiniband/mlx5_1/device/current_link_width: expected a lane count 0 to 32 (or 255: unknown), "
+     "got 'x16'"),
     ("gid", "mlx5_3/ports/1/gids/3", "fe80::zz::1",
      "/sys/class/infiniband/mlx5_3/ports/1/gids/3: expected an IPv6-form GID, got 'fe80::zz::1'"),
     ("gid type", "mlx5_4/ports/1/gid_attrs/types/3", "RoCE v9",

@@ -484,10 +484,12 @@ class HostSettings(BaseModel):
     @field_validator("roce_version", "nccl_cross_nic", mode="before")
     @classmethod
     def _not_a_bool(cls, value, info):
-        # Literal[1, 2] alone takes true for 1 (True == 1 in Python)
+        # Literal[1, 2] alone takes true for 1 and 1.0 for 1 (True == 1.0 == 1 in Python)
+        allowed = {"roce_version": "1 or 2", "nccl_cross_nic": "0, 1 or 2"}[info.field_name]
         if isinstance(value, bool):
-            allowed = {"roce_version": "1 or 2", "nccl_cross_nic": "0, 1 or 2"}[info.field_name]
             raise ValueError(f"allowed: {allowed} (a number, not true/false)")
+        if isinstance(value, float):
+            raise ValueError(f"allowed: {allowed} (a whole number, not {value!r})")
         return value
 
     @field_validator("nccl_ib_addr_range")

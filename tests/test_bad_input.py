@@ -185,3 +185,16 @@ def test_malformed_profile_yaml(tmp_path):
         out = run_ccrhost("lab", "up", "--profile", str(bad), "--dir", str(tmp_path / "lab"))
         assert out.returncode != 0 and message in out.stderr, (text, out.stderr)
         assert not (tmp_path / "lab").exists()
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("roce_version", 1.0, "allowed: 1 or 2 (a whole number, not 1.0)"),
+    ("nccl_cross_nic", 2.0, "allowed: 0, 1 or 2 (a whole number, not 2.0)"),
+])
+def test_a_literal_number_key_refuses_a_float_that_equals_one_of_its_values(key, value, message):
+    # found by the deep fuzz run: Literal[1, 2] took 1.0, since 1.0 == 1
+    from ccrhost.settings import InventoryDataError, validate_host
+
+    with pytest.raises(InventoryDataError) as exc:
+        validate_host("gpu01", {key: value})
+    assert str(exc.value) == f"gpu01: {key} = {value!r}: {message}"

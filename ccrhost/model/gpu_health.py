@@ -244,18 +244,22 @@ def _rates(reading: GpuHealthReading, policy: GpuHealthPolicy) -> list[Reason]:
         return []
     minutes = window.seconds / 60
     reasons = []
-    for g in reading.gpus:
+
+    def rise(g: GpuHealth, key: str, now: int | None, limit: float, what: str) -> str | None:
         before = window.before.get(g.pci or "", {})
-        for key, now, limit, code, what in (
-                ("nvlink", g.nvlink_errors, policy.nvlink_errors_per_min, "gpu_nvlink_errors",
-                 "NVLink errors (CRC, replay, recovery)"),
-                ("pcie_replays", g.pcie_replays, policy.pcie_replays_per_min, "gpu_pcie_replay", "PCIe replays")):
-            if now is None or key not in before:
-                continue
-            rise = now - before[key]
-            if rise < 0:  # a reset or driver reload restarted the counter
-                continue
-            if rise / minutes > limit:
-                reasons.append(Reason(WARN, code, f"{_where(g)} {what} rose by {rise} in {window.seconds:.0f} s "
-                                                  f"({rise / minutes:.1f}/min, threshold {limit:g}/min)"))
+        if now is None or key not in before or now < before[key]:  # not read, or a reset restarted the counter
+            return None
+        up = now - before[key]
+        if up / minutes <= limit:
+            return None
+        return (f"{_where(g)} {what} rose by {up} in {window.seconds:.0f} s "
+                f"({up / minutes:.1f}/min, threshold {limit:g}/min)")
+
+    for g in reading.gpus:
+        text = rise(g, "nvlink", g.nvlink_errors, policy.nvlink_errors_per_min, "NVLink errors (CRC, replay, recovery)")
+        if text:
+            reasons.append(Reason(WARN, "gpu_nvlink_errors", text))
+        text = rise(g, "pcie_replays", g.pcie_replays, policy.pcie_replays_per_min, "PCIe replays")
+        if text:
+            reasons.append(Reason(WARN, "gpu_pcie_replay", text))
     return reasons

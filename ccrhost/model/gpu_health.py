@@ -102,7 +102,7 @@ class GpuHealthReading:
     xids: list[Xid] = field(default_factory=list)      # journalctl -k -b, else dmesg
     log_source: str | None = None                      # "journalctl" | "dmesg"
     log_error: str | None = None                       # why the kernel log could not be read
-    fabric_manager: str | None = None                  # systemctl is-active nvidia-fabricmanager; None: no systemctl
+    fabric_manager: str | None = None                  # systemctl is-active nvidia-fabricmanager; None: no systemd
     error: str | None = None                           # why the GPUs' health could not be read
     source: str = "nvidia-smi"                         # "nvml" | "nvidia-smi"
     window: CounterWindow | None = None                # None: rates not judged on this path
@@ -139,12 +139,15 @@ def _where(g: GpuHealth) -> str:
 HW_SLOWDOWN = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
 
 
-def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPolicy) -> list[Reason]:
+def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPolicy,
+                     gpus_unread: bool = False) -> list[Reason]:
     """The reasons ``reading`` gives; ``gpus`` (the GPU probe's readings) for
-    clock-event reasons. SW power capping is informational: never a reason."""
+    clock-event reasons. SW power capping is informational: never a reason.
+    ``gpus_unread``: the GPU probe could not read the GPUs either, and its
+    own UNKNOWN says so (the same nvidia-smi or NVML): not said twice."""
     reasons: list[Reason] = []
     by_index = {g.index: g for g in reading.gpus}
-    if reading.error:
+    if reading.error and not gpus_unread:
         reasons.append(Reason(UNKNOWN, "gpu_health_unreadable", f"cannot read the GPUs' health: {reading.error}"))
     if reading.log_error:
         reasons.append(Reason(UNKNOWN, "gpu_health_unreadable",

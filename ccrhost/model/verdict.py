@@ -258,7 +258,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             measure_min_fraction=policy.measure_min_fraction))
 
     if readings.gpu_health is not None:
-        reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health)
+        reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))
 
     result = None
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)

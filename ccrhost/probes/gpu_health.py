@@ -33,7 +33,7 @@ COMMAND_LOG = (
     "echo '@@pcigpus'; for d in /sys/bus/pci/devices/*; do"
     " v=$(cat $d/vendor 2>/dev/null); [ \"$v\" = 0x10de ] || continue; c=$(cat $d/class 2>/dev/null);"
     " case $c in 0x0300*|0x0302*) echo \"${d##*/}\";; esac; done;"
-    " if command -v systemctl >/dev/null 2>&1; then echo '@@fabricmanager';"
+    " if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then echo '@@fabricmanager';"
     " systemctl is-active nvidia-fabricmanager 2>/dev/null | head -n1; fi;"
     " if [ -d /run/systemd/system ] && command -v journalctl >/dev/null 2>&1; then"
     " echo \"@@journal $(date +%s)\"; timeout -k 2 10 journalctl -k -b -q --no-pager -o short-unix 2>&1 |"
@@ -43,10 +43,12 @@ COMMAND_LOG = (
     " else echo '@@logerror'; echo 'neither journalctl nor dmesg found'; fi"
 )
 COMMAND_NVSMI = (
-    "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found'; else"
-    f" echo '@@query'; {_NVSMI} -q 2>&1 || echo \"@@error nvidia-smi -q exit $?\";"
-    f" echo '@@nvlinkstatus'; {_NVSMI} nvlink -s 2>&1;"
-    f" echo '@@nvlinkerrors'; {_NVSMI} nvlink -e 2>&1; fi"
+    "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
+    f" elif out=$({_NVSMI} -q 2>&1); then echo '@@query'; echo \"$out\";"
+    f" echo '@@nvlinkstatus'; {_NVSMI} nvlink -s 2>&1; echo '@@nvlinkerrors'; {_NVSMI} nvlink -e 2>&1;"
+    # a driver that stopped answering: one 20 s wait, not three
+    " elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi -q did not answer within 20 s (killed)';"
+    " else echo '@@error'; echo \"$out\" | head -n 5; fi"
 )
 COMMAND = f"{COMMAND_NVSMI}; {COMMAND_LOG}"
 
@@ -323,13 +325,21 @@ def read_local(nvml=None, timeout: float = 20) -> GpuHealthReading:
         gpus = read_nvml(nvml)
     except Exception:  # NVML cannot load: nvidia-smi answers instead
         gpus = None
-    command = COMMAND_LOG if gpus is not None else COMMAND
+    # the kernel log first, on its own: a wedged nvidia-smi leaves the XIDs readable
+    import time
+
+    deadline = time.monotonic() + timeout
     try:
-        out = local.run(command, timeout, "the GPU health probe (nvidia-smi -q, kernel log)")
+        out = local.run(COMMAND_LOG, timeout, "the GPU health probe (kernel log, PCI bus)").splitlines()
     except local.ProbeTimeout as exc:
-        return GpuHealthReading(gpus=gpus or [], error=None if gpus is not None else str(exc),
-                                log_error=str(exc), source="nvml" if gpus is not None else "nvidia-smi")
-    reading = parse_command_output((["@@nvml"] if gpus is not None else []) + out.splitlines())
+        out = ["@@logerror", str(exc)]
     if gpus is not None:
-        reading.gpus, reading.error, reading.source = gpus, None, "nvml"
-    return reading
+        reading = parse_command_output(["@@nvml", *out])
+        reading.gpus = gpus
+        return reading
+    try:
+        smi = local.run(COMMAND_NVSMI, max(0.1, deadline - time.monotonic()),
+                        "the GPU health probe (nvidia-smi -q)").splitlines()
+    except local.ProbeTimeout as exc:
+        smi = ["@@error", str(exc)]
+    return parse_command_output(smi + out)

@@ -314,7 +314,7 @@ class HostSettings(BaseModel):
     )
     verify_gpu_hw_slowdown: Literal["WARN", "FAIL"] = Field(
         "WARN", description="Level of a GPU whose clocks are held down by HW slowdown, HW thermal or power-brake "
-        "slowdown (SW power capping is never judged).",
+        "slowdown: WARN (gpu_throttled says it) or FAIL (gpu_hw_slowdown). SW power capping is never judged.",
     )
     verify_gpu_state: str = Field(
         "/run/ccrhost/gpu-counters.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",

@@ -270,11 +270,13 @@ def test_rates_from_the_stored_reading():
 def test_hw_slowdown_level_is_a_setting_and_sw_power_cap_is_not_judged():
     reading = GpuHealthReading(gpus=[gpu(0), gpu(1)])
     gpus = [h100(0, 0x40), h100(1, 0x4)]
-    assert [(r.level, r.code, r.message) for r in check_gpu_health(reading, gpus, GpuHealthPolicy())] == [
-        ("WARN", "gpu_hw_slowdown",
-         "GPU 0 (0000:18:00.0) clocks held down by HW thermal slowdown (clock event reasons 0x40)")]
+    assert check_gpu_health(reading, gpus, GpuHealthPolicy()) == []  # WARN: gpu_throttled says it
     failing = check_gpu_health(reading, gpus, GpuHealthPolicy(hw_slowdown_level="FAIL"))
-    assert [r.level for r in failing] == ["FAIL"]
+    assert [(r.level, r.code, r.message) for r in failing] == [
+        ("FAIL", "gpu_hw_slowdown",
+         "GPU 0 (0000:18:00.0) clocks held down by HW thermal slowdown (clock event reasons 0x40)")]
+    verdict = evaluate(Readings(ports=[], gpus=gpus, gpu_health=reading))
+    assert [r.code for r in verdict.reasons if r.code.startswith("gpu_")] == ["gpu_throttled", "gpu_throttled"]
 
 
 def test_readings_round_trip_and_evaluate_judges_them():

@@ -156,6 +156,9 @@ SETTINGS = st.fixed_dictionaries({}, optional={
     "verify_gpu_count": st.integers(1, 8),
     "verify_min_ccr": st.sampled_from([1e-6, 1.0]),
     "rdma_exclude_devices": st.sampled_from([["mlx5_7"], ["mlx5_*"]]),
+    "verify_gpu_hw_slowdown": st.just("FAIL"),
+    "verify_gpu_xid_ignore": st.sampled_from([[48], [79, 13]]),
+    "verify_gpu_xid_lookback_hours": st.sampled_from([0, 0.5, 24]),
 })
 
 
@@ -170,7 +173,9 @@ def codes(verdict) -> tuple[str, list[str]]:
 
 def the_check(settings, rdma, gpus, pci, health, state: Path):
     """`ccrhost check` on a node whose probes print these lines."""
-    outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci, "the GPU health probe": health}
+    split = health.index("@@pcigpus") if "@@pcigpus" in health else len(health)  # its two processes' parts
+    outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci,
+               "the GPU health probe (nvidia-smi": health[:split], "the GPU health probe (kernel": health[split:]}
 
     def run(command, timeout, what):
         return "\n".join(next(lines for key, lines in outputs.items() if what.startswith(key))) + "\n"

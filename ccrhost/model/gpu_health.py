@@ -216,11 +216,12 @@ def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPol
         reasons.append(Reason(FAIL, "gpu_fabric_not_ready",
                               f"fabric not ready: the nvidia-fabricmanager service is {reading.fabric_manager}"))
     reasons += _rates(reading, policy)
-    for g in gpus:
+    # at WARN the GPU probe's own gpu_throttled warning already names these reasons
+    for g in gpus if policy.hw_slowdown_level == FAIL else ():
         bits = [name for bit, name in HW_SLOWDOWN.items() if (g.clock_reasons or 0) & bit]
         if bits:
             h = by_index.get(g.index)
-            reasons.append(Reason(policy.hw_slowdown_level, "gpu_hw_slowdown",
+            reasons.append(Reason(FAIL, "gpu_hw_slowdown",
                                   f"{_where(h) if h else f'GPU {g.index}'} clocks held down by "
                                   f"{', '.join(bits)} (clock event reasons {g.clock_reasons:#x})"))
     return reasons

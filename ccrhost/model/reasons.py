@@ -323,9 +323,10 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q | grep -i replay   # twice, some minutes apart", "lspci -vvv -s <bdf> | grep -i LnkSta"],
          ["reseat the GPU or riser; have the slot checked if the counter keeps rising"],
          "gpu-health.md#pcie-replay"),
-    _doc("gpu_hw_slowdown", WARN,
-         "A GPU's clocks are held down by the hardware: HW slowdown, HW thermal slowdown or power-brake slowdown. "
-         "WARN by default, FAIL with `verify_gpu_hw_slowdown: FAIL`; software power capping is never judged.",
+    _doc("gpu_hw_slowdown", FAIL,
+         "A GPU's clocks are held down by the hardware: HW slowdown, HW thermal slowdown or power-brake slowdown, "
+         "and `verify_gpu_hw_slowdown: FAIL` makes that fatal (by default `gpu_throttled` only warns); software "
+         "power capping is never judged.",
          "NVML's clock event reasons (`nvidia-smi --query-gpu=clocks_event_reasons.active`), bits 0x8, 0x40, 0x80.",
          ["cooling trouble", "a power supply or power brake signal from the chassis", "a board fault"],
          ["nvidia-smi -q -d PERFORMANCE", "ipmitool sel list   # the BMC's event log"],

@@ -325,21 +325,28 @@ def read_local(nvml=None, timeout: float = 20) -> GpuHealthReading:
         gpus = read_nvml(nvml)
     except Exception:  # NVML cannot load: nvidia-smi answers instead
         gpus = None
-    # the kernel log first, on its own: a wedged nvidia-smi leaves the XIDs readable
-    import time
+    # the kernel log in a process of its own, at the same time: a wedged
+    # nvidia-smi leaves the XIDs readable, and the check waits for the slower
+    import threading
 
-    deadline = time.monotonic() + timeout
-    try:
-        out = local.run(COMMAND_LOG, timeout, "the GPU health probe (kernel log, PCI bus)").splitlines()
-    except local.ProbeTimeout as exc:
-        out = ["@@logerror", str(exc)]
+    log: list[str] = []
+
+    def read_log():
+        try:
+            log.extend(local.run(COMMAND_LOG, timeout, "the GPU health probe (kernel log, PCI bus)").splitlines())
+        except local.ProbeTimeout as exc:
+            log.extend(["@@logerror", str(exc)])
+
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
+    smi = ["@@nvml"]
+    if gpus is None:
+        try:
+            smi = local.run(COMMAND_NVSMI, timeout, "the GPU health probe (nvidia-smi -q)").splitlines()
+        except local.ProbeTimeout as exc:
+            smi = ["@@error", str(exc)]
+    reader.join(timeout + 1)
+    reading = parse_command_output(smi + (log or ["@@logerror", "the kernel log probe did not finish"]))
     if gpus is not None:
-        reading = parse_command_output(["@@nvml", *out])
         reading.gpus = gpus
-        return reading
-    try:
-        smi = local.run(COMMAND_NVSMI, max(0.1, deadline - time.monotonic()),
-                        "the GPU health probe (nvidia-smi -q)").splitlines()
-    except local.ProbeTimeout as exc:
-        smi = ["@@error", str(exc)]
-    return parse_command_output(smi + out)
+    return reading

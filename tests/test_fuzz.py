@@ -432,8 +432,8 @@ SNAPSHOT = (["@@@ rdma", *RDMA, *CM, "@@@ modules", *MODULES, "@@@ qos", *QOS_DU
 @given(output(SNAPSHOT, max_size=120))
 def test_node_snapshot_never_raises(lines):
     snap = node.parse_snapshot(lines)
-    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci"}
-    for name in ("rdma", "modules", "qos", "files", "gpus", "pci"):
+    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"}
+    for name in ("rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"):
         assert name in snap.errors or getattr(snap, name) is not None
 
 
@@ -652,3 +652,10 @@ def test_gpu_health_probe_output(lines):
     assert reading.error is None or isinstance(reading.error, str)
     for reason in check_gpu_health(reading, [], GpuHealthPolicy()):
         assert reason.code.startswith("gpu_") and reason.message
+
+
+@given(output(["@@@ gpus", *GPU_OUT, "@@@ gpu_health", *HEALTH_OUT], max_size=150))
+def test_node_snapshot_with_gpu_health_never_raises(lines):
+    snap = node.parse_snapshot(lines, ("gpus", "gpu_health"))
+    assert set(snap.errors) <= {"gpus", "gpu_health"}
+    assert snap.gpu_health is not None

@@ -292,3 +292,27 @@ def test_readings_round_trip_and_evaluate_judges_them():
     assert {"gpu_fell_off_bus", "gpu_row_remap_failure"} <= {r.code for r in verdict.reasons}
     printed = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
     assert printed.readings.gpu_health == health
+
+
+def test_the_check_keeps_the_counters_for_the_next_ones_rates(tmp_path, monkeypatch):
+    from ccrhost.node import check
+    from ccrhost.settings import validate_host
+
+    state = tmp_path / "gpu.json"
+    settings = validate_host("gpu01", {"verify_gpu_state": str(state)})
+    replays = iter([100, 100 + 9 * 10, 100 + 9 * 10 + 5])
+
+    def read():
+        return GpuHealthReading(gpus=[gpu(0, pcie_replays=next(replays))])
+
+    monkeypatch.setattr(check, "boot_id", lambda: "boot-1")
+    first = check.local_gpu_health(settings, read, now=1000.0)
+    assert first.window.seconds is None and "next check" in first.window.note
+    assert json.loads(state.read_text()) == {"boot_id": "boot-1", "time": 1000.0,
+                                             "counters": {"0000:18:00.0": {"nvlink": 0, "pcie_replays": 100}}}
+    second = check.local_gpu_health(settings, read, now=1060.0)  # 90 in a minute
+    assert [r.message for r in check_gpu_health(second, [], GpuHealthPolicy())] == [
+        "GPU 0 (0000:18:00.0) PCIe replays rose by 90 in 60 s (90.0/min, threshold 8/min)"]
+    monkeypatch.setattr(check, "boot_id", lambda: "boot-2")  # a reboot: the stored reading is no baseline
+    third = check.local_gpu_health(settings, read, now=1120.0)
+    assert third.window.seconds is None and check_gpu_health(third, [], GpuHealthPolicy()) == []

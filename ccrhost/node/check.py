@@ -148,7 +148,8 @@ def local_gpu_health(settings: HostSettings, gather_health, now=None):
     except (OSError, ValueError):
         previous = None
     link = window_from_state(previous, current, boot_id(), now)
-    reading.window = CounterWindow(link.seconds if link.note is None else None, link.before, link.note)
+    reading.window = CounterWindow(link.seconds, link.before) if link.note is None else CounterWindow(
+        None, {}, "no earlier reading of the GPU counters this boot: their rates are judged from the next check on")
     try:
         write_atomic(path, json.dumps({"boot_id": boot_id(), "time": now, "counters": current}) + "\n")
     except OSError as exc:

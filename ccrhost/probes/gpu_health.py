@@ -30,16 +30,17 @@ class GpuHealthFormatError(ValueError):
 _NVSMI = "timeout -k 5 20 nvidia-smi"
 # Every part prints its own section; a part that fails says why in its own.
 COMMAND_LOG = (
+    # read, a builtin: no process per PCI function
     "echo '@@pcigpus'; for d in /sys/bus/pci/devices/*; do"
-    " v=$(cat $d/vendor 2>/dev/null); [ \"$v\" = 0x10de ] || continue; c=$(cat $d/class 2>/dev/null);"
-    " case $c in 0x0300*|0x0302*) echo \"${d##*/}\";; esac; done;"
+    " read -r v < $d/vendor 2>/dev/null || continue; [ \"$v\" = 0x10de ] || continue;"
+    " read -r c < $d/class 2>/dev/null; case $c in 0x0300*|0x0302*) echo \"${d##*/}\";; esac; done;"
     " if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then echo '@@fabricmanager';"
     " systemctl is-active nvidia-fabricmanager 2>/dev/null | head -n1; fi;"
     " if [ -d /run/systemd/system ] && command -v journalctl >/dev/null 2>&1; then"
     " echo \"@@journal $(date +%s)\"; timeout -k 2 10 journalctl -k -b -q --no-pager -o short-unix 2>&1 |"
     " grep -E 'NVRM: Xid|^[^0-9]'; "
     " elif command -v dmesg >/dev/null 2>&1; then"
-    " echo \"@@dmesg $(cut -d' ' -f1 /proc/uptime)\"; timeout -k 2 10 dmesg 2>&1 | grep -E 'NVRM: Xid|^dmesg:';"
+    " read -r up _ < /proc/uptime; echo \"@@dmesg $up\"; timeout -k 2 10 dmesg 2>&1 | grep -E 'NVRM: Xid|^dmesg:';"
     " else echo '@@logerror'; echo 'neither journalctl nor dmesg found'; fi"
 )
 COMMAND_NVSMI = (

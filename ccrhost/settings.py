@@ -27,6 +27,7 @@ from ccrhost.model import datapath as dp
 from ccrhost.model import presets
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
+from ccrhost.model.gpu_health import GpuHealthPolicy
 from ccrhost.model.gpus import PRECISIONS
 from ccrhost.model.gpus import PeakUnknown, peak_tflops
 from ccrhost.model.gpus import lookup as lookup_gpu
@@ -434,6 +435,35 @@ class HostSettings(BaseModel):
         None, description="Rise of an error counter within the window above which a port WARNS "
         "(link_downed: FAILS). Defaults: symbol_error 10, link_error_recovery 10, the others 0.",
     )
+    # GPU health (model/gpu_health.py; docs/gpu-health.md): defaults from the anchors named there
+    verify_gpu_xid_lookback_hours: float = Field(
+        2, ge=0, le=720, description="XIDs logged longer ago than this are not judged (Azure check_gpu_xid: 2 h); "
+        "a log line without a time counts since boot.",
+    )
+    verify_gpu_xid_ignore: tuple[Annotated[int, Field(ge=1, le=65535)], ...] = Field(
+        (), description="XID codes never judged (still shown in the readings).",
+    )
+    verify_gpu_ecc_correctable_max: int = Field(
+        10000, ge=0, description="Correctable volatile ECC errors of a GPU above which it WARNS "
+        "(Azure check_gpu_ecc: 10,000 correctable SRAM errors).",
+    )
+    verify_gpu_nvlink_errors_per_min: float = Field(
+        1, ge=0, description="NVLink CRC, replay and recovery errors of a GPU rising faster than this per minute "
+        "since the last check WARN (DCGM_LIMIT_MAX_LWLINK_ERROR).",
+    )
+    verify_gpu_pcie_replays_per_min: float = Field(
+        8, ge=0, description="PCIe replays of a GPU rising faster than this per minute since the last check WARN "
+        "(DCGM_LIMIT_MAX_PCIREPLAY_RATE).",
+    )
+    verify_gpu_hw_slowdown: Literal["WARN", "FAIL"] = Field(
+        "WARN", description="Level of a GPU whose clocks are held down by HW slowdown, HW thermal or power-brake "
+        "slowdown: WARN (gpu_throttled says it) or FAIL (gpu_hw_slowdown). SW power capping is never judged.",
+    )
+    verify_gpu_state: str = Field(
+        "/run/ccrhost/gpu-counters.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where `ccrhost check` keeps the GPU error counters (NVLink, PCIe replay) between runs, for "
+        "their rates; under /run it starts afresh at boot, as the counters do.",
+    )
     verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
     verify_required_mlx5: VersionText | None = Field(
         None, description="Oldest mlx5 driver allowed (MLNX_OFED's /sys/module/mlx5_core/version).")
@@ -655,6 +685,12 @@ class HostSettings(BaseModel):
             link_thresholds=dp.LinkThresholds(**(self.verify_link_thresholds or {})),
             required_versions=dp.RequiredVersions(self.verify_required_nic_fw, self.verify_required_mlx5,
                                                   self.verify_required_nvidia),
+            gpu_health=GpuHealthPolicy(
+                xid_lookback_s=self.verify_gpu_xid_lookback_hours * 3600, xid_ignore=tuple(self.verify_gpu_xid_ignore),
+                ecc_correctable_max=self.verify_gpu_ecc_correctable_max,
+                nvlink_errors_per_min=self.verify_gpu_nvlink_errors_per_min,
+                pcie_replays_per_min=self.verify_gpu_pcie_replays_per_min,
+                hw_slowdown_level=self.verify_gpu_hw_slowdown),
         )
 
     def qos_wanted(self) -> Wanted:

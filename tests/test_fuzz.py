@@ -432,8 +432,8 @@ SNAPSHOT = (["@@@ rdma", *RDMA, *CM, "@@@ modules", *MODULES, "@@@ qos", *QOS_DU
 @given(output(SNAPSHOT, max_size=120))
 def test_node_snapshot_never_raises(lines):
     snap = node.parse_snapshot(lines)
-    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci"}
-    for name in ("rdma", "modules", "qos", "files", "gpus", "pci"):
+    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"}
+    for name in ("rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"):
         assert name in snap.errors or getattr(snap, name) is not None
 
 
@@ -734,3 +734,75 @@ def test_mlnx_qos_cut_anywhere_is_whole_or_refused(start, stop):
 def test_the_histogram_takes_any_ccr(values, thresholds):
     svg = histogram([(v, s) for v, s in values], [t for t in thresholds])
     assert "nan" not in svg.lower().replace("span", "") and "inf" not in svg
+
+
+# --- GPU health (probes/gpu_health.py): -q, nvlink, the kernel log, the whole snippet --------------------
+
+from ccrhost.probes import gpu_health  # noqa: E402  (appended targets keep their imports with them)
+
+_GPU_FIX = FIX / "gpu"
+NVSMI_Q = lines_of((_GPU_FIX / "nvsmi_q_a40_550.txt").read_text()) + lines_of(
+    (_GPU_FIX / "fabric_completed.txt").read_text())
+NVLINK = lines_of((_GPU_FIX / "nvlink_status_h100pcie.txt").read_text()) + lines_of(
+    (_GPU_FIX / "nvlink_status_a6000.txt").read_text())
+NVLINK_E = lines_of((_GPU_FIX / "nvlink_errors_h100.txt").read_text())
+KLOG = lines_of((_GPU_FIX / "dmesg_ctime_gpud.txt").read_text()) + lines_of(
+    (_GPU_FIX / "syslog_old_driver.txt").read_text()) + [
+    "[ 7000.250000] NVRM: Xid (PCI:0000:2a:00): 48, pid=1, name=python, An uncorrectable double bit error",
+    "1733300000.500000 gpu01 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+    "fallen off the bus.", "dmesg: read kernel buffer failed: Operation not permitted", "No journal files were found."]
+HEALTH_OUT = ["@@query", *NVSMI_Q, "@@nvlinkstatus", *NVLINK, "@@nvlinkerrors", *NVLINK_E, "@@pcigpus",
+              "0000:4f:00.0", "@@fabricmanager", "active", "@@dmesg 9000.5", "@@journal 1733300600", *KLOG,
+              "@@error", "nvidia-smi not found", "@@logerror", "@@nvml"]
+
+
+@given(output(NVSMI_Q, 120))
+def test_nvidia_smi_q(lines):
+    try:
+        gpus = gpu_health.parse_query(lines)
+    except Exception as exc:
+        assert owns(exc, gpu_health.GpuHealthFormatError), repr(exc)
+        return
+    for g in gpus:
+        for value in (g.ecc_uncorrectable, g.ecc_correctable, g.remap_correctable, g.remap_uncorrectable,
+                      g.pcie_replays):
+            assert value is None or value >= 0
+        assert g.pci is None or g.pci.count(":") == 2
+
+
+@given(output(NVLINK), output(NVLINK_E))
+def test_nvidia_smi_nvlink(status, errors):
+    try:
+        links = gpu_health.parse_nvlink(status, errors)
+    except Exception as exc:
+        assert owns(exc, gpu_health.GpuHealthFormatError), repr(exc)
+        return
+    for gpu_links in links.values():
+        assert [n.link for n in gpu_links] == sorted({n.link for n in gpu_links})
+        assert all(n.errors is None or n.errors >= 0 for n in gpu_links)
+
+
+@given(st.sampled_from(["journal", "dmesg"]), st.sampled_from(["9000.5", "1733300600", "", "x", "nan"]),
+       output(KLOG))
+def test_kernel_log_xids(tag, arg, lines):
+    xids, error = gpu_health.parse_log(tag, arg, lines)  # never raises: a cut line is no XID
+    assert error is None or isinstance(error, str)
+    for x in xids:
+        assert x.code >= 0 and x.pci.count(":") == 2 and (x.age_s is None or x.age_s >= 0)
+
+
+@given(output(HEALTH_OUT, 150))
+def test_gpu_health_probe_output(lines):
+    from ccrhost.model.gpu_health import GpuHealthPolicy, check_gpu_health
+
+    reading = gpu_health.parse_command_output(lines)  # never raises: odd output is the probe's error
+    assert reading.error is None or isinstance(reading.error, str)
+    for reason in check_gpu_health(reading, [], GpuHealthPolicy()):
+        assert reason.code.startswith("gpu_") and reason.message
+
+
+@given(output(["@@@ gpus", *GPU_OUT, "@@@ gpu_health", *HEALTH_OUT], max_size=150))
+def test_node_snapshot_with_gpu_health_never_raises(lines):
+    snap = node.parse_snapshot(lines, ("gpus", "gpu_health"))
+    assert set(snap.errors) <= {"gpus", "gpu_health"}
+    assert snap.gpu_health is not None

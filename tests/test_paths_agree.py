@@ -104,6 +104,50 @@ def pci_lines(draw) -> list[str]:
     return PCI
 
 
+QUERY = (Path(__file__).parent / "fixtures/gpu/nvsmi_q_a40_550.txt").read_text().splitlines()
+GPU_BLOCK = QUERY[QUERY.index("GPU 00000000:4F:00.0"):]  # a verbatim -q block (driver 550)
+XIDS = ["79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.", "48, pid=1, name=python, DBE",
+        "13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception", "94, pid=2, name=x, Contained"]
+
+
+@st.composite
+def health_lines(draw) -> list[str]:
+    """`ccrhost`'s GPU health snippet output: nvidia-smi -q blocks (the
+    verbatim sample's, values drawn), nvlink -s/-e, the bus's GPUs, dmesg."""
+    kind = value(draw, ["ok", "error", "garbled"])
+    if kind == "error":
+        return ["@@error", "nvidia-smi not found", "@@pcigpus", "@@dmesg 100.0"]
+    out, status, errors, bdfs = ["@@query", *QUERY[:QUERY.index("GPU 00000000:4F:00.0")]], ["@@nvlinkstatus"], \
+        ["@@nvlinkerrors"], []
+    for i in range(draw(st.sampled_from([8, 8, 7, 0]))):
+        bdf = f"{0x18 + i * 0x10:02X}:00.0"
+        bdfs.append(f"0000:{bdf.lower()}")
+        odd = draw(st.integers(0, 7)) == 0
+        block = [line.replace("4F:00.0", bdf) for line in GPU_BLOCK]
+        for find, choices in (("Pending                           : No", ["No", "Yes", "N/A"]),
+                              ("Remapping Failure Occurred        : No", ["No", "Yes"]),
+                              ("Replays Since Reset               : 0", ["0", "12", "N/A"]),
+                              ("State                             : N/A", ["N/A", "Completed", "In Progress"])):
+            got = value(draw, choices, odd)
+            block = [line.replace(find, find[:-len(choices[0])] + got, 1) if line.strip() == find.strip() else line
+                     for line in block]
+        out += block
+        status.append(f"GPU {i}: {H100} (UUID: GPU-{i:08d})")
+        errors.append(f"GPU {i}: {H100} (UUID: GPU-{i:08d})")
+        for n in range(value(draw, [18, 17, 0], odd)):
+            status.append(f"\t Link {n}: {value(draw, ['26.562 GB/s', '<inactive>'], odd)}")
+            errors += [f"\t Link {n}: Replay Errors: 0", f"\t Link {n}: Recovery Errors: 0",
+                       f"\t Link {n}: CRC Errors: {value(draw, ['0', '7'], odd)}"]
+    if kind == "garbled" and len(out) > 40:
+        out[-30] = "        Pending                           : Maybe"
+    extra = value(draw, [[], ["0000:f8:00.0"]])
+    log = ["@@dmesg 9000.0"] + [f"[ {draw(st.sampled_from([100.0, 8990.5]))}] NVRM: Xid (PCI:{b[:10]}): "
+                                 f"{draw(st.sampled_from(XIDS))}" for b in value(draw, [[], bdfs[:1], bdfs[-2:]])]
+    return out + status + errors + ["@@pcigpus", *bdfs, *extra, "@@fabricmanager", value(draw, ["active", "failed"]),
+                                    *value(draw, [log, ["@@dmesg 5.0", "dmesg: read kernel buffer failed: "
+                                                                       "Operation not permitted"]])]
+
+
 SETTINGS = st.fixed_dictionaries({}, optional={
     "verify_profile": st.just("hgx-h100-8x400"),
     "verify_required_nic_fw": st.sampled_from(["28.39.3560", "99.0.0"]),
@@ -112,20 +156,26 @@ SETTINGS = st.fixed_dictionaries({}, optional={
     "verify_gpu_count": st.integers(1, 8),
     "verify_min_ccr": st.sampled_from([1e-6, 1.0]),
     "rdma_exclude_devices": st.sampled_from([["mlx5_7"], ["mlx5_*"]]),
+    "verify_gpu_hw_slowdown": st.just("FAIL"),
+    "verify_gpu_xid_ignore": st.sampled_from([[48], [79, 13]]),
+    "verify_gpu_xid_lookback_hours": st.sampled_from([0, 0.5, 24]),
 })
 
 
-def snapshot_lines(rdma, gpus, pci) -> list[str]:
-    return [f"{PROBE_MARK} rdma", *rdma, f"{PROBE_MARK} gpus", *gpus, f"{PROBE_MARK} pci", *pci]
+def snapshot_lines(rdma, gpus, pci, health) -> list[str]:
+    return [f"{PROBE_MARK} rdma", *rdma, f"{PROBE_MARK} gpus", *gpus, f"{PROBE_MARK} pci", *pci,
+            f"{PROBE_MARK} gpu_health", *health]
 
 
 def codes(verdict) -> tuple[str, list[str]]:
     return verdict.status, sorted(r.code for r in verdict.reasons)
 
 
-def the_check(settings, rdma, gpus, pci, state: Path):
+def the_check(settings, rdma, gpus, pci, health, state: Path):
     """`ccrhost check` on a node whose probes print these lines."""
-    outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci}
+    split = health.index("@@pcigpus") if "@@pcigpus" in health else len(health)  # its two processes' parts
+    outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci,
+               "the GPU health probe (nvidia-smi": health[:split], "the GPU health probe (kernel": health[split:]}
 
     def run(command, timeout, what):
         return "\n".join(next(lines for key, lines in outputs.items() if what.startswith(key))) + "\n"
@@ -137,19 +187,22 @@ def the_check(settings, rdma, gpus, pci, state: Path):
         mp.setattr(local, "run", run)
         mp.setattr(ctypes, "CDLL", no_nvml)
         state.unlink(missing_ok=True)
+        Path(settings.verify_gpu_state).unlink(missing_ok=True)
         return run_check(settings, timeout=5)
 
 
-@given(data=SETTINGS, rdma=rdma_lines(), gpus=gpu_lines(), pci=pci_lines())
-def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, rdma, gpus, pci):
+@given(data=SETTINGS, rdma=rdma_lines(), gpus=gpu_lines(), pci=pci_lines(), health=health_lines())
+def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, rdma, gpus, pci, health):
     state = tmp_path_factory.getbasetemp() / f"counters-{next(_STATE)}.json"
     # the link window is the deploy's sleep or the check's stored reading: here neither judges
-    settings = validate_host("gpu01", {**data, "verify_link_window": 0, "verify_link_state": str(state)})
+    settings = validate_host("gpu01", {**data, "verify_link_window": 0, "verify_link_state": str(state),
+                                       "verify_gpu_state": f"{state}.gpu"})
     config = next(content for path, content, _ in integration_files(settings) if path == CHECK_CONFIG)
     on_node = validate_host("gpu01", yaml.safe_load(config))  # what the prolog's check reads
 
-    deployed = node_verdict(parse_snapshot(snapshot_lines(rdma, gpus, pci), ("rdma", "gpus", "pci")), settings)
-    checked = the_check(on_node, rdma, gpus, pci, state)
+    deployed = node_verdict(parse_snapshot(snapshot_lines(rdma, gpus, pci, health),
+                                           ("rdma", "gpus", "pci", "gpu_health")), settings)
+    checked = the_check(on_node, rdma, gpus, pci, health, state)
     printed = json.dumps(checked.to_dict(), indent=2, default=str)
     fleet, _ = judge(CheckOutput("gpu01", config, printed, checked.exit_code))
 

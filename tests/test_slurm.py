@@ -220,7 +220,9 @@ def test_verify_in_an_allocation_drains_exactly_the_faulty_nodes(cluster, tmp_pa
     assert states["node1"] == ("allocated", "none")
     assert states["node2"][0] == states["node3"][0] == "draining"
     assert states["node2"][1].startswith("ccrhost: port mlx5_0/1 is DOWN/Disabled")
-    assert states["node3"][1] == "ccrhost: 7 GPUs, expected 8"
+    # the lab's missing GPU is still on the PCI bus: it fell off too (docs/gpu-health.md)
+    assert states["node3"][1].startswith("ccrhost: 7 GPUs, expected 8; GPU at 0000:")
+    assert "fell off the bus: the PCI bus lists it, nvidia-smi does not see it" in states["node3"][1]
 
     report = tmp_path / "report"
     hosts = json.loads((report / "ccr-report.json").read_text())["hosts"]
@@ -299,3 +301,23 @@ def test_deploy_installs_what_the_cluster_runs_and_never_slurm_conf(cluster, tmp
     again = run_pyinfra("deploys/slurm.py", inventory=inventory)
     assert again.rc == 0 and not again.changed(), again.out
     site_conf.unlink()
+
+
+def test_failing_gpus_drain_by_the_health_check_and_clearing_resumes(cluster):
+    """GPU health (docs/gpu-health.md) on the Slurm lab: two faults spread over two nodes, each drained by the
+    periodic health check with its own reason naming the GPU and its PCI address; cleared, both come back."""
+    lab = cluster
+    took = max(health_check_seconds(lab, n) for n in ("node2", "node3"))
+    lab.fault("node2", "xid=48:3")
+    lab.fault("node3", "row_remap_failure=1")
+    for node, start in (("node2", "ccrhost: GPU 3 (0000:"), ("node3", "ccrhost: GPU 1 (0000:")):
+        (st, reason), elapsed = wait_for(lab, node, lambda s, r: "drain" in s, timeout=2 * INTERVAL + took + 30)
+        assert reason.startswith(start), (node, reason)
+    assert " Xid 48 " in state(lab, "node2")[1]
+    assert "failed a row remapping" in state(lab, "node3")[1]
+    assert state(lab, "node1") == ("idle", "none")
+
+    lab.clear("node2", "xid")
+    lab.clear("node3", "row_remap_failure")
+    for node in ("node2", "node3"):
+        wait_for(lab, node, lambda s, r: s == "idle" and r == "none", timeout=2 * INTERVAL + took + 30)

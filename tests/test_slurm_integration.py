@@ -22,6 +22,9 @@ def files_of(settings) -> dict[str, tuple[str, str]]:
 # A value other than the default for every key of the settings model: the
 # check.yaml test below fails for a key added later until it is listed here.
 EVERY_KEY = {
+    "verify_gpu_xid_lookback_hours": 6, "verify_gpu_xid_ignore": [13], "verify_gpu_ecc_correctable_max": 500,
+    "verify_gpu_nvlink_errors_per_min": 5, "verify_gpu_pcie_replays_per_min": 2, "verify_gpu_hw_slowdown": "FAIL",
+    "verify_gpu_state": "/run/ccrhost/gpu.json",
     "rdma_modules": ["mlx5_core", "mlx5_ib"], "rdma_require_devices": False, "roce_version": 1, "roce_dscp": 24,
     "roce_ecn_bits": 1, "roce_force_traffic_class": True, "qos_enable": False, "qos_roce_priority": 4,
     "qos_cnp_dscp": 46, "qos_cnp_priority": 5, "qos_pfc_priorities": [4], "qos_cable_len": 10,

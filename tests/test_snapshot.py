@@ -26,7 +26,8 @@ def test_one_probe_spoiled_leaves_the_others():
              "@@@ files", "/etc/nccl.conf\t-",
              "@@@ qos", "@@systemd",
              "@@@ gpus", "@@error", "nvidia-smi not found",
-             "@@@ pci", "@@kernel", "6.8.0-45-generic", "x86_64", "@@ib", "mlx5_0/fw_ver:28.39.3560"]
+             "@@@ pci", "@@kernel", "6.8.0-45-generic", "x86_64", "@@ib", "mlx5_0/fw_ver:28.39.3560",
+             "@@@ gpu_health", "@@error", "nvidia-smi not found", "@@pcigpus", "@@dmesg 10.0"]
     snap = node.parse_snapshot(lines)
     assert list(snap.errors) == ["rdma"]
     assert snap.pci.versions().nic_fw == {"mlx5_0": "28.39.3560"}
@@ -37,12 +38,12 @@ def test_one_probe_spoiled_leaves_the_others():
 def test_a_probe_that_printed_nothing_is_named():
     snap = node.parse_snapshot(["@@@ rdma", "@@ib"])
     assert snap.errors == {name: f"no output from the {name} probe" for name in ("modules", "qos", "files", "gpus",
-                                                                                        "pci")}
+                                                                                        "pci", "gpu_health")}
 
 
 def test_a_packed_payload_that_does_not_decode_spoils_every_probe():
     snap = node.parse_snapshot([f"{node.PACKED_MARK} gz", "not base64!"])
-    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus", "pci"}
+    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"}
     assert all(e.startswith("the packed node output does not decode") for e in snap.errors.values())
 
 
@@ -62,7 +63,8 @@ def test_the_cache_serves_every_managed_file_from_the_one_read():
 
 def test_a_read_of_some_probes_keeps_the_others_from_the_snapshot_held():
     held = node.parse_snapshot(["@@@ rdma", "@@@ modules", "@@loaded", "mlx5_core", "@@@ files", "@@@ qos",
-                                "@@@ gpus", "@@error", "nvidia-smi not found", "@@@ pci", "@@kernel", "6.8.0", "x86_64"])
+                                "@@@ gpus", "@@error", "nvidia-smi not found", "@@@ pci", "@@kernel", "6.8.0", "x86_64",
+                                "@@@ gpu_health", "@@error", "nvidia-smi not found"])
     held.errors["gpus"] = "held error"
     again = ("rdma", "modules", "qos", "files")
     command = node.command(list(FILES), UNIT_WANTS, 0, again)

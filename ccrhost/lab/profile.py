@@ -373,7 +373,19 @@ FAULT_KINDS = {
     "ssh_over": "KIND[:DEV]: SSH and the default route arrive on a KIND (vlan, bridge, bond or macvlan) over DEV "
                 "(default: the first NIC's netdev)",
     "route_multipath": "[DEV]: the default route has a second nexthop through DEV (default: the second NIC's netdev)",
+    # GPU health (shims nvidia-smi -q / nvlink, dmesg, journalctl; docs/gpu-health.md)
+    "xid": "CODE[:INDEX]: the kernel log has an NVIDIA XID CODE for GPU INDEX (default 0)",
+    "gpu_fell_off": "[INDEX]: GPU INDEX (default: the last) fell off the bus: Xid 79 logged, the bus lists it, "
+                    "nvidia-smi does not see it",
+    "row_remap_pending": "[INDEX]: GPU INDEX (default 0) has a row remapping pending",
+    "row_remap_failure": "[INDEX]: GPU INDEX (default 0) failed a row remapping",
+    "ecc_uncorrectable": "[INDEX]: GPU INDEX (default 0) has uncorrectable volatile ECC errors",
+    "nvlink_down": "[INDEX[:LINK]]: NVLink LINK (default 0) of GPU INDEX (default 0) is inactive",
+    "fabric_not_ready": "[INDEX]: the NVSwitch fabric of GPU INDEX (default: every GPU) is In Progress",
+    "pcie_replay": "[INDEX]: GPU INDEX's (default 0) PCIe replay counter rises (5 a second)",
 }
+GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
+                    "nvlink_down", "fabric_not_ready", "pcie_replay")
 # The six error counters the data-path check reads, plus one more the
 # reference's sample shows (Documentation/ABI/stable/sysfs-class-infiniband).
 ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
@@ -526,7 +538,8 @@ def _guid(node_index: int, nic_index: int) -> str:
 
 # Faults a running node can take and lose again (``ccrhost lab fault``):
 # they change what sysfs, nvidia-smi or the lab link report, nothing else.
-LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow")
+LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
+              *GPU_HEALTH_KINDS)
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -866,11 +879,34 @@ def _link_faults(profile: Profile, faults: list[Fault]) -> tuple[set, set, dict,
     return down, missing, rates, widths
 
 
+def _gpu_health_faults(profile: Profile, faults: list[Fault]) -> None:
+    """Refuse a GPU health fault the shims could not render (before anything changes)."""
+    last = profile.gpus.count - 1
+    for f in faults:
+        if f.kind not in GPU_HEALTH_KINDS:
+            continue
+        parts = (f.value or "").split(":") if f.value is not None else []
+        if f.kind == "xid":
+            ok = len(parts) in (1, 2) and parts[0].isdigit() and 1 <= int(parts[0]) <= 65535 and \
+                (len(parts) == 1 or (parts[1].isdigit() and int(parts[1]) <= last))
+            want = f"CODE[:INDEX] with a code 1..65535 and a GPU 0..{last}"
+        elif f.kind == "nvlink_down":
+            ok = len(parts) <= 2 and all(p.isdigit() for p in parts) and (not parts or int(parts[0]) <= last) and \
+                (len(parts) < 2 or int(parts[1]) < 18)
+            want = f"[INDEX[:LINK]] with a GPU 0..{last} and a link 0..17"
+        else:
+            ok = len(parts) <= 1 and all(p.isdigit() and int(p) <= last for p in parts)
+            want = f"[INDEX] with a GPU 0..{last}"
+        if not ok:
+            raise ProfileError(f"fault {f}: need {want} ({profile.name})")
+
+
 def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
     """The sysfs files a link fault changes, path under /sys -> content:
     port state, physical state, rate, the netdev's operstate and the NIC's
     trained PCIe width. Boot writes them; a live fault rewrites them."""
     down, missing, rates, widths = _link_faults(profile, faults)
+    _gpu_health_faults(profile, faults)
     tree = pci_tree(profile, faults)
     files = {}
     for nic in profile.nics:

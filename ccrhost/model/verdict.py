@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
+from ccrhost.model import gpu_health as gh
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model import workload as workload_model
 from ccrhost.model.gpus import GpuReading
@@ -36,6 +37,7 @@ class Readings:
     measure_errors: list[str] = field(default_factory=list)
     measure_note: str | None = None
     datapath: dp.DatapathReading | None = None  # None: the data path was not read (not judged)
+    gpu_health: gh.GpuHealthReading | None = None  # None: GPU health was not read (not judged)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -78,6 +80,7 @@ class Policy:
     measure_min_fraction: float = 0.9
     link_thresholds: dp.LinkThresholds = dp.LinkThresholds()
     required_versions: dp.RequiredVersions = dp.RequiredVersions()
+    gpu_health: gh.GpuHealthPolicy = gh.GpuHealthPolicy()
 
 
 @dataclass
@@ -112,6 +115,7 @@ class Verdict:
             "measure_errors": r.measure_errors,
             "measure_note": r.measure_note,
             "datapath": r.datapath.to_dict() if r.datapath is not None else None,
+            "gpu_health": asdict(r.gpu_health) if r.gpu_health is not None else None,
             "readings": r.to_dict() if self.evaluated else None,
         }
 
@@ -253,6 +257,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             rail_local=expect.rail_local, thresholds=policy.link_thresholds, required=policy.required_versions,
             measure_min_fraction=policy.measure_min_fraction))
 
+    if readings.gpu_health is not None:
+        reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))
+
     result = None
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)
     reasons.extend(gpu_reasons)
@@ -316,12 +323,13 @@ def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, 
 
 
 def readings_from_facts(rdma, gpus, exclude: tuple[str, ...] = (), measured=None,
-                        datapath: dp.DatapathReading | None = None) -> Readings:
+                        datapath: dp.DatapathReading | None = None,
+                        gpu_health: gh.GpuHealthReading | None = None) -> Readings:
     """Readings from the RDMA probe's ``RdmaReading`` and the GPU probe's
     ``GpuProbe`` (remote or local), plus a ``HostMeasurement`` when
     bandwidth was measured and the data path when it was read."""
     readings = Readings(ports=compute_ports(rdma, exclude), gpus=list(gpus.gpus), gpu_error=gpus.error,
-                        datapath=datapath)
+                        datapath=datapath, gpu_health=gpu_health)
     return with_measurement(readings, measured) if measured is not None else readings
 
 

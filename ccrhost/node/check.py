@@ -29,11 +29,14 @@ MEASURED_PREFIX = "ccrhost: measured:"
 MEASURED_CODES = ("measured_slow",)
 
 
-def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None) -> Verdict:
+def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
+              gather_health=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``started``: the reads
     already under way (:class:`ccrhost.node.gather.Started`), else they
     start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
     path) are for tests; with ``gather`` alone the data path is not read.
+    ``gather_health`` (GPU health) likewise: with ``gather`` and without
+    it, GPU health is not read.
 
     What could not be read is UNKNOWN, never a guess: an RDMA probe that
     hangs past ``timeout`` or prints what sysfs never prints gives the
@@ -55,10 +58,14 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         gpu_state = reads.gpus_result()
         if gather_pci is None:
             gather_pci = reads.pci.result
+        if gather_health is None:
+            gather_health = reads.gpu_health_result
     else:
         rdma_state, gpu_state = gather()
     datapath = local_datapath(settings, gather_pci) if gather_pci is not None else None
-    readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath)
+    health = local_gpu_health(settings, gather_health) if gather_health is not None else None
+    readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath,
+                                   gpu_health=health)
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
@@ -122,6 +129,33 @@ def local_datapath(settings: HostSettings, gather_pci, now=None) -> DatapathRead
         window = replace(window, warning=f"cannot keep the port counters in {path} ({exc.strerror or exc}): "
                                          "the next check cannot judge link health")
     return snap.datapath(settings.rdma_exclude_devices, window)
+
+
+def local_gpu_health(settings: HostSettings, gather_health, now=None):
+    """Read GPU health here, with the rates' window since the last check's
+    reading (``verify_gpu_state``, as the link window keeps its counters:
+    a reading from another boot is no baseline)."""
+    from ccrhost.model.gpu_health import CounterWindow, counters
+
+    reading = gather_health()
+    if reading.error:
+        return reading
+    now = time.time() if now is None else now
+    current = counters(reading)
+    path = Path(settings.verify_gpu_state)
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError):
+        previous = None
+    link = window_from_state(previous, current, boot_id(), now)
+    reading.window = CounterWindow(link.seconds, link.before) if link.note is None else CounterWindow(
+        None, {}, "no earlier reading of the GPU counters this boot: their rates are judged from the next check on")
+    try:
+        write_atomic(path, json.dumps({"boot_id": boot_id(), "time": now, "counters": current}) + "\n")
+    except OSError as exc:
+        reading.window.note = (f"cannot keep the GPU counters in {path} ({exc.strerror or exc}): "
+                               "the next check cannot judge their rates")
+    return reading
 
 
 def format_text(verdict: Verdict) -> str:
@@ -213,10 +247,49 @@ def format_prometheus(verdict: Verdict) -> str:
         out.append(f'ccrhost_port_effective_gbps{{device="{_label(p.device)}",port="{p.port}",'
                    f'active="{int(p.active)}"}} {p.effective_gbps:g}')
     out += ["# HELP ccrhost_gpus GPUs found.", "# TYPE ccrhost_gpus gauge", f"ccrhost_gpus {len(verdict.readings.gpus)}",
+            *gpu_health_metrics(verdict.readings.gpu_health),
             "# HELP ccrhost_check_reason A reason for a non-OK verdict.", "# TYPE ccrhost_check_reason gauge"]
     for r in verdict.reasons:
         out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}",message="{_label(r.message)}"}} 1')
     return "\n".join(out) + "\n"
+
+
+# (name, help, value of a GpuHealth): labels are the GPU index only, never a message
+_GPU_METRICS = (
+    ("ecc_uncorrectable", "Uncorrectable volatile ECC errors.", lambda g: g.ecc_uncorrectable),
+    ("ecc_correctable", "Correctable volatile ECC errors.", lambda g: g.ecc_correctable),
+    ("retired_pages_pending", "1 when retired pages wait for a reset.", lambda g: g.retired_pending),
+    ("row_remap_pending", "1 when a row remapping waits for a reset.", lambda g: g.remap_pending),
+    ("row_remap_failure", "1 when a row remapping failed.", lambda g: g.remap_failure),
+    ("pcie_replays", "PCIe replays since reset.", lambda g: g.pcie_replays),
+    ("nvlink_errors", "NVLink CRC, replay and recovery errors, all links.", lambda g: g.nvlink_errors),
+    ("nvlinks_up", "NVLinks up.", lambda g: None if g.nvlinks is None else sum(1 for n in g.nvlinks if n.up)),
+    ("fabric_ready", "1 when the fabric state is Completed with status Success (NVSwitch systems).",
+     lambda g: None if g.fabric_state is None else (g.fabric_state, g.fabric_status) == ("Completed", "Success")),
+)
+
+
+def gpu_health_metrics(health) -> list[str]:
+    """Prometheus lines for the GPU health readings (none when not read);
+    a value not read is left out, never 0."""
+    if health is None:
+        return []
+    out = []
+    for name, text, value in _GPU_METRICS:
+        rows = [(g.index, value(g)) for g in health.gpus]
+        rows = [(i, int(v)) for i, v in rows if v is not None]
+        if rows:
+            out += [f"# HELP ccrhost_gpu_{name} {text}", f"# TYPE ccrhost_gpu_{name} gauge"]
+            out += [f'ccrhost_gpu_{name}{{gpu="{i}"}} {v}' for i, v in rows]
+    index = {g.pci[:10] if g.pci else None: g.index for g in health.gpus}
+    counts: dict[tuple[str, int], int] = {}
+    for x in health.xids:
+        gpu = str(index.get(x.pci[:10], x.pci))
+        counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + 1
+    out += ["# HELP ccrhost_gpu_xids XID lines in the kernel log since boot, per GPU and code.",
+            "# TYPE ccrhost_gpu_xids gauge"]
+    out += [f'ccrhost_gpu_xids{{gpu="{_label(g)}",code="{c}"}} {n}' for (g, c), n in sorted(counts.items())]
+    return out
 
 
 _REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?\s*$")

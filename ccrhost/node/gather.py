@@ -1,4 +1,4 @@
-"""This node's three readings for ``ccrhost check``, started at once.
+"""This node's readings for ``ccrhost check``, started at once.
 
 The RDMA snippet, the GPUs and the data path are separate read-only
 processes; started before the command validates its settings (pydantic
@@ -37,12 +37,26 @@ class Started:
     def __init__(self, timeout: float, nvml=None):
         import time
 
-        from ccrhost.probes import gpu, pci, rdma
+        from ccrhost.probes import gpu, gpu_health, pci, rdma
 
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self.rdma = _start(rdma.read_local, timeout)
         self.gpus = _start(gpu.read_local, nvml, timeout=timeout)
         self.pci = _start(pci.read_local, timeout)
+        self.gpu_health = _start(gpu_health.read_local, nvml, timeout=timeout)
+
+    def gpu_health_result(self):
+        """The GPU health probe's reading, or its error once the deadline
+        (plus a second) has passed, as :meth:`gpus_result`."""
+        import time
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        from ccrhost.model.gpu_health import GpuHealthReading
+
+        try:
+            return self.gpu_health.result(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+        except FutureTimeout:
+            return GpuHealthReading(error=f"the GPU health probe did not answer within {self.timeout:g} s (abandoned)")
 
     def gpus_result(self):
         """The GPU probe's reading, or its error once the deadline (plus a

@@ -35,11 +35,11 @@ def read_back(written: set[str], window: float) -> tuple[str, ...]:
     """The probes the read-back after ``written`` stages reads again: every
     one a write can change. The GPUs, and the PCI tree unless a data-path
     stage wrote to it or the link window needs its counters now, stay as
-    the run's first read saw them, which is all a no-op run judges by: on a
+    the run's first read saw them (GPU health too), which is all a no-op run judges by: on a
     real node nvidia-smi alone can take longer than the rest."""
     from ccrhost.probes.node import PROBES
 
-    skip = {"gpus"} | (set() if written & PCI_STAGES or window > 0 else {"pci"})
+    skip = {"gpus", "gpu_health"} | (set() if written & PCI_STAGES or window > 0 else {"pci"})
     return tuple(p for p in PROBES if p not in skip)
 
 

@@ -6,6 +6,7 @@ from pyinfra import host, state
 from pyinfra.api.state import StateStage
 
 from ccrhost.model import datapath as dp
+from ccrhost.model.gpu_health import GpuHealthReading
 from ccrhost.model.gpus import GpuProbe
 from ccrhost.model.status import UNKNOWN
 from ccrhost.model.verdict import FAIL, OK, Verdict, evaluate, readings_from_facts, unjudged
@@ -51,7 +52,8 @@ def node_verdict(snap, settings, window: dp.LinkWindow | None = None, measured=N
         datapath = dp.unreadable(snap.errors["pci"])  # UNKNOWN for the data path; the CCR is still judged
     else:
         datapath = snap.pci.datapath(exclude, window, gpudirect)
-    readings = readings_from_facts(snap.rdma, gpus, exclude, measured, datapath)
+    health = snap.gpu_health if "gpu_health" not in snap.errors else GpuHealthReading(error=snap.errors["gpu_health"])
+    readings = readings_from_facts(snap.rdma, gpus, exclude, measured, datapath, health)
     return evaluate(readings, settings.expectation(), settings.policy())
 
 

@@ -13,7 +13,7 @@ import binascii
 import gzip
 from dataclasses import dataclass, field
 
-from ccrhost.probes import files, gpu, kernel, numbers, pci, qos, rdma
+from ccrhost.probes import files, gpu, gpu_health, kernel, numbers, pci, qos, rdma
 from ccrhost.probes.sections import split
 
 PROBE_MARK = "@@@"
@@ -30,6 +30,8 @@ class NodeSnapshot:
     gpus: gpu.GpuProbe = field(default_factory=gpu.GpuProbe)           # probes/gpu.py (nvidia-smi)
     # probes/pci.py: GPU/NIC PCI paths, ACS, Device Control, peer memory, versions, error counters
     pci: pci.PciSnapshot = field(default_factory=lambda: pci.parse_pci_dump([]))
+    # probes/gpu_health.py: nvidia-smi -q and nvlink, the kernel log's XIDs, the PCI bus's GPUs
+    gpu_health: gpu_health.GpuHealthReading = field(default_factory=gpu_health.GpuHealthReading)
     errors: dict[str, str] = field(default_factory=dict)  # probe -> why its output could not be read
     # probes/pci.py counters_command(): the port error counters read again
     # ``seconds`` after the snapshot, in the same command; None: not asked for
@@ -45,6 +47,7 @@ _PARSERS = {
     "files": ("the managed files", files.parse_states),
     "gpus": ("nvidia-smi", gpu.parse_command_output),
     "pci": ("the GPUs' and NICs' PCI functions (setpci/lspci, sysfs)", pci.parse_pci_dump),
+    "gpu_health": ("nvidia-smi -q / nvlink and the kernel log", gpu_health.parse_command_output),
 }
 
 
@@ -69,6 +72,7 @@ def command(paths, wants: str, window: float = 0, probes=PROBES) -> str:
         "files": files.command(paths),
         "gpus": gpu.COMMAND,
         "pci": pci.COMMAND,
+        "gpu_health": gpu_health.COMMAND,
     }
     body = "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items()
                      if name in probes)

@@ -199,3 +199,53 @@ def count_bytes(dev: str, direction: str, nbytes: float) -> None:
         value += words
         with open(path, "w") as f:
             f.write(f"{value % wrap if wrap else value}\n")
+
+
+# --- GPU health faults (nvidia-smi, dmesg, journalctl) -------------------------
+# Each takes [INDEX] (default GPU 0; gpu_fell_off: the last); xid CODE[:INDEX];
+# nvlink_down INDEX[:LINK] (default link 0); fabric_not_ready without a value: every GPU.
+
+def gpu_health() -> dict:
+    """``{kind: {index: value}}`` for the node's GPU health faults."""
+    count = node()["gpus"]["count"]
+    out: dict = {}
+    for fault in node()["faults"]:
+        kind, eq, value = fault.partition("=")
+        if kind == "xid":
+            code, _, index = value.partition(":")
+            out.setdefault(kind, {}).setdefault(int(index or 0), []).append(int(code))
+        elif kind == "nvlink_down":
+            index, _, link = value.partition(":")
+            out.setdefault(kind, {}).setdefault(int(index or 0), set()).add(int(link or 0))
+        elif kind == "fabric_not_ready" and not eq:
+            out[kind] = dict.fromkeys(range(count), True)
+        elif kind in ("gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
+                      "fabric_not_ready", "pcie_replay"):
+            default = count - 1 if kind == "gpu_fell_off" else 0
+            out.setdefault(kind, {})[int(value) if value else default] = True
+    return out
+
+
+def uptime() -> float:
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def gpu_bus(i: int) -> str:
+    """GPU ``i``'s PCI function as the driver logs it: ``0000:18:00``."""
+    bdfs = node().get("gpu_bdfs", [])
+    return (bdfs[i] if i < len(bdfs) else f"0000:{0x18 + i * 0x10:02x}:00.0").lower()[:10]
+
+
+def xid_lines() -> list[tuple[float, str]]:
+    """(seconds before now, kernel log text) of the node's XIDs, in the
+    NVIDIA driver's format (``NVRM: Xid (PCI:0000:cb:00): 13, pid=..., name=..., text``)."""
+    faults = gpu_health()
+    lines = []
+    for i in faults.get("gpu_fell_off", {}):
+        lines.append((2.0, f"NVRM: Xid (PCI:{gpu_bus(i)}): 79, pid='<unknown>', name=<unknown>, "
+                           "GPU has fallen off the bus."))
+    for i, codes in faults.get("xid", {}).items():
+        for code in codes:
+            lines.append((1.0, f"NVRM: Xid (PCI:{gpu_bus(i)}): {code}, pid=4242, name=python, lab fault xid={code}"))
+    return lines

@@ -1,0 +1,353 @@
+"""GPU health on this node: NVML first, ``nvidia-smi -q`` and ``nvidia-smi nvlink`` when NVML cannot load;
+XIDs from the kernel log; the GPUs the PCI bus lists; the Fabric Manager service.
+
+Formats (verbatim samples in tests/fixtures/gpu/):
+- ``nvidia-smi -q``: one block per GPU opened by ``GPU 00000000:4F:00.0``, ``Key : Value`` lines indented by
+  four spaces per level (driver 550 output in thamada/nvidia-smi ``nvsim/A40x10_smi.py``; the ``Fabric`` section
+  ``State : Completed`` / ``Status : Success`` as NVIDIA's Fabric Manager user guide shows it).
+- ``nvidia-smi nvlink -s``: ``GPU 0: <name> (UUID: ...)`` then ``\\t Link 0: 26.562 GB/s`` or ``<inactive>``
+  (siboehm/bench gpu/nvlink/README.md); ``nvidia-smi nvlink -e``: ``\\t Link 0: Replay Errors: 0``, ``Recovery
+  Errors``, ``CRC Errors`` (stas00/ml-engineering, network/README.md).
+- Kernel log: ``NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, text`` (drivers >= ~460,
+  lines quoted in leptonai/gpud's xid component docs); older drivers ``NVRM: Xid (0000:03:00): 13, 0003 ...``
+  (no ``PCI:``, no pid/name). ``journalctl -k -b -o short-unix`` prefixes epoch seconds; ``dmesg`` prefixes
+  ``[seconds since boot]``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ccrhost.model.gpu_health import GpuHealth, GpuHealthReading, NvLink, Xid
+from ccrhost.probes import local
+from ccrhost.probes.sections import split
+
+
+class GpuHealthFormatError(ValueError):
+    """Output no nvidia-smi version prints; the message quotes it."""
+
+
+_NVSMI = "timeout -k 5 20 nvidia-smi"
+# Every part prints its own section; a part that fails says why in its own.
+COMMAND_LOG = (
+    # read, a builtin: no process per PCI function
+    "echo '@@pcigpus'; for d in /sys/bus/pci/devices/*; do"
+    " read -r v < $d/vendor 2>/dev/null || continue; [ \"$v\" = 0x10de ] || continue;"
+    " read -r c < $d/class 2>/dev/null; case $c in 0x0300*|0x0302*) echo \"${d##*/}\";; esac; done;"
+    " if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then echo '@@fabricmanager';"
+    " systemctl is-active nvidia-fabricmanager 2>/dev/null | head -n1; fi;"
+    " if [ -d /run/systemd/system ] && command -v journalctl >/dev/null 2>&1; then"
+    " echo \"@@journal $(date +%s)\"; timeout -k 2 10 journalctl -k -b -q --no-pager -o short-unix 2>&1 |"
+    " grep -E 'NVRM: Xid|^[^0-9]'; "
+    " elif command -v dmesg >/dev/null 2>&1; then"
+    " read -r up _ < /proc/uptime; echo \"@@dmesg $up\"; timeout -k 2 10 dmesg 2>&1 | grep -E 'NVRM: Xid|^dmesg:';"
+    " else echo '@@logerror'; echo 'neither journalctl nor dmesg found'; fi"
+)
+COMMAND_NVSMI = (
+    "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
+    f" elif out=$({_NVSMI} -q 2>&1); then echo '@@query'; echo \"$out\";"
+    f" echo '@@nvlinkstatus'; {_NVSMI} nvlink -s 2>&1; echo '@@nvlinkerrors'; {_NVSMI} nvlink -e 2>&1;"
+    # a driver that stopped answering: one 20 s wait, not three
+    " elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi -q did not answer within 20 s (killed)';"
+    " else echo '@@error'; echo \"$out\" | head -n 5; fi"
+)
+COMMAND = f"{COMMAND_NVSMI}; {COMMAND_LOG}"
+
+_KV = re.compile(r"^( *)(\S[^:]*?)\s*: ?(.*)$")
+_GPU_HEAD = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_NA = ("N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error", "")
+
+
+def _bdf(text: str) -> str:
+    domain, bus, rest = text.lower().split(":")
+    return f"{domain[-4:]}:{bus}:{rest}"
+
+
+def _number(value: str, key: str) -> int | None:
+    value = value.strip()
+    if value in _NA:
+        return None
+    if not re.fullmatch(r"\d{1,20}", value):
+        raise GpuHealthFormatError(f"{key} {value!r} is not a count")
+    return int(value)
+
+
+def _yes_no(value: str, key: str) -> bool | None:
+    value = value.strip()
+    if value in _NA:
+        return None
+    if value not in ("Yes", "No"):
+        raise GpuHealthFormatError(f"{key} {value!r} is neither Yes nor No")
+    return value == "Yes"
+
+
+def parse_query(lines: list[str]) -> list[GpuHealth]:
+    """``nvidia-smi -q``: the fields :class:`GpuHealth` holds, per GPU block."""
+    blocks: list[tuple[str, dict[str, str]]] = []
+    path: list[tuple[int, str]] = []
+    for line in lines:
+        if not line.strip() or line.startswith("="):
+            continue
+        head = _GPU_HEAD.match(line)
+        if head:
+            blocks.append((_bdf(head.group(1)), {}))
+            path = []
+            continue
+        if not blocks:
+            continue  # the log's header (Timestamp, Driver Version, Attached GPUs)
+        m = _KV.match(line)
+        if m:
+            depth, key, value = len(m.group(1)), m.group(2).strip(), m.group(3).strip()
+        else:  # a section's title ("    ECC Errors"): no colon
+            depth, key, value = len(line) - len(line.lstrip(" ")), line.strip(), ""
+        while path and path[-1][0] >= depth:
+            path.pop()
+        name = "/".join([p for _, p in path] + [key])
+        if value:
+            blocks[-1][1][name] = value
+        else:
+            path.append((depth, key))
+    gpus = []
+    for index, (pci, f) in enumerate(blocks):
+        unc = cor = None
+        for key, value in f.items():
+            if not key.startswith("ECC Errors/Volatile/"):
+                continue
+            leaf = key.rsplit("/", 1)[1] if key.count("/") == 2 else key.split("/", 2)[2]
+            n = _number(value, key)
+            if n is None:
+                continue
+            # 550+: SRAM/DRAM Correctable, Uncorrectable (Parity, SEC-DED); older: Single Bit/Total, Double Bit/Total
+            if "Uncorrectable" in leaf or leaf == "Double Bit/Total":
+                unc = (unc or 0) + n
+            elif "Correctable" in leaf or leaf == "Single Bit/Total":
+                cor = (cor or 0) + n
+        pending = next((v for k, v in f.items() if k.startswith("Retired Pages/Pending")), "N/A")
+        state, status = f.get("Fabric/State"), f.get("Fabric/Status")
+        gpus.append(GpuHealth(
+            index=index, pci=pci, ecc_uncorrectable=unc, ecc_correctable=cor,
+            retired_pending=_yes_no(pending, "Retired Pages/Pending"),
+            remap_pending=_yes_no(f.get("Remapped Rows/Pending", "N/A"), "Remapped Rows/Pending"),
+            remap_failure=_yes_no(f.get("Remapped Rows/Remapping Failure Occurred", "N/A"),
+                                  "Remapped Rows/Remapping Failure Occurred"),
+            remap_correctable=_number(f.get("Remapped Rows/Correctable Error", "N/A"), "Remapped Rows/Correctable Error"),
+            remap_uncorrectable=_number(f.get("Remapped Rows/Uncorrectable Error", "N/A"),
+                                        "Remapped Rows/Uncorrectable Error"),
+            pcie_replays=_number(f.get("PCI/Replays Since Reset", "N/A"), "PCI/Replays Since Reset"),
+            fabric_state=None if state in _NA else state,
+            fabric_status=None if status in _NA else status,
+        ))
+    return gpus
+
+
+_NVGPU = re.compile(r"^GPU (\d+): ")
+_LINK = re.compile(r"^\s+Link (\d+): (.*)$")
+_ERR = re.compile(r"^(Replay|Recovery|CRC) Errors: (\S+)$")
+
+
+def parse_nvlink(status: list[str], errors: list[str]) -> dict[int, list[NvLink]]:
+    """``nvidia-smi nvlink -s`` and ``-e``: GPU index -> its links (a GPU
+    listed with no link line has none up: "all links are inActive")."""
+    links: dict[int, dict[int, NvLink]] = {}
+    for lines, is_status in ((status, True), (errors, False)):
+        gpu = None
+        for line in lines:
+            head = _NVGPU.match(line)
+            if head:
+                gpu = int(head.group(1))
+                links.setdefault(gpu, {})
+                continue
+            m = _LINK.match(line)
+            if not m or gpu is None:
+                continue  # blank lines, NVML's notes
+            n = int(m.group(1))
+            link = links[gpu].setdefault(n, NvLink(n))
+            text = m.group(2).strip()
+            if is_status:
+                if text == "<inactive>":
+                    link.up = False
+                elif re.fullmatch(r"\d+(\.\d+)? GB/s", text):
+                    link.up = True
+                else:
+                    raise GpuHealthFormatError(f"nvlink -s: link {n} {text!r}")
+            else:
+                e = _ERR.match(text)
+                if e:
+                    setattr(link, {"Replay": "replay", "Recovery": "recovery", "CRC": "crc"}[e.group(1)],
+                            _number(e.group(2), f"link {n} {e.group(1)} Errors"))
+    return {gpu: [by[n] for n in sorted(by)] for gpu, by in links.items()}
+
+
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\): (\d{1,5}),(.*)$")
+_DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
+_JOURNAL_TIME = re.compile(r"^(\d+\.\d+) ")
+
+
+def parse_log(tag: str, arg: str, lines: list[str]) -> tuple[list[Xid], str | None]:
+    """XIDs in ``journalctl -k -b -o short-unix`` (``arg``: the node's epoch
+    seconds) or ``dmesg`` (``arg``: seconds since boot) lines, with their
+    age. A line cut by a wrapped ring buffer that no longer holds a whole
+    XID is not one; a line that is no log line is the tool's error."""
+    try:
+        now = float(arg)
+    except ValueError:
+        now = None
+    xids, errors = [], []
+    stamp = _JOURNAL_TIME if tag == "journal" else _DMESG_TIME
+    for line in lines:
+        m = _XID.search(line)
+        if m:
+            t = stamp.match(line)
+            age = round(max(0.0, now - float(t.group(1))), 1) if t and now is not None else None
+            xids.append(Xid(int(m.group(2)), m.group(1).lower(), age, m.group(3).strip()))
+        elif tag == "dmesg" and line.startswith("dmesg:"):
+            errors.append(line.strip())  # "dmesg: read kernel buffer failed: Operation not permitted"
+        elif (tag == "journal" and line.strip() and not stamp.match(line) and "NVRM" not in line
+              and not line.startswith("-- ")):
+            errors.append(line.strip())  # "No journal files were found.", "Hint: ... not seeing messages ..."
+    return xids, ("; ".join(errors)[:300] or None)
+
+
+def parse_command_output(lines: list[str]) -> GpuHealthReading:
+    """:data:`COMMAND`'s output (the deploy's snapshot and the check's fallback)."""
+    reading = GpuHealthReading()
+    sections = split(lines)
+    parts = {s.tag: s for s in sections}
+    errors = [s for s in sections if s.tag == "error"]
+    if errors:
+        why = " ".join([errors[0].arg, *(x.strip() for x in errors[0].lines)]).strip()
+        reading.error = why or "nvidia-smi failed"
+    elif "query" in parts:
+        try:
+            gpus = parse_query(parts["query"].lines)
+            links = parse_nvlink(parts.get("nvlinkstatus", _EMPTY).lines, parts.get("nvlinkerrors", _EMPTY).lines)
+        except GpuHealthFormatError as exc:
+            reading.error = f"unexpected nvidia-smi output: {exc}"
+        else:
+            for g in gpus:
+                g.nvlinks = links.get(g.index) if "nvlinkstatus" in parts else None
+            reading.gpus = gpus
+    elif parts.get("nvml") is None:
+        reading.error = "no nvidia-smi output"
+    if "nvml" in parts:
+        reading.source = "nvml"
+    reading.pci_gpus = [x.strip().lower() for x in parts.get("pcigpus", _EMPTY).lines if x.strip()]
+    if "fabricmanager" in parts:
+        reading.fabric_manager = next((x.strip() for x in parts["fabricmanager"].lines if x.strip()), "unknown")
+    log = parts.get("journal") or parts.get("dmesg")
+    if log is not None:
+        reading.log_source = "journalctl" if log.tag == "journal" else "dmesg"
+        reading.xids, error = parse_log(log.tag, log.arg, log.lines)
+        if error:
+            reading.log_error = f"{reading.log_source}: {error}"
+    elif "logerror" in parts:
+        reading.log_error = " ".join(parts["logerror"].lines).strip()
+    else:
+        reading.log_error = "no kernel log output"
+    return reading
+
+
+class _Empty:
+    lines: list[str] = []
+
+
+_EMPTY = _Empty()
+
+
+# --- NVML -------------------------------------------------------------------
+
+_FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}  # nvml.h NVML_GPU_FABRIC_STATE_*
+
+
+def read_nvml(nvml) -> list[GpuHealth]:
+    """The same record through a loaded ``pynvml`` (passed in so tests can
+    fake it); a call the GPU does not support leaves its field None."""
+
+    def call(function, *args):
+        try:
+            return getattr(nvml, function)(*args)
+        except Exception:  # NVMLError_NotSupported, a function this pynvml lacks, ...
+            return None
+
+    nvml.nvmlInit()
+    try:
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            pci = call("nvmlDeviceGetPciInfo", h)
+            bus = getattr(pci, "busId", None)
+            bus = bus.decode() if isinstance(bus, bytes) else bus
+            remap = call("nvmlDeviceGetRemappedRows", h) or (None, None, None, None)
+            pending = call("nvmlDeviceGetRetiredPagesPendingStatus", h)
+            fabric = call("nvmlDeviceGetGpuFabricInfo", h)
+            links = []
+            for n in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                state = call("nvmlDeviceGetNvLinkState", h, n)
+                if state is None:
+                    continue  # beyond this GPU's links, or no NVLink
+                # nvml.h nvmlNvLinkErrorCounter_t: DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2
+                replay, recovery, crc = (call("nvmlDeviceGetNvLinkErrorCounter", h, n, getattr(nvml, name, code))
+                                         for name, code in (("NVML_NVLINK_ERROR_DL_REPLAY", 0),
+                                                            ("NVML_NVLINK_ERROR_DL_RECOVERY", 1),
+                                                            ("NVML_NVLINK_ERROR_DL_CRC_FLIT", 2)))
+                links.append(NvLink(n, bool(state), replay, recovery, crc))
+            state = _FABRIC_STATES.get(getattr(fabric, "state", None)) if fabric is not None else None
+            status = getattr(fabric, "status", None) if fabric is not None else None
+            # nvml.h: NVML_MEMORY_ERROR_TYPE_CORRECTED 0, _UNCORRECTED 1; NVML_VOLATILE_ECC 0
+            gpus.append(GpuHealth(
+                index=i, pci=_bdf(bus) if bus else None,
+                ecc_uncorrectable=call("nvmlDeviceGetTotalEccErrors", h, 1, 0),
+                ecc_correctable=call("nvmlDeviceGetTotalEccErrors", h, 0, 0),
+                retired_pending=None if pending is None else bool(pending),
+                remap_correctable=remap[0], remap_uncorrectable=remap[1],
+                remap_pending=None if remap[2] is None else bool(remap[2]),
+                remap_failure=None if remap[3] is None else bool(remap[3]),
+                pcie_replays=call("nvmlDeviceGetPcieReplayCounter", h),
+                fabric_state=state,
+                fabric_status=None if state is None else ("Success" if status == 0 else
+                                                          str(call("nvmlErrorString", status) or status)),
+                nvlinks=links,
+            ))
+        return gpus
+    finally:
+        nvml.nvmlShutdown()
+
+
+def read_local(nvml=None, timeout: float = 20) -> GpuHealthReading:
+    """This node's GPU health: through pynvml where it loads (the kernel log,
+    PCI bus and service still from the shell), else the whole snippet."""
+    gpus = None
+    try:
+        if nvml is None:
+            import ctypes
+
+            ctypes.CDLL("libnvidia-ml.so.1")
+            import pynvml as nvml
+        gpus = read_nvml(nvml)
+    except Exception:  # NVML cannot load: nvidia-smi answers instead
+        gpus = None
+    # the kernel log in a process of its own, at the same time: a wedged
+    # nvidia-smi leaves the XIDs readable, and the check waits for the slower
+    import threading
+
+    log: list[str] = []
+
+    def read_log():
+        try:
+            log.extend(local.run(COMMAND_LOG, timeout, "the GPU health probe (kernel log, PCI bus)").splitlines())
+        except local.ProbeTimeout as exc:
+            log.extend(["@@logerror", str(exc)])
+
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
+    smi = ["@@nvml"]
+    if gpus is None:
+        try:
+            smi = local.run(COMMAND_NVSMI, timeout, "the GPU health probe (nvidia-smi -q)").splitlines()
+        except local.ProbeTimeout as exc:
+            smi = ["@@error", str(exc)]
+    reader.join(timeout + 1)
+    reading = parse_command_output(smi + (log or ["@@logerror", "the kernel log probe did not finish"]))
+    if gpus is not None:
+        reading.gpus = gpus
+    return reading

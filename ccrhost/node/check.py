@@ -7,19 +7,16 @@ scheduler or monitoring system reads. Exit codes are Nagios-style.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
-import time
 from dataclasses import replace
-from pathlib import Path
 
-from ccrhost.model.datapath import DatapathReading, LinkWindow, unreadable
+from ccrhost.model.datapath import DatapathReading, unreadable
+from ccrhost.model.fabric import FabricReading, window_from_state  # noqa: F401 (the stored-reading rule)
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
 from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
 from ccrhost.model.managed import DRAIN_PREFIX
-from ccrhost.output import write_atomic
 from ccrhost.settings import HostSettings
 
 # A drain that rests on a fleet measurement (ib_write_bw between nodes): the
@@ -29,20 +26,28 @@ MEASURED_PREFIX = "ccrhost: measured:"
 MEASURED_CODES = ("measured_slow",)
 
 
-def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None) -> Verdict:
+def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
+              gather_fabric=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``started``: the reads
     already under way (:class:`ccrhost.node.gather.Started`), else they
     start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
-    path) are for tests; with ``gather`` alone the data path is not read.
+    path) are for tests; with ``gather`` alone the data path is not read,
+    and the lossless-fabric counters only with ``gather_fabric``.
 
     What could not be read is UNKNOWN, never a guess: an RDMA probe that
     hangs past ``timeout`` or prints what sysfs never prints gives the
     UNKNOWN verdict of :func:`unknown`; GPUs or a data path that cannot be
     read are UNKNOWN reasons of the verdict.
     """
+    fabric = None
     if gather is None:
-        from ccrhost.node.gather import Started
+        from ccrhost.node.gather import Started, _start
+        from ccrhost.probes import fabric as fabric_probe
         from ccrhost.probes import local, rdma
+
+        if gather_fabric is None:  # it needs the settings (the stored reading's path): started now, beside the rest
+            fabric = _start(fabric_probe.read_local, settings.verify_link_state, True, timeout)
+            gather_fabric = fabric.result
 
         # The three probes are separate processes that only read: run at
         # once, the check waits for the slowest rather than their sum.
@@ -59,6 +64,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         rdma_state, gpu_state = gather()
     datapath = local_datapath(settings, gather_pci) if gather_pci is not None else None
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath)
+    readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
@@ -71,35 +77,10 @@ def unknown(code: str, message: str, verdict: Verdict | None = None) -> Verdict:
     return unjudged(UNKNOWN, code, message)
 
 
-# --- the data path, with the link-health window kept between checks ---------
+# --- the data path, and the lossless fabric since the node's last reading -------
 
-def boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
-def window_from_state(previous: dict | None, counters: dict, boot: str | None, now: float) -> LinkWindow:
-    """The window since the last check's reading (``previous``, the state
-    file's content). Counters start at zero with every boot and driver load,
-    so a reading from another boot is no baseline."""
-    if not isinstance(previous, dict) or not isinstance(previous.get("counters"), dict):
-        return LinkWindow({}, counters, None, "no earlier reading of the port error counters: link health is "
-                                              "judged from the next check on")
-    if previous.get("boot_id") != boot:
-        return LinkWindow({}, counters, None, "first check since boot: link health is judged from the next "
-                                              "check on")
-    before = {port: {k: v for k, v in values.items() if isinstance(v, int)}
-              for port, values in previous["counters"].items() if isinstance(values, dict)}
-    seconds = now - previous["time"] if isinstance(previous.get("time"), (int, float)) else None
-    return LinkWindow(before, counters, round(seconds, 1) if seconds is not None else None)
-
-
-def local_datapath(settings: HostSettings, gather_pci, now=None) -> DatapathReading:
-    """Read the data path here and open the next window: the counters go to
-    ``verify_link_state`` for the next check."""
+def local_datapath(settings: HostSettings, gather_pci) -> DatapathReading:
+    """Read the data path here."""
     from ccrhost.probes.local import ProbeTimeout
     from ccrhost.probes.pci import PciFormatError
 
@@ -107,21 +88,21 @@ def local_datapath(settings: HostSettings, gather_pci, now=None) -> DatapathRead
         snap = gather_pci()
     except (PciFormatError, ProbeTimeout, OSError) as exc:
         return unreadable(str(exc))
-    now = time.time() if now is None else now
-    counters = snap.compute_counters(settings.rdma_exclude_devices)
-    path = Path(settings.verify_link_state)
+    return snap.datapath(settings.rdma_exclude_devices)
+
+
+def local_fabric(settings: HostSettings, gather_fabric) -> FabricReading:
+    """The fabric counters here, judged by the rule the deploy uses
+    (``probes.fabric.fabric_reading``): rates since the node's stored
+    reading, which this read replaces (``verify_link_state``)."""
+    from ccrhost.probes.fabric import FabricFormatError, fabric_reading
+    from ccrhost.probes.local import ProbeTimeout
+
     try:
-        previous = json.loads(path.read_text())
-    except (OSError, ValueError):
-        previous = None
-    boot = boot_id()
-    window = window_from_state(previous, counters, boot, now)
-    try:
-        write_atomic(path, json.dumps({"boot_id": boot, "time": now, "counters": counters}) + "\n")
-    except OSError as exc:
-        window = replace(window, warning=f"cannot keep the port counters in {path} ({exc.strerror or exc}): "
-                                         "the next check cannot judge link health")
-    return snap.datapath(settings.rdma_exclude_devices, window)
+        dump = gather_fabric()
+    except (FabricFormatError, ProbeTimeout, OSError) as exc:
+        return FabricReading(error=f"cannot read the lossless-fabric counters (ethtool, hw_counters): {exc}")
+    return fabric_reading(dump, None, settings.rdma_exclude_devices, settings.verify_window_max_age)
 
 
 def format_text(verdict: Verdict) -> str:
@@ -135,9 +116,9 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  workload model: {c.workload['statement']}")
     for r in verdict.reasons:
         lines.append(f"  {r.level}: {r.message}")
-    datapath = verdict.readings.datapath
-    if datapath is not None and datapath.link is not None and datapath.link.note:
-        lines.append(f"  note: {datapath.link.note}")
+    fabric = verdict.readings.fabric
+    if fabric is not None and fabric.window is not None and fabric.window.note:
+        lines.append(f"  note: {fabric.window.note}")
     return "\n".join(lines) + "\n"
 
 

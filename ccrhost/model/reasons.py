@@ -67,8 +67,8 @@ def _link_counter(name: str) -> ReasonDoc:
         f"The port's `{name}` counter ({_LINK_COUNTER[name]}; the kernel's sysfs-class-infiniband wording) rose "
         "by more than its `verify_link_thresholds` limit within the link-health window: the link works but is "
         "degrading.",
-        f"`{_PORT}/counters/{name}`, read twice `verify_link_window` seconds apart (the deploy) or between two "
-        "runs of `ccrhost check` (the file in `verify_link_state`).",
+        f"`{_PORT}/counters/{name}`, its rise since the node's last stored reading (`verify_link_state`, kept by "
+        "the deploy's snapshot and by `ccrhost check`).",
         ["a dirty or damaged fibre, a poorly seated cable or transceiver",
          "a cable or optic near the end of its life, or one of the wrong type or length for the rate",
          "a faulty port on the switch side",

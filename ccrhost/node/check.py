@@ -194,10 +194,52 @@ def format_prometheus(verdict: Verdict) -> str:
         out.append(f'ccrhost_port_effective_gbps{{device="{_label(p.device)}",port="{p.port}",'
                    f'active="{int(p.active)}"}} {p.effective_gbps:g}')
     out += ["# HELP ccrhost_gpus GPUs found.", "# TYPE ccrhost_gpus gauge", f"ccrhost_gpus {len(verdict.readings.gpus)}",
-            "# HELP ccrhost_check_reason A reason for a non-OK verdict.", "# TYPE ccrhost_check_reason gauge"]
+            "# HELP ccrhost_check_reason A reason for a non-OK verdict (its code; the message is in the "
+            "check's text and JSON output, never a label: a number in it would make a new series).",
+            "# TYPE ccrhost_check_reason gauge"]
+    seen = set()
     for r in verdict.reasons:
-        out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}",message="{_label(r.message)}"}} 1')
+        if (r.level, r.code) not in seen:
+            seen.add((r.level, r.code))
+            out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}"}} 1')
+    out += _fabric_metrics(verdict.readings.fabric)
     return "\n".join(out) + "\n"
+
+
+def _fabric_metrics(fabric) -> list[str]:
+    """The lossless-fabric readings, labelled only by device, counter,
+    direction and priority (bounded sets): the raw counters (for rate()),
+    the pause share per priority over the check's window, global pause."""
+    from ccrhost.model.fabric import PRIO_PAUSE, RATE_COUNTERS, pause_shares
+
+    if fabric is None or fabric.window is None:
+        return []
+    out = ["# HELP ccrhost_fabric_counter Lossless-fabric error counters as read (ethtool -S per netdev, "
+           "hw_counters per RDMA port): storm events, drops, physical and transport errors.",
+           "# TYPE ccrhost_fabric_counter counter"]
+    for device, values in sorted(fabric.window.after.items()):
+        for name in RATE_COUNTERS:
+            if name in values:
+                out.append(f'ccrhost_fabric_counter{{device="{_label(device)}",counter="{name}"}} {values[name]}')
+    out += ["# HELP ccrhost_fabric_pause_seconds_total PFC pause per priority (<dir>_prio<N>_pause_duration, "
+            "microseconds in ethtool), in seconds.", "# TYPE ccrhost_fabric_pause_seconds_total counter"]
+    for device, values in sorted(fabric.window.after.items()):
+        for name, value in sorted(values.items()):
+            m = PRIO_PAUSE.match(name)
+            if m and m.group(3) == "_duration":
+                out.append(f'ccrhost_fabric_pause_seconds_total{{device="{_label(device)}",direction="{m.group(1)}",'
+                           f'priority="{m.group(2)}"}} {value / 1e6:g}')
+    out += ["# HELP ccrhost_fabric_pause_share Share of the window since the last check a priority was paused.",
+            "# TYPE ccrhost_fabric_pause_share gauge"]
+    for (device, way, prio), share in pause_shares(fabric.window).items():
+        out.append(f'ccrhost_fabric_pause_share{{device="{_label(device)}",direction="{way}",priority="{prio}"}} '
+                   f'{share:.6g}')
+    out += ["# HELP ccrhost_fabric_global_pause Global 802.3x pause (ethtool -a): 1 on, 0 off.",
+            "# TYPE ccrhost_fabric_global_pause gauge"]
+    for device, p in sorted(fabric.pause.items()):
+        for way, on in (("rx", p.rx), ("tx", p.tx)):
+            out.append(f'ccrhost_fabric_global_pause{{device="{_label(device)}",direction="{way}"}} {int(bool(on))}')
+    return out
 
 
 _REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?\s*$")

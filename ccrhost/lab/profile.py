@@ -373,6 +373,13 @@ FAULT_KINDS = {
     "ssh_over": "KIND[:DEV]: SSH and the default route arrive on a KIND (vlan, bridge, bond or macvlan) over DEV "
                 "(default: the first NIC's netdev)",
     "route_multipath": "[DEV]: the default route has a second nexthop through DEV (default: the second NIC's netdev)",
+    "pfc_storm": "[DEV]: that NIC's netdev (default: the first) counts a pause-storm event a second and sends PFC "
+                 "pause half the time on each PFC priority (ethtool -S)",
+    "global_pause": "[DEV]: 802.3x global pause is on at power-on on that NIC's netdev (default: the first; "
+                    "ethtool -a)",
+    "rx_discards": "[DEV]: that NIC's netdev drops 10 received packets a second (ethtool -S rx_discards_phy)",
+    "rnr_retry": "[DEV]: that NIC's port counts a receiver-not-ready retry failure a second "
+                 "(hw_counters/rnr_nak_retry_err)",
 }
 # The six error counters the data-path check reads, plus one more the
 # reference's sample shows (Documentation/ABI/stable/sysfs-class-infiniband).
@@ -526,7 +533,8 @@ def _guid(node_index: int, nic_index: int) -> str:
 
 # Faults a running node can take and lose again (``ccrhost lab fault``):
 # they change what sysfs, nvidia-smi or the lab link report, nothing else.
-LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow")
+LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
+              "pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -975,7 +983,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         for counter in ERROR_COUNTERS:
             _write(port / "counters" / counter, "0\n")
         if profile.ofed:
-            for counter in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets"):
+            for counter in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence",
+                            "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err"):
                 _write(port / "hw_counters" / counter, "0\n")
         table = gid_table(nic, node_index, i, ethernet)
         ip = next((str(ipaddress.IPv6Address(g.gid).ipv4_mapped) for g in table

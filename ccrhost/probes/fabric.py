@@ -22,6 +22,7 @@ Formats (verbatim samples in tests/fixtures/fabric/):
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field, replace
@@ -153,7 +154,9 @@ def parse_reading(lines: list[str]) -> Counters:
             try:
                 c.time = float(s.arg)
             except ValueError:
-                raise FabricFormatError(f"reading time {s.arg!r} (date +%s.%N) is not a time") from None
+                c.time = None
+            if c.time is None or not math.isfinite(c.time) or not s.arg.replace(".", "", 1).isdigit():
+                raise FabricFormatError(f"reading time {s.arg!r} (date +%s.%N) is not a time")
         elif s.tag == "boot":
             c.boot_id = s.arg.strip() or None
         elif s.tag == "ib":

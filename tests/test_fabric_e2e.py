@@ -73,3 +73,27 @@ def test_each_fabric_fault_is_its_own_nodes_reason_and_global_pause_stays_off(ma
     assert lab_ssh(lab, "node3", "/etc/ccrhost/boot-apply.sh").returncode == 0
     assert "RX:\t\toff\nTX:\t\toff" in lab_ssh(lab, "node3", "ethtool -a ens1np0").stdout
     assert codes(json.loads(check(lab, "node3", "--format json").stdout)) == ("OK", set())
+
+
+def test_fabric_faults_are_live_and_a_bad_nic_is_refused(make_lab):
+    from ccrhost.lab.profile import ProfileError
+
+    lab = make_lab(nodes=1)
+
+    def stat(name):
+        out = lab_ssh(lab, "node1", "ethtool -S ens2np0").stdout
+        return next(int(line.split(":")[1]) for line in out.splitlines() if line.strip().startswith(name + ":"))
+
+    assert stat("rx_discards_phy") == 0 and "RX:\t\toff" in lab_ssh(lab, "node1", "ethtool -a ens2np0").stdout
+    assert lab.fault("node1", "rx_discards=mlx5_1") == ["rx_discards=mlx5_1"]
+    lab.fault("node1", "global_pause=mlx5_1")
+    lab.fault("node1", "rnr_retry=mlx5_1")
+    time.sleep(2.2)
+    assert stat("rx_discards_phy") > 0 and "RX:\t\ton\nTX:\t\ton" in lab_ssh(lab, "node1", "ethtool -a ens2np0").stdout
+    rnr = lab.root("node1") / "sys/class/infiniband/mlx5_1/ports/1/hw_counters/rnr_nak_retry_err"
+    assert int(rnr.read_text()) > 0
+    with pytest.raises(ProfileError, match="pfc_storm=mlx5_9: need a NIC of hgx-h100-8x400"):
+        lab.fault("node1", "pfc_storm=mlx5_9")
+    for kind in ("rx_discards", "global_pause", "rnr_retry"):
+        lab.clear("node1", kind)
+    assert stat("rx_discards_phy") == 0 and "RX:\t\toff" in lab_ssh(lab, "node1", "ethtool -a ens2np0").stdout

@@ -533,6 +533,7 @@ def _guid(node_index: int, nic_index: int) -> str:
 
 # Faults a running node can take and lose again (``ccrhost lab fault``):
 # they change what sysfs, nvidia-smi or the lab link report, nothing else.
+FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
               "pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 
@@ -878,6 +879,12 @@ def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
     """The sysfs files a link fault changes, path under /sys -> content:
     port state, physical state, rate, the netdev's operstate and the NIC's
     trained PCIe width. Boot writes them; a live fault rewrites them."""
+    names = {nic.name for nic in profile.nics}
+    for kind in FABRIC_FAULTS:  # the ethtool shim and labsysfsd act on them; only their NIC is checked here
+        for value in _fault_values(faults, kind):
+            if value and value not in names:
+                raise ProfileError(f"fault {kind}={value}: need a NIC of {profile.name} "
+                                   f"({', '.join(sorted(names))})")
     down, missing, rates, widths = _link_faults(profile, faults)
     tree = pci_tree(profile, faults)
     files = {}

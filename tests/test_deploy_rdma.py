@@ -42,6 +42,7 @@ def test_deploy_converges_then_changes_nothing(fleet):
     assert f"[{node_address(1)}] would run: modprobe ib_uverbs" in dry.out
     for name, root in nodes.items():
         assert tree_snapshot(root / "sys") | tree_snapshot(root / "etc/modules-load.d") == before_dry[name], name
+        assert not (root / "run/ccrhost/counters").exists(), name  # a dry run stores no counter reading either
 
     first = run_pyinfra(DEPLOY)
     assert first.rc == 1, first.out  # node4 fails, the others finish

@@ -171,3 +171,28 @@ def test_bad_fabric_settings_are_refused_naming_the_key(key, value, message):
     with pytest.raises(InventoryDataError) as err:
         validate_host("gpu01", {key: value})
     assert key in str(err.value) and message in str(err.value)
+
+
+# --- tuning: global pause off where PFC is on ----------------------------------------
+
+def test_qos_turns_global_pause_off_beside_pfc_restorably_and_the_boot_unit_always():
+    from ccrhost.model import qos
+    from ccrhost.probes.qos import QosInterface
+
+    wanted = validate_host("h", {}).qos_wanted()
+    on = PauseSetting(False, True, False)
+    steps, _ = qos.plan_steps("ens1np0", "ofed", wanted, QosInterface(), pause=on)
+    last = steps[-1]
+    assert last.forward == ["ethtool", "-A", "ens1np0", "rx", "off", "tx", "off"]
+    assert last.restore == (["ethtool", "-A", "ens1np0", "rx", "on", "tx", "off"],)  # what was read
+    script = qos.unit_script("ens1np0", steps, [])
+    assert "ethtool -A ens1np0 rx off tx off" in script and "ethtool -A ens1np0 rx on tx off" in script
+    off = PauseSetting(False, False, False)
+    assert all(s.forward[0] != "ethtool" for s in qos.plan_steps("ens1np0", "ofed", wanted, QosInterface(),
+                                                                  pause=off)[0])  # idempotent
+    no_pfc = validate_host("h", {"qos_pfc_priorities": []}).qos_wanted()
+    assert all(s.forward[0] != "ethtool" for s in qos.plan_steps("ens1np0", "ofed", no_pfc, QosInterface(),
+                                                                  pause=on)[0])
+    assert all(s.forward[0] != "ethtool" for s in qos.plan_steps("ens1np0", "ofed", wanted, QosInterface())[0])
+    forced, _ = qos.plan_interface("ens1np0", "ofed", wanted, QosInterface(), force=True, pause=off)
+    assert forced[-1] == ["ethtool", "-A", "ens1np0", "rx", "off", "tx", "off"]  # the boot unit re-applies it

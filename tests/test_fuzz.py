@@ -432,8 +432,8 @@ SNAPSHOT = (["@@@ rdma", *RDMA, *CM, "@@@ modules", *MODULES, "@@@ qos", *QOS_DU
 @given(output(SNAPSHOT, max_size=120))
 def test_node_snapshot_never_raises(lines):
     snap = node.parse_snapshot(lines)
-    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci"}
-    for name in ("rdma", "modules", "qos", "files", "gpus", "pci"):
+    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci", "fabric"}
+    for name in ("rdma", "modules", "qos", "files", "gpus", "pci", "fabric"):
         assert name in snap.errors or getattr(snap, name) is not None
 
 

@@ -75,6 +75,9 @@ def ccr(settings, report=None, measured=None, gpudirect=None):
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))
+    fabric = verdict.readings.fabric
+    if fabric is not None and fabric.window is not None and fabric.window.note:
+        host.log(f"note: {fabric.window.note}")  # a first reading: rates start from now
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

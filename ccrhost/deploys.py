@@ -19,11 +19,22 @@ from ccrhost.inventory import all_settings, host_settings
 from ccrhost.operations import tune, verify
 
 
+def _keep_readings(settings) -> None:
+    """A deploy that verifies moves the node's stored counter reading on
+    with its reads: the verification judges the window since the last one
+    (a dry run writes nothing)."""
+    from ccrhost.operations import cache
+    from ccrhost.operations.base import DRY
+
+    cache.configure(host, settings.verify_link_state, keep=not DRY)
+
+
 def rdma_stages() -> None:
     """Modules, RoCE defaults, the boot unit, lossless QoS with the RoCE
     MTU first, the GPU-to-NIC data path, the NCCL environment, then the
     verification (hosts below threshold fail)."""
     settings = host_settings(host, inventory)
+    _keep_readings(settings)
     tune.rdma(
         name="Tune RDMA (modules, RoCE, boot unit, QoS, data path, NCCL)",
         settings=settings,
@@ -37,6 +48,7 @@ def verify_stage(measure: bool = True) -> None:
     ``verify_measure_gpudirect`` each node's GPU-NIC pairs through GPU
     memory."""
     settings = host_settings(host, inventory)
+    _keep_readings(settings)
     measured = {}
     if measure and settings.verify_measure:
         # imported when used: every run of a deploy loads this module

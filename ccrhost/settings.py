@@ -24,7 +24,7 @@ from pydantic import (
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
-from ccrhost.model import presets
+from ccrhost.model import fabric, presets
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpu_health import GpuHealthPolicy
@@ -252,6 +252,12 @@ LinkCounter = Literal[dp.COUNTERS]  # type: ignore[valid-type]
 # A required version is a version number (datapath.version_key): numbers
 # split by '.', '-' or '_'; a word in it could never be compared.
 VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,9}([._-][0-9]{1,9}){0,15}$")]
+FabricCounter = Literal[fabric.RATE_COUNTERS]  # type: ignore[valid-type]
+# Keys that no longer exist, and what replaced them: refused with that name.
+REMOVED_KEYS = {
+    "verify_link_window": "removed: rates are now the change since the node's last stored reading, read in the "
+                          "same command (no sleep); use verify_window_max_age to bound how old that reading may be",
+}
 
 Priority = Annotated[int, Field(ge=0, le=7)]
 EightSizes = Annotated[tuple[Annotated[int, Field(ge=0, le=1 << 30)], ...], Field(min_length=8, max_length=8)]
@@ -422,14 +428,31 @@ class HostSettings(BaseModel):
         None, description="Declared hardware has one NIC per GPU on its switch: a GPU whose NIC is across the "
         "CPU interconnect (SYS) FAILS. Default: from verify_profile.",
     )
-    verify_link_window: float = Field(
-        3, ge=0, le=600, description="Seconds the deploy's verification watches the port error counters "
-        "(0: not watched).",
+    verify_window_max_age: float = Field(
+        3600, ge=0, le=604800, description="Oldest stored counter reading (seconds) a rate is measured from; "
+        "an older one, or one from another boot, is no baseline and rates start from now (0: rates are never "
+        "judged). Replaces verify_link_window: nothing sleeps to measure a rate.",
     )
     verify_link_state: str = Field(
-        "/run/ccrhost/counters.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
-        description="Where `ccrhost check` keeps the counters between runs (its window is the time between "
-        "checks); under /run it starts afresh at boot, as the counters do.",
+        "/run/ccrhost/counters", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where the node keeps its last counter reading (the deploy's snapshot and `ccrhost check` "
+        "both read it and replace it: each rate is the change since it); under /run it starts afresh at boot, "
+        "as the counters do.",
+    )
+    verify_pause_share_max: float = Field(
+        0.1, gt=0, le=1, description="Share of the window a PFC priority may be paused (ethtool's "
+        "<rx|tx>_prioN_pause_duration, microseconds): a netdev that sent pause longer FAILS (it stalls the "
+        "fabric), one paused longer WARNS. 0.1 stays well below the 21.7% global pause was seen to take "
+        "(NVIDIA/daqiri PR #252).",
+    )
+    verify_fabric_warn_per_hour: dict[FabricCounter, Annotated[float, Field(ge=0)] | None] | None = Field(
+        None, description="Rise per hour above which a lossless-fabric error counter WARNS (null: never). "
+        "Default 0 (any rise) for every one, as counters.rst lists them as errors.",
+    )
+    verify_fabric_fail_per_hour: dict[FabricCounter, Annotated[float, Field(ge=0)] | None] | None = Field(
+        None, description="Rise per hour above which it FAILS (null: never). Defaults (NVSentinel's NIC health "
+        "monitor): rnr_nak_retry_err and tx_pause_storm_error_events any rise, rx_symbol_err_phy and "
+        "rx_crc_errors_phy 120 an hour.",
     )
     verify_link_thresholds: dict[LinkCounter, Annotated[int, Field(ge=0, le=65535)]] | None = Field(
         None, description="Rise of an error counter within the window above which a port WARNS "
@@ -683,6 +706,12 @@ class HostSettings(BaseModel):
             gpu_tflops=dict(self.verify_gpu_tflops) if self.verify_gpu_tflops else None,
             measure_min_fraction=self.verify_measure_min_fraction,
             link_thresholds=dp.LinkThresholds(**(self.verify_link_thresholds or {})),
+            fabric=fabric.FabricPolicy(
+                pause_share=self.verify_pause_share_max,
+                pfc=self.qos_enable and any(self.qos_wanted().pfc),
+                warn_per_hour=_limits(fabric.DEFAULT_WARN_PER_HOUR, self.verify_fabric_warn_per_hour),
+                fail_per_hour=_limits(fabric.DEFAULT_FAIL_PER_HOUR, self.verify_fabric_fail_per_hour)),
+            window_max_age=self.verify_window_max_age,
             required_versions=dp.RequiredVersions(self.verify_required_nic_fw, self.verify_required_mlx5,
                                                   self.verify_required_nvidia),
             gpu_health=GpuHealthPolicy(
@@ -741,6 +770,13 @@ class InventoryDataError(Exception):
         super().__init__("\n".join(str(e) for e in errors))
 
 
+def _limits(defaults: dict, given: dict | None) -> dict:
+    """The per-hour limits in force: the defaults, with the host's values
+    (a null removes that counter's limit)."""
+    out = {**defaults, **(given or {})}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def _bounds(key: str) -> str | None:
     field = HostSettings.model_fields.get(key)
     lo = hi = None
@@ -783,6 +819,7 @@ def validate_host(name: str, data: dict) -> HostSettings:
 
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
+        hint = REMOVED_KEYS.get(key, hint)
         errors.append(DataError(name, key, mine.pop(key), hint))
     # YAML/py data gives lists; the model stores tuples.
     for key, value in mine.items():  # YAML and Python data give lists; the model holds tuples

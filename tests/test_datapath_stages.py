@@ -159,8 +159,7 @@ BAD = [
     ("rdma_acs_clear", "no", "valid boolean"),
     ("rdma_gpudirect", None, "valid boolean"),
     ("rdma_acs_clean", True, "unknown key; did you mean 'rdma_acs_clear'?"),
-    ("verify_link_window", 601, "allowed: 0 to 600"),
-    ("verify_link_window", -1, "allowed: 0 to 600"),
+    ("verify_link_window", 3, "removed: rates are now the change since the node's last stored reading"),
     ("verify_link_state", "counters.json", "must match ^/"),
     ("verify_link_state", "/run/x;reboot", "must match ^/"),
     ("verify_link_thresholds", {"link_down": 1}, "allowed: 'symbol_error'"),
@@ -280,36 +279,34 @@ def test_fleet_report_warns_the_host_off_the_majority():
 
 # --- the pre-job check's window, kept between runs -------------------------------------------
 
-def test_check_keeps_counters_between_runs(tmp_path, monkeypatch):
-    state = tmp_path / "state" / "counters.json"
-    s = settings(verify_link_state=str(state))
-    monkeypatch.setattr(node_check, "boot_id", lambda: "boot-1")
-    first = node_check.local_datapath(s, lambda: HEALTHY, now=1000.0)
-    assert dp.check_datapath(first) == [] and first.link.note.startswith("no earlier reading")
-    saved = json.loads(state.read_text())
-    assert saved["boot_id"] == "boot-1" and saved["counters"]["mlx5_0/1"]["link_downed"] == 0
+def _fabric_output(t: float, boot: str, link_downed: int, previous: list[str] | None = None) -> list[str]:
+    """What the fabric probe prints: the stored reading (``previous``, as the
+    last run printed it), then the reading now."""
+    now = [f"@@t {t}", f"@@boot {boot}", "@@ib", f"mlx5_4/ports/1/counters/link_downed:{link_downed}"]
+    return ["@@previous", *[f"={x}" for x in previous or []], *now]
 
-    flapped = edited(lambda lines: [x.replace("mlx5_4/ports/1/counters/link_downed:0",
-                                              "mlx5_4/ports/1/counters/link_downed:2") for x in lines])
-    second = node_check.local_datapath(s, lambda: flapped, now=1300.0)
-    reasons = dp.check_datapath(second)
-    assert [(r.level, r.code) for r in reasons] == [(FAIL, "link_flap")]
-    assert reasons[0].message == "port mlx5_4/1 link_downed rose by 2 in 300 s (0 -> 2): the link is flapping"
-    # the next window starts where this one ended
-    assert dp.check_datapath(node_check.local_datapath(s, lambda: flapped, now=1360.0)) == []
+
+def test_check_judges_link_health_since_the_stored_reading():
+    from ccrhost.model.verdict import Readings, evaluate
+    from ccrhost.probes.fabric import parse_fabric_dump
+
+    s = settings()
+
+    def judge(lines):
+        reading = node_check.local_fabric(s, lambda: parse_fabric_dump(lines))
+        return reading, [(r.level, r.code, r.message) for r in evaluate(Readings([], [], fabric=reading),
+                                                                         s.expectation(), s.policy()).reasons
+                         if r.code not in ("no_rdma", "gpu_none")]
+
+    first_now = _fabric_output(1000.0, "boot-1", 0)
+    first, reasons = judge(first_now)
+    assert reasons == [] and first.window.note.startswith("no earlier reading")
+    second, reasons = judge(_fabric_output(1300.0, "boot-1", 2, first_now[1:]))
+    assert reasons == [(FAIL, "link_flap", "port mlx5_4/1 link_downed rose by 2 in 300 s (0 -> 2): the link is "
+                                           "flapping")]
     # another boot: its counters started at zero again, no baseline
-    monkeypatch.setattr(node_check, "boot_id", lambda: "boot-2")
-    rebooted = node_check.local_datapath(s, lambda: flapped, now=1400.0)
-    assert dp.check_datapath(rebooted) == [] and rebooted.link.note.startswith("first check since boot")
-
-
-def test_check_says_when_it_cannot_keep_its_state(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    s = settings(verify_link_state=str(blocker / "counters.json"))
-    reasons = dp.check_datapath(node_check.local_datapath(s, lambda: HEALTHY))
-    assert [(r.level, r.code) for r in reasons] == [(WARN, "link_state_unwritable")]
-    assert f"cannot keep the port counters in {blocker}/counters.json" in reasons[0].message
+    rebooted, reasons = judge(_fabric_output(1400.0, "boot-2", 2, _fabric_output(1300.0, "boot-1", 2)[1:]))
+    assert reasons == [] and rebooted.window.note.startswith("first reading since boot")
 
 
 def test_run_check_reads_the_data_path_and_prints_the_matrix(tmp_path):
@@ -318,7 +315,7 @@ def test_run_check_reads_the_data_path_and_prints_the_matrix(tmp_path):
     from ccrhost.probes.gpu import GpuProbe
 
     readings = healthy()
-    s = settings(verify_profile="hgx-h100-8x400", verify_link_state=str(tmp_path / "c.json"))
+    s = settings(verify_profile="hgx-h100-8x400", verify_link_state=str(tmp_path / "c"))
     rdma = rdma_reading()
     v = node_check.run_check(s, gather=lambda: (rdma, GpuProbe(gpus=tuple(readings.gpus))), gather_pci=lambda: ACS_ON)
     assert v.status == FAIL and [r.code for r in v.reasons if r.level != OK] == ["acs_redirect"]

@@ -432,8 +432,8 @@ SNAPSHOT = (["@@@ rdma", *RDMA, *CM, "@@@ modules", *MODULES, "@@@ qos", *QOS_DU
 @given(output(SNAPSHOT, max_size=120))
 def test_node_snapshot_never_raises(lines):
     snap = node.parse_snapshot(lines)
-    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"}
-    for name in ("rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"):
+    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric"}
+    for name in ("rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric"):
         assert name in snap.errors or getattr(snap, name) is not None
 
 
@@ -806,3 +806,36 @@ def test_node_snapshot_with_gpu_health_never_raises(lines):
     snap = node.parse_snapshot(lines, ("gpus", "gpu_health"))
     assert set(snap.errors) <= {"gpus", "gpu_health"}
     assert snap.gpu_health is not None
+
+
+# --- the lossless-fabric probe (issue 29) -------------------------------------
+
+FABRIC_FIX = Path(__file__).parent / "fixtures" / "fabric"
+FABRIC = [
+    "@@previous", "=@@t 1000.25", "=@@boot 6d1c-4e", "=@@ib", "=mlx5_0/ports/1/counters/link_downed:0",
+    "@@t 1300.5", "@@boot 6d1c-4e", "@@ib", "mlx5_0/ports/1/counters/link_downed:1",
+    "mlx5_0/ports/1/hw_counters/rnr_nak_retry_err:3", "mlx5_0/ports/1/hw_counters/out_of_sequence:N/A",
+    "@@stats mlx5_0 ens1np0", "NIC statistics:", "     tx_prio3_pause_duration: 500000",
+    *(FABRIC_FIX / "ethtool-S-cx4lx-pause.txt").read_text().splitlines(),
+    "@@pause mlx5_0 ens1np0", *(FABRIC_FIX / "ethtool-a-global-on.txt").read_text().splitlines(),
+    "Cannot get device pause settings: Operation not supported", "@@noethtool", "@@unkept cannot write /run/x",
+]
+
+
+@given(output(FABRIC))
+def test_fabric_probe_output_is_read_or_refused_never_a_crash(lines):
+    """Any output: a reading (odd ethtool lines recorded as unreadable, a
+    stored reading that cannot be read ignored) or the probe's own error."""
+    from ccrhost.model.fabric import check_fabric
+    from ccrhost.probes import fabric
+
+    try:
+        dump = fabric.parse_fabric_dump(lines)
+    except Exception as exc:
+        assert owns(exc, fabric.FabricFormatError), repr(exc)
+        return
+    assert isinstance(dump.now.time, float)
+    reading = fabric.fabric_reading(dump, None, (), 3600)
+    for values in reading.window.after.values():
+        assert all(type(v) is int for v in values.values())
+    check_fabric(reading)  # judging any reading never raises

@@ -189,3 +189,15 @@ def test_a_file_that_cannot_be_read_back_fails_the_host_and_is_not_written(why):
 
     (only,) = converge("/etc/nccl.conf", "NCCL_X=1\n", FileState("", 0, 0, None, why), owned=False, site="")
     assert only.function is _report_failure and describe(only) == f"fail: /etc/nccl.conf left untouched: {why}"
+
+
+def test_an_efa_device_is_no_nccl_ib_hca_entry():
+    """AWS EFA reports link_layer "Unknown": NCCL uses it through aws-ofi-nccl,
+    never as an IB HCA; beside RoCE ports it is left out, alone there is no
+    NCCL_IB_HCA at all."""
+    efa = port("Unknown", netdev=None)
+    mixed = nccl.derive(facts({"mlx5_0": port(), "rdmap16s27": efa}), validate_host("n1", {}))
+    assert mixed["NCCL_IB_HCA"] == "=mlx5_0:1"
+    alone = nccl.derive(facts({"rdmap16s27": efa, "rdmap32s27": efa}), validate_host("n1", {}))
+    assert "NCCL_IB_HCA" not in alone and "NCCL_IB_TC" not in alone
+    assert "rdmap" not in nccl.render_block(alone)

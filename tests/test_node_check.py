@@ -34,7 +34,7 @@ def test_prometheus_textfile():
     text = node_check.format_prometheus(failing())
     assert "ccrhost_check_status 2\n" in text
     assert 'ccrhost_port_effective_gbps{device="mlx5_3",port="1",active="0"}' in text
-    assert 'ccrhost_check_reason{level="FAIL",code="port_down",' in text
+    assert 'ccrhost_check_reason{level="FAIL",code="port_down"} 1' in text
     for line in text.splitlines():
         assert line.startswith("#") or line.split()[-1].replace(".", "").replace("e-", "").replace("e+", "").isdigit()
 
@@ -275,3 +275,29 @@ def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontro
     # once the node reads fine again, the health check lifts that drain as its own
     state.write_text(reason + " [root@2026-12-04T10:00:00]")
     assert node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
+
+
+def test_prometheus_labels_are_bounded_and_the_fabric_is_shown():
+    """The reason's free-text message is no label (a number in it made a new
+    series every check); codes, devices, directions and priorities are."""
+    from ccrhost.model.fabric import PauseSetting
+    from ccrhost.probes import fabric
+
+    before = {"eth0": {"tx_prio3_pause_duration": 0, "rx_discards_phy": 1},
+              "mlx5_0/1": {"rnr_nak_retry_err": 0}}
+    after = {"eth0": {"tx_prio3_pause_duration": 30_000_000, "rx_discards_phy": 4},
+             "mlx5_0/1": {"rnr_nak_retry_err": 2}}
+    dump = fabric.FabricDump(fabric.Counters(0.0, "b", before, {"eth0": "mlx5_0"}),
+                             fabric.Counters(300.0, "b", after, {"eth0": "mlx5_0"},
+                                             {"eth0": PauseSetting(False, True, False)}))
+    verdict = failing()
+    verdict.readings.fabric = fabric.fabric_reading(dump)
+    text = node_check.format_prometheus(verdict)
+    assert "message=" not in text
+    assert 'ccrhost_check_reason{level="FAIL",code="port_down"} 1' in text
+    assert 'ccrhost_fabric_counter{device="eth0",counter="rx_discards_phy"} 4' in text
+    assert 'ccrhost_fabric_counter{device="mlx5_0/1",counter="rnr_nak_retry_err"} 2' in text
+    assert 'ccrhost_fabric_pause_share{device="eth0",direction="tx",priority="3"} 0.1' in text
+    assert 'ccrhost_fabric_pause_seconds_total{device="eth0",direction="tx",priority="3"} 30' in text
+    assert 'ccrhost_fabric_global_pause{device="eth0",direction="rx"} 1' in text
+    assert 'ccrhost_fabric_global_pause{device="eth0",direction="tx"} 0' in text

@@ -148,6 +148,43 @@ def health_lines(draw) -> list[str]:
                                                                        "Operation not permitted"]])]
 
 
+@st.composite
+def fabric_lines(draw) -> list[str]:
+    """The fabric probe: a stored reading (or none, or another boot's, or an
+    old one), then the reading now: port error and transport counters,
+    ethtool statistics and pause per netdev, odd output now and then."""
+    def reading(t, boot, rising):
+        lines = [f"@@t {t}", f"@@boot {boot}", "@@ib"]
+        for i in range(2):
+            lines += [f"mlx5_{i}/ports/1/counters/link_downed:{rising * draw(st.sampled_from([0, 0, 1]))}",
+                      f"mlx5_{i}/ports/1/hw_counters/rnr_nak_retry_err:{rising * draw(st.sampled_from([0, 0, 2]))}",
+                      f"mlx5_{i}/ports/1/hw_counters/out_of_sequence:{rising * draw(st.sampled_from([0, 5]))}"]
+        for i in range(2):
+            lines += [f"@@stats mlx5_{i} eth{i}", "NIC statistics:",
+                      f"     rx_discards_phy: {rising * draw(st.sampled_from([0, 0, 9]))}",
+                      f"     tx_prio3_pause_duration: {rising * draw(st.sampled_from([0, 10**6, 10**9]))}",
+                      f"     tx_pause_storm_error_events: {rising * draw(st.sampled_from([0, 0, 1]))}"]
+            if draw(st.integers(0, 15)) == 0:
+                lines.append(draw(st.sampled_from(["     rx_symbol_err_phy: many", "garbage", ""])))
+            pause = draw(st.sampled_from(["off", "off", "on", None, "odd"]))
+            lines += [f"@@pause mlx5_{i} eth{i}", f"Pause parameters for eth{i}:"]
+            if pause == "odd":
+                lines.append("RX: sometimes")
+            elif pause is None:
+                lines.append("Cannot get device pause settings: Operation not supported")
+            else:
+                lines += ["Autonegotiate:\toff", f"RX:\t\t{pause}", f"TX:\t\t{pause}"]
+        return lines
+
+    kind = draw(st.sampled_from(["same", "same", "none", "other boot", "old"]))
+    now = reading(5000.0, "b1", 2)
+    if kind == "none":
+        return ["@@previous", *now]
+    then = 100.0 if kind == "old" else draw(st.sampled_from([4000.0, 4999.5]))
+    before = reading(then, "b0" if kind == "other boot" else "b1", 1)
+    return ["@@previous", *[f"={x}" for x in before], *now]
+
+
 SETTINGS = st.fixed_dictionaries({}, optional={
     "verify_profile": st.just("hgx-h100-8x400"),
     "verify_required_nic_fw": st.sampled_from(["28.39.3560", "99.0.0"]),
@@ -159,23 +196,26 @@ SETTINGS = st.fixed_dictionaries({}, optional={
     "verify_gpu_hw_slowdown": st.just("FAIL"),
     "verify_gpu_xid_ignore": st.sampled_from([[48], [79, 13]]),
     "verify_gpu_xid_lookback_hours": st.sampled_from([0, 0.5, 24]),
+    "qos_pfc_priorities": st.sampled_from([[], [3]]),
+    "verify_pause_share_max": st.sampled_from([0.1, 0.5]),
 })
 
 
-def snapshot_lines(rdma, gpus, pci, health) -> list[str]:
+def snapshot_lines(rdma, gpus, pci, health, fabric) -> list[str]:
     return [f"{PROBE_MARK} rdma", *rdma, f"{PROBE_MARK} gpus", *gpus, f"{PROBE_MARK} pci", *pci,
-            f"{PROBE_MARK} gpu_health", *health]
+            f"{PROBE_MARK} gpu_health", *health, f"{PROBE_MARK} fabric", *fabric]
 
 
 def codes(verdict) -> tuple[str, list[str]]:
     return verdict.status, sorted(r.code for r in verdict.reasons)
 
 
-def the_check(settings, rdma, gpus, pci, health, state: Path):
+def the_check(settings, rdma, gpus, pci, health, fabric, state: Path):
     """`ccrhost check` on a node whose probes print these lines."""
     split = health.index("@@pcigpus") if "@@pcigpus" in health else len(health)  # its two processes' parts
     outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci,
-               "the GPU health probe (nvidia-smi": health[:split], "the GPU health probe (kernel": health[split:]}
+               "the GPU health probe (nvidia-smi": health[:split], "the GPU health probe (kernel": health[split:],
+               "the fabric probe": fabric}
 
     def run(command, timeout, what):
         return "\n".join(next(lines for key, lines in outputs.items() if what.startswith(key))) + "\n"
@@ -191,18 +231,19 @@ def the_check(settings, rdma, gpus, pci, health, state: Path):
         return run_check(settings, timeout=5)
 
 
-@given(data=SETTINGS, rdma=rdma_lines(), gpus=gpu_lines(), pci=pci_lines(), health=health_lines())
-def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, rdma, gpus, pci, health):
-    state = tmp_path_factory.getbasetemp() / f"counters-{next(_STATE)}.json"
-    # the link window is the deploy's sleep or the check's stored reading: here neither judges
-    settings = validate_host("gpu01", {**data, "verify_link_window": 0, "verify_link_state": str(state),
-                                       "verify_gpu_state": f"{state}.gpu"})
+@given(data=SETTINGS, rdma=rdma_lines(), gpus=gpu_lines(), pci=pci_lines(), health=health_lines(),
+       fabric=fabric_lines())
+def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, rdma, gpus, pci, health, fabric):
+    state = tmp_path_factory.getbasetemp() / f"counters-{next(_STATE)}"
+    # rates: the fabric's from the stored reading its probe printed (the same on both paths), the GPUs'
+    # from the check's own state file (fresh each time: none judged)
+    settings = validate_host("gpu01", {**data, "verify_link_state": str(state), "verify_gpu_state": f"{state}.gpu"})
     config = next(content for path, content, _ in integration_files(settings) if path == CHECK_CONFIG)
     on_node = validate_host("gpu01", yaml.safe_load(config))  # what the prolog's check reads
 
-    deployed = node_verdict(parse_snapshot(snapshot_lines(rdma, gpus, pci, health),
-                                           ("rdma", "gpus", "pci", "gpu_health")), settings)
-    checked = the_check(on_node, rdma, gpus, pci, health, state)
+    deployed = node_verdict(parse_snapshot(snapshot_lines(rdma, gpus, pci, health, fabric),
+                                           ("rdma", "gpus", "pci", "gpu_health", "fabric")), settings)
+    checked = the_check(on_node, rdma, gpus, pci, health, fabric, state)
     printed = json.dumps(checked.to_dict(), indent=2, default=str)
     fleet, _ = judge(CheckOutput("gpu01", config, printed, checked.exit_code))
 

@@ -27,7 +27,8 @@ def test_one_probe_spoiled_leaves_the_others():
              "@@@ qos", "@@systemd",
              "@@@ gpus", "@@error", "nvidia-smi not found",
              "@@@ pci", "@@kernel", "6.8.0-45-generic", "x86_64", "@@ib", "mlx5_0/fw_ver:28.39.3560",
-             "@@@ gpu_health", "@@error", "nvidia-smi not found", "@@pcigpus", "@@dmesg 10.0"]
+             "@@@ gpu_health", "@@error", "nvidia-smi not found", "@@pcigpus", "@@dmesg 10.0",
+             "@@@ fabric", "@@previous", "@@t 12.5"]
     snap = node.parse_snapshot(lines)
     assert list(snap.errors) == ["rdma"]
     assert snap.pci.versions().nic_fw == {"mlx5_0": "28.39.3560"}
@@ -38,12 +39,13 @@ def test_one_probe_spoiled_leaves_the_others():
 def test_a_probe_that_printed_nothing_is_named():
     snap = node.parse_snapshot(["@@@ rdma", "@@ib"])
     assert snap.errors == {name: f"no output from the {name} probe" for name in ("modules", "qos", "files", "gpus",
-                                                                                        "pci", "gpu_health")}
+                                                                                        "pci", "gpu_health",
+                                                                                        "fabric")}
 
 
 def test_a_packed_payload_that_does_not_decode_spoils_every_probe():
     snap = node.parse_snapshot([f"{node.PACKED_MARK} gz", "not base64!"])
-    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health"}
+    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric"}
     assert all(e.startswith("the packed node output does not decode") for e in snap.errors.values())
 
 
@@ -53,7 +55,8 @@ def test_the_cache_serves_every_managed_file_from_the_one_read():
     class Host:
         def get_fact(self, fact, **kwargs):
             self.reads = getattr(self, "reads", 0) + 1
-            assert kwargs == {"paths": list(FILES), "wants": UNIT_WANTS}
+            # read only: no deploy configured it to keep the fabric reading
+            assert kwargs == {"paths": list(FILES), "wants": UNIT_WANTS, "state": node.DEFAULT_STATE, "keep": False}
             return node.parse_snapshot(["@@@ files", *[f"{p}\t-" for p in FILES]])
 
     host = Host()
@@ -64,10 +67,11 @@ def test_the_cache_serves_every_managed_file_from_the_one_read():
 def test_a_read_of_some_probes_keeps_the_others_from_the_snapshot_held():
     held = node.parse_snapshot(["@@@ rdma", "@@@ modules", "@@loaded", "mlx5_core", "@@@ files", "@@@ qos",
                                 "@@@ gpus", "@@error", "nvidia-smi not found", "@@@ pci", "@@kernel", "6.8.0", "x86_64",
-                                "@@@ gpu_health", "@@error", "nvidia-smi not found"])
+                                "@@@ gpu_health", "@@error", "nvidia-smi not found",
+                                "@@@ fabric", "@@previous", "@@t 5.0"])
     held.errors["gpus"] = "held error"
     again = ("rdma", "modules", "qos", "files")
-    command = node.command(list(FILES), UNIT_WANTS, 0, again)
+    command = node.command(list(FILES), UNIT_WANTS, again)
     assert "echo '@@@ gpus'" not in command and "echo '@@@ pci'" not in command and "echo '@@@ qos'" in command
     fresh = node.parse_snapshot(["@@@ rdma", "@@@ modules", "@@loaded", "mlx5_ib", "@@@ files", "@@@ qos"], again)
     assert fresh.errors == {}  # the probes not asked for are not "missing"
@@ -80,7 +84,9 @@ def test_a_read_of_some_probes_keeps_the_others_from_the_snapshot_held():
 def test_the_read_back_reads_again_what_a_write_can_change():
     from ccrhost.operations.tune import read_back
 
-    assert read_back({"modules", "RoCE", "boot unit", "QoS", "NCCL"}, 0) == ("rdma", "modules", "qos", "files")
-    # a data-path write, or a link window (its first counters are the PCI probe's), reads the PCI tree too
-    assert "pci" in read_back({"PCIe ACS"}, 0) and "pci" in read_back({"NCCL"}, 3)
-    assert all("gpus" not in read_back(w, s) for w in ({"GPUDirect"}, {"QoS"}) for s in (0, 3))
+    # the fabric counters too: the node's stored reading then starts after the tuning
+    assert read_back({"modules", "RoCE", "boot unit", "QoS", "NCCL"}) == ("rdma", "modules", "qos", "files",
+                                                                          "fabric")
+    # a data-path write reads the PCI tree too
+    assert "pci" in read_back({"PCIe ACS"}) and "pci" not in read_back({"NCCL"})
+    assert all("gpus" not in read_back(w) for w in ({"GPUDirect"}, {"QoS"}))

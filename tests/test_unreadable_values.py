@@ -137,11 +137,11 @@ def test_unsigned_is_the_kernels_percent_u(text, hi, value):
     assert numbers.unsigned(text, hi) == value
 
 
-@pytest.mark.parametrize("length", ["nan", "inf", "-3.0", "\u0663.0", "1e3", "3_0"])
-def test_a_counter_window_whose_length_is_no_number_is_not_read(length):
-    """float() took these; the window's length divides the counters' rise."""
-    from ccrhost.probes.node import WINDOW_MARK, parse_snapshot
+@pytest.mark.parametrize("stamp", ["nan", "inf", "-3.0", "\u0663.0", "1e3", "3_0", ""])
+def test_a_fabric_reading_time_that_is_no_number_is_refused(stamp):
+    """float() and str.isdigit() took some of these; the reading's time divides the counters' rise."""
+    from ccrhost.probes.fabric import FabricFormatError, parse_reading
 
-    lines = [f"{WINDOW_MARK} {length}", "@@ib", "mlx5_0/ports/1/counters/symbol_error:7"]
-    assert parse_snapshot(lines).window is None
-    assert parse_snapshot([f"{WINDOW_MARK} 3.0", *lines[1:]]).window == (3.0, {"mlx5_0/1": {"symbol_error": 7}})
+    with pytest.raises(FabricFormatError, match="is not a time"):
+        parse_reading([f"@@t {stamp}", "@@boot b1"])
+    assert parse_reading(["@@t 1733300000.123456789", "@@boot b1"]).time == 1733300000.123456789

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from ccrhost.probes.node import PROBES, NodeSnapshot, command, parse_snapshot
+from ccrhost.probes.node import DEFAULT_STATE, PROBES, NodeSnapshot, command, parse_snapshot
 
 
 class NodeState(FactBase):
@@ -25,8 +25,9 @@ class NodeState(FactBase):
         # connection): every probe unread, so none of them acts on it
         return NodeSnapshot(errors={name: "the node's state could not be read" for name in PROBES})
 
-    def command(self, paths, wants, window=0) -> str:
-        return command(paths, wants, window)
+    def command(self, paths, wants, state=DEFAULT_STATE, keep=False) -> str:
+        # keep: the fabric probe's reading now becomes the node's stored one
+        return command(paths, wants, state=state, keep=keep)
 
     def process(self, output):
         return parse_snapshot(output)

@@ -642,6 +642,10 @@ class Lab:
             if path.exists() and path.read_text() != content:
                 path.write_text(content)
         names = [str(f) for f in faults]
+        if {str(f) for f in faults if f.kind == "global_pause"} != {f for f in node.faults
+                                                                   if f.split("=")[0] == "global_pause"}:
+            # as if the port were reset: the netdevs' pause goes back to its power-on state
+            shutil.rmtree(ndir / "kernel" / "ethtool", ignore_errors=True)
         info = json.loads((ndir / "node.json").read_text())
         info["faults"] = names
         for folder in (ndir, root / "run/ccrhost-lab"):

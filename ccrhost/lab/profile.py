@@ -383,6 +383,13 @@ FAULT_KINDS = {
     "nvlink_down": "[INDEX[:LINK]]: NVLink LINK (default 0) of GPU INDEX (default 0) is inactive",
     "fabric_not_ready": "[INDEX]: the NVSwitch fabric of GPU INDEX (default: every GPU) is In Progress",
     "pcie_replay": "[INDEX]: GPU INDEX's (default 0) PCIe replay counter rises (5 a second)",
+    "pfc_storm": "[DEV]: that NIC's netdev (default: the first) counts a pause-storm event a second and sends PFC "
+                 "pause half the time on each PFC priority (ethtool -S)",
+    "global_pause": "[DEV]: 802.3x global pause is on at power-on on that NIC's netdev (default: the first; "
+                    "ethtool -a)",
+    "rx_discards": "[DEV]: that NIC's netdev drops 10 received packets a second (ethtool -S rx_discards_phy)",
+    "rnr_retry": "[DEV]: that NIC's port counts a receiver-not-ready retry failure a second "
+                 "(hw_counters/rnr_nak_retry_err)",
 }
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay")
@@ -538,8 +545,9 @@ def _guid(node_index: int, nic_index: int) -> str:
 
 # Faults a running node can take and lose again (``ccrhost lab fault``):
 # they change what sysfs, nvidia-smi or the lab link report, nothing else.
+FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
-              *GPU_HEALTH_KINDS)
+              *GPU_HEALTH_KINDS, *FABRIC_FAULTS)
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -905,6 +913,12 @@ def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
     """The sysfs files a link fault changes, path under /sys -> content:
     port state, physical state, rate, the netdev's operstate and the NIC's
     trained PCIe width. Boot writes them; a live fault rewrites them."""
+    names = {nic.name for nic in profile.nics}
+    for kind in FABRIC_FAULTS:  # the ethtool shim and labsysfsd act on them; only their NIC is checked here
+        for value in _fault_values(faults, kind):
+            if value and value not in names:
+                raise ProfileError(f"fault {kind}={value}: need a NIC of {profile.name} "
+                                   f"({', '.join(sorted(names))})")
     down, missing, rates, widths = _link_faults(profile, faults)
     _gpu_health_faults(profile, faults)
     tree = pci_tree(profile, faults)
@@ -1011,7 +1025,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         for counter in ERROR_COUNTERS:
             _write(port / "counters" / counter, "0\n")
         if profile.ofed:
-            for counter in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets"):
+            for counter in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence",
+                            "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err"):
                 _write(port / "hw_counters" / counter, "0\n")
         table = gid_table(nic, node_index, i, ethernet)
         ip = next((str(ipaddress.IPv6Address(g.gid).ipv4_mapped) for g in table

@@ -19,18 +19,21 @@ from ccrhost.render import render
 
 
 def render_boot(settings, rdma, netdevs: dict, qos_state: dict, datapath: list | None = None,
-                peermem: str | None = None) -> tuple[str, str]:
+                peermem: str | None = None, pause: dict | None = None) -> tuple[str, str]:
     """The boot script and its unit. QoS is planned for every netdev, and
     re-applied at boot to those the QoS stage lists in QOS_INTERFACES.
     ``datapath``: argv lists that re-apply ACS, NIC Device Control and the
     RoCE MTU (before QoS, whose buffers are sized for the MTU);
-    ``peermem``: the peer-memory module to load with the other modules."""
+    ``peermem``: the peer-memory module to load with the other modules;
+    ``pause``: netdev -> global pause setting (``ethtool -a``) where the
+    driver has one: turned off again at boot where PFC is on."""
     per_iface = []
     if settings.qos_enable:
         wanted = settings.qos_wanted()
         for iface in netdevs:
             current = qos_state.get(iface, QosInterface())
-            cmds, _ = qos.plan_interface(iface, current.backend, wanted, current, force=True)
+            cmds, _ = qos.plan_interface(iface, current.backend, wanted, current, force=True,
+                                         pause=(pause or {}).get(iface))
             per_iface.append((iface, [qos.shell_line(c) for c in cmds]))
     roce_ports = [(dev, num) for dev, num, _ in ethernet_ports(rdma)]
     all_ports = [f"{dev}/ports/{num}" for info in netdevs.values() for dev, num in info["ports"]]

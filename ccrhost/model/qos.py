@@ -116,11 +116,11 @@ class Step:
 
 
 def plan_interface(iface: str, backend: str, wanted: Wanted, current: QosInterface,
-                   force: bool = False) -> tuple[list, list[str]]:
+                   force: bool = False, pause=None) -> tuple[list, list[str]]:
     """(commands, notes) that bring ``iface`` from ``current`` (its
     QosInterface reading) to ``wanted``. ``force`` plans every setting, changed or not: the
     boot script. Notes say what this driver cannot set on the interface."""
-    steps, notes = plan_steps(iface, backend, wanted, current, force)
+    steps, notes = plan_steps(iface, backend, wanted, current, force, pause)
     return [step.forward for step in steps], notes
 
 
@@ -162,9 +162,24 @@ def _mlnx_qos_runs(options: list) -> list[list]:
 
 
 def plan_steps(iface: str, backend: str, wanted: Wanted, current: QosInterface,
-               force: bool = False) -> tuple[list[Step], list[str]]:
+               force: bool = False, pause=None) -> tuple[list[Step], list[str]]:
     """:func:`plan_interface` as :class:`Step` s, each with the commands that
-    restore what ``current`` read, in the order they are applied."""
+    restore what ``current`` read, in the order they are applied.
+    ``pause``: the netdev's global pause (``ethtool -a``, a
+    ``model.fabric.PauseSetting``; None where the driver has none): where
+    PFC is wanted it goes off, as its last step (nic-configuration-operator
+    manages pauseFrames beside PFC; global pause on beside PFC stalls every
+    priority)."""
+    steps, notes = _qos_steps(iface, backend, wanted, current, force)
+    if pause is not None and any(wanted.pfc) and (force or pause.on):
+        steps.append(_step(["ethtool", "-A", iface, "rx", "off", "tx", "off"],
+                           [["ethtool", "-A", iface, "rx", "on" if pause.rx else "off",
+                             "tx", "on" if pause.tx else "off"]]))
+    return steps, notes
+
+
+def _qos_steps(iface: str, backend: str, wanted: Wanted, current: QosInterface,
+               force: bool = False) -> tuple[list[Step], list[str]]:
     steps: list[Step] = []
     notes: list[str] = []
     have_map = current.dscp2prio or {}

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
+from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model import workload as workload_model
 from ccrhost.model.gpus import GpuReading
@@ -38,6 +39,7 @@ class Readings:
     measure_note: str | None = None
     datapath: dp.DatapathReading | None = None  # None: the data path was not read (not judged)
     gpu_health: gh.GpuHealthReading | None = None  # None: GPU health was not read (not judged)
+    fabric: fab.FabricReading | None = None      # None: the lossless-fabric counters were not read
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -81,6 +83,8 @@ class Policy:
     link_thresholds: dp.LinkThresholds = dp.LinkThresholds()
     required_versions: dp.RequiredVersions = dp.RequiredVersions()
     gpu_health: gh.GpuHealthPolicy = gh.GpuHealthPolicy()
+    fabric: fab.FabricPolicy = fab.FabricPolicy()
+    window_max_age: float | None = 3600  # verify_window_max_age: the oldest stored reading a rate starts from
 
 
 @dataclass
@@ -256,6 +260,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
         reasons += dp.check_datapath(readings.datapath, dp.DatapathPolicy(
             rail_local=expect.rail_local, thresholds=policy.link_thresholds, required=policy.required_versions,
             measure_min_fraction=policy.measure_min_fraction))
+    reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))

@@ -15,10 +15,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ccrhost.model.datapath import DatapathReading, LinkWindow, unreadable
+from ccrhost.model.datapath import DatapathReading, unreadable
+from ccrhost.model.fabric import FabricReading, window_from_state
+from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
 from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
-from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.output import write_atomic
 from ccrhost.settings import HostSettings
 
@@ -30,22 +31,28 @@ MEASURED_CODES = ("measured_slow",)
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
-              gather_health=None) -> Verdict:
+              gather_health=None, gather_fabric=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``started``: the reads
     already under way (:class:`ccrhost.node.gather.Started`), else they
     start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
-    path) are for tests; with ``gather`` alone the data path is not read.
-    ``gather_health`` (GPU health) likewise: with ``gather`` and without
-    it, GPU health is not read.
+    path) are for tests; with ``gather`` alone the data path is not read,
+    GPU health only with ``gather_health`` and the lossless-fabric counters
+    only with ``gather_fabric``.
 
     What could not be read is UNKNOWN, never a guess: an RDMA probe that
     hangs past ``timeout`` or prints what sysfs never prints gives the
     UNKNOWN verdict of :func:`unknown`; GPUs or a data path that cannot be
     read are UNKNOWN reasons of the verdict.
     """
+    fabric = None
     if gather is None:
-        from ccrhost.node.gather import Started
+        from ccrhost.node.gather import Started, _start
+        from ccrhost.probes import fabric as fabric_probe
         from ccrhost.probes import local, rdma
+
+        if gather_fabric is None:  # it needs the settings (the stored reading's path): started now, beside the rest
+            fabric = _start(fabric_probe.read_local, settings.verify_link_state, True, timeout)
+            gather_fabric = fabric.result
 
         # The three probes are separate processes that only read: run at
         # once, the check waits for the slowest rather than their sum.
@@ -66,6 +73,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     health = local_gpu_health(settings, gather_health) if gather_health is not None else None
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath,
                                    gpu_health=health)
+    readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
@@ -78,35 +86,10 @@ def unknown(code: str, message: str, verdict: Verdict | None = None) -> Verdict:
     return unjudged(UNKNOWN, code, message)
 
 
-# --- the data path, with the link-health window kept between checks ---------
+# --- the data path, and the lossless fabric since the node's last reading -------
 
-def boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
-def window_from_state(previous: dict | None, counters: dict, boot: str | None, now: float) -> LinkWindow:
-    """The window since the last check's reading (``previous``, the state
-    file's content). Counters start at zero with every boot and driver load,
-    so a reading from another boot is no baseline."""
-    if not isinstance(previous, dict) or not isinstance(previous.get("counters"), dict):
-        return LinkWindow({}, counters, None, "no earlier reading of the port error counters: link health is "
-                                              "judged from the next check on")
-    if previous.get("boot_id") != boot:
-        return LinkWindow({}, counters, None, "first check since boot: link health is judged from the next "
-                                              "check on")
-    before = {port: {k: v for k, v in values.items() if isinstance(v, int)}
-              for port, values in previous["counters"].items() if isinstance(values, dict)}
-    seconds = now - previous["time"] if isinstance(previous.get("time"), (int, float)) else None
-    return LinkWindow(before, counters, round(seconds, 1) if seconds is not None else None)
-
-
-def local_datapath(settings: HostSettings, gather_pci, now=None) -> DatapathReading:
-    """Read the data path here and open the next window: the counters go to
-    ``verify_link_state`` for the next check."""
+def local_datapath(settings: HostSettings, gather_pci) -> DatapathReading:
+    """Read the data path here."""
     from ccrhost.probes.local import ProbeTimeout
     from ccrhost.probes.pci import PciFormatError
 
@@ -114,21 +97,29 @@ def local_datapath(settings: HostSettings, gather_pci, now=None) -> DatapathRead
         snap = gather_pci()
     except (PciFormatError, ProbeTimeout, OSError) as exc:
         return unreadable(str(exc))
-    now = time.time() if now is None else now
-    counters = snap.compute_counters(settings.rdma_exclude_devices)
-    path = Path(settings.verify_link_state)
+    return snap.datapath(settings.rdma_exclude_devices)
+
+
+def local_fabric(settings: HostSettings, gather_fabric) -> FabricReading:
+    """The fabric counters here, judged by the rule the deploy uses
+    (``probes.fabric.fabric_reading``): rates since the node's stored
+    reading, which this read replaces (``verify_link_state``)."""
+    from ccrhost.probes.fabric import FabricFormatError, fabric_reading
+    from ccrhost.probes.local import ProbeTimeout
+
     try:
-        previous = json.loads(path.read_text())
-    except (OSError, ValueError):
-        previous = None
-    boot = boot_id()
-    window = window_from_state(previous, counters, boot, now)
+        dump = gather_fabric()
+    except (FabricFormatError, ProbeTimeout, OSError) as exc:
+        return FabricReading(error=f"cannot read the lossless-fabric counters (ethtool, hw_counters): {exc}")
+    return fabric_reading(dump, None, settings.rdma_exclude_devices, settings.verify_window_max_age)
+
+
+def boot_id() -> str | None:
     try:
-        write_atomic(path, json.dumps({"boot_id": boot, "time": now, "counters": counters}) + "\n")
-    except OSError as exc:
-        window = replace(window, warning=f"cannot keep the port counters in {path} ({exc.strerror or exc}): "
-                                         "the next check cannot judge link health")
-    return snap.datapath(settings.rdma_exclude_devices, window)
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def local_gpu_health(settings: HostSettings, gather_health, now=None):
@@ -147,7 +138,7 @@ def local_gpu_health(settings: HostSettings, gather_health, now=None):
         previous = json.loads(path.read_text())
     except (OSError, ValueError):
         previous = None
-    link = window_from_state(previous, current, boot_id(), now)
+    link = window_from_state(previous, current, boot_id(), now, settings.verify_window_max_age)
     reading.window = CounterWindow(link.seconds, link.before) if link.note is None else CounterWindow(
         None, {}, "no earlier reading of the GPU counters this boot: their rates are judged from the next check on")
     try:
@@ -169,9 +160,9 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  workload model: {c.workload['statement']}")
     for r in verdict.reasons:
         lines.append(f"  {r.level}: {r.message}")
-    datapath = verdict.readings.datapath
-    if datapath is not None and datapath.link is not None and datapath.link.note:
-        lines.append(f"  note: {datapath.link.note}")
+    fabric = verdict.readings.fabric
+    if fabric is not None and fabric.window is not None and fabric.window.note:
+        lines.append(f"  note: {fabric.window.note}")
     return "\n".join(lines) + "\n"
 
 
@@ -248,9 +239,15 @@ def format_prometheus(verdict: Verdict) -> str:
                    f'active="{int(p.active)}"}} {p.effective_gbps:g}')
     out += ["# HELP ccrhost_gpus GPUs found.", "# TYPE ccrhost_gpus gauge", f"ccrhost_gpus {len(verdict.readings.gpus)}",
             *gpu_health_metrics(verdict.readings.gpu_health),
-            "# HELP ccrhost_check_reason A reason for a non-OK verdict.", "# TYPE ccrhost_check_reason gauge"]
+            "# HELP ccrhost_check_reason A reason for a non-OK verdict (its code; the message is in the "
+            "check's text and JSON output, never a label: a number in it would make a new series).",
+            "# TYPE ccrhost_check_reason gauge"]
+    seen = set()
     for r in verdict.reasons:
-        out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}",message="{_label(r.message)}"}} 1')
+        if (r.level, r.code) not in seen:
+            seen.add((r.level, r.code))
+            out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}"}} 1')
+    out += _fabric_metrics(verdict.readings.fabric)
     return "\n".join(out) + "\n"
 
 
@@ -289,6 +286,42 @@ def gpu_health_metrics(health) -> list[str]:
     out += ["# HELP ccrhost_gpu_xids XID lines in the kernel log since boot, per GPU and code.",
             "# TYPE ccrhost_gpu_xids gauge"]
     out += [f'ccrhost_gpu_xids{{gpu="{_label(g)}",code="{c}"}} {n}' for (g, c), n in sorted(counts.items())]
+    return out
+
+
+def _fabric_metrics(fabric) -> list[str]:
+    """The lossless-fabric readings, labelled only by device, counter,
+    direction and priority (bounded sets): the raw counters (for rate()),
+    the pause share per priority over the check's window, global pause."""
+    from ccrhost.model.fabric import PRIO_PAUSE, RATE_COUNTERS, pause_shares
+
+    if fabric is None or fabric.window is None:
+        return []
+    out = ["# HELP ccrhost_fabric_counter Lossless-fabric error counters as read (ethtool -S per netdev, "
+           "hw_counters per RDMA port): storm events, drops, physical and transport errors.",
+           "# TYPE ccrhost_fabric_counter counter"]
+    for device, values in sorted(fabric.window.after.items()):
+        for name in RATE_COUNTERS:
+            if name in values:
+                out.append(f'ccrhost_fabric_counter{{device="{_label(device)}",counter="{name}"}} {values[name]}')
+    out += ["# HELP ccrhost_fabric_pause_seconds_total PFC pause per priority (<dir>_prio<N>_pause_duration, "
+            "microseconds in ethtool), in seconds.", "# TYPE ccrhost_fabric_pause_seconds_total counter"]
+    for device, values in sorted(fabric.window.after.items()):
+        for name, value in sorted(values.items()):
+            m = PRIO_PAUSE.match(name)
+            if m and m.group(3) == "_duration":
+                out.append(f'ccrhost_fabric_pause_seconds_total{{device="{_label(device)}",direction="{m.group(1)}",'
+                           f'priority="{m.group(2)}"}} {value / 1e6:g}')
+    out += ["# HELP ccrhost_fabric_pause_share Share of the window since the last check a priority was paused.",
+            "# TYPE ccrhost_fabric_pause_share gauge"]
+    for (device, way, prio), share in pause_shares(fabric.window).items():
+        out.append(f'ccrhost_fabric_pause_share{{device="{_label(device)}",direction="{way}",priority="{prio}"}} '
+                   f'{share:.6g}')
+    out += ["# HELP ccrhost_fabric_global_pause Global 802.3x pause (ethtool -a): 1 on, 0 off.",
+            "# TYPE ccrhost_fabric_global_pause gauge"]
+    for device, p in sorted(fabric.pause.items()):
+        for way, on in (("rx", p.rx), ("tx", p.tx)):
+            out.append(f'ccrhost_fabric_global_pause{{device="{_label(device)}",direction="{way}"}} {int(bool(on))}')
     return out
 
 

@@ -142,18 +142,17 @@ READ_BACK_MARK = "@@@@ccrhost-read-back"
 class ReadBackCommand(StringCommand):
     """A host's last write command, then the node snapshot read again in the
     same round trip: the verification judges the tuned node from that read
-    (``cache.store``) instead of a command of its own, and with ``window``
-    the link window's second counter reading too. ``probes``: read only
+    (``cache.store``) instead of a command of its own. ``probes``: read only
     these again, the rest is kept from the snapshot the stages planned
     from. The read runs only when every write succeeded; a failing write
     fails the host with its own output, as the plain command would."""
 
-    def __init__(self, command: StringCommand, window: float = 0, probes=None):
+    def __init__(self, command: StringCommand, host, probes=None):
         from ccrhost.probes.node import PROBES
 
         self.command, self.probes = command, PROBES if probes is None else tuple(probes)
         super().__init__("{", *command.bits, ";", "} && { echo", QuoteString(READ_BACK_MARK), ";",
-                         fact_cache.read_command(window, self.probes), "; }")
+                         fact_cache.read_command(host, self.probes), "; }")
 
     def execute(self, state, host, connector_arguments):
         from pyinfra.connectors.util import CommandOutput

@@ -36,7 +36,8 @@ def persist(settings):
     pci = fact_cache.pci(host)
     files = fact_cache.files(host, [BOOT_SCRIPT, UNIT_PATH, PEERMEM_FILE])
     peermem = peermem_module(pci, files.get(PEERMEM_FILE)) if settings.rdma_gpudirect else None
-    script, unit = render_boot(settings, rdma, netdevs, qos_facts.interfaces, boot_plan(settings, rdma, pci), peermem)
+    script, unit = render_boot(settings, rdma, netdevs, qos_facts.interfaces, boot_plan(settings, rdma, pci), peermem,
+                               fact_cache.global_pause(host))
     # the script's first line must stay the shebang
     body = script.split("\n", 1)
     yield from converge(BOOT_SCRIPT, body[0] + "\n" + MANAGED_HEADER + body[1], files.get(BOOT_SCRIPT), mode="755")

@@ -21,7 +21,9 @@ from ccrhost.model.managed import FILES, UNIT_WANTS
 
 _ATTR = "_ccrhost_snapshot"
 _STALE = "_ccrhost_snapshot_stale"
-_AT = "_ccrhost_snapshot_at"  # time.monotonic() when it was read: the start of the link-health window
+_AT = "_ccrhost_snapshot_at"  # time.monotonic() when it was read
+_STATE = "_ccrhost_fabric_state"  # (path, keep): the fabric probe's stored reading, and whether reads replace it
+_FIRST = "_ccrhost_fabric_first"  # the run's first fabric reading: the window the verification judges
 
 
 class NodeReadError(RuntimeError):
@@ -42,19 +44,45 @@ def _real(host):
     return getter(host) if getter else host
 
 
-def snapshot(host, window: float = 0):
-    """The host's snapshot, read now if none is held; ``window``: also read
-    the port error counters that many seconds later in the same command (see
-    :func:`link_window`)."""
+def configure(host, state: str, keep: bool) -> None:
+    """Where the node keeps its last counter reading (``verify_link_state``)
+    and whether this run's reads replace it (a deploy that verifies does;
+    a dry run never writes). Unconfigured: the default path, read only."""
+    _real(host).__dict__[_STATE] = (state, keep)
+
+
+def _state(host) -> tuple[str, bool]:
+    from ccrhost.probes.node import DEFAULT_STATE
+
+    return _real(host).__dict__.get(_STATE, (DEFAULT_STATE, False))
+
+
+def _first(host, snap) -> None:
+    # The window the verification judges is the run's first: from the
+    # node's last stored reading to before this run wrote anything. A
+    # later read (after the tuning) only moves the stored reading on, so
+    # the next window starts after the tuning, never across it.
+    if _FIRST not in host.__dict__ and snap.fabric is not None and "fabric" not in snap.errors:
+        host.__dict__[_FIRST] = snap.fabric
+
+
+def snapshot(host):
+    """The host's snapshot, read now if none is held."""
     from ccrhost.facts.node import NodeState
 
     host = _real(host)
     if _ATTR not in host.__dict__:
-        extra = {"window": window} if window else {}
-        host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS, **extra)
+        state, keep = _state(host)
+        host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS, state=state, keep=keep)
         host.__dict__[_STALE] = False
         host.__dict__[_AT] = time.monotonic()
+        _first(host, host.__dict__[_ATTR])
     return host.__dict__[_ATTR]
+
+
+def fabric_first(host):
+    """The run's first fabric reading (``probes.fabric.FabricDump``), or None."""
+    return _real(host).__dict__.get(_FIRST)
 
 
 def cached(host) -> bool:
@@ -75,20 +103,15 @@ def store(host, snap, probes) -> None:
     host.__dict__[_ATTR] = snap
     host.__dict__[_STALE] = False
     host.__dict__[_AT] = time.monotonic()
+    _first(host, snap)
 
 
-def read_command(window: float, probes) -> str:
+def read_command(host, probes) -> str:
     """The snapshot's shell command for ``probes``, as :func:`snapshot` runs it."""
     from ccrhost.probes.node import command
 
-    return command(list(FILES), UNIT_WANTS, window, probes)
-
-
-def link_window(host, seconds: float):
-    """The port error counters the current snapshot's own command read again
-    at least ``seconds`` after it, or None when it did not."""
-    window = snapshot(host).window
-    return window[1] if window is not None and window[0] >= seconds else None
+    state, keep = _state(host)
+    return command(list(FILES), UNIT_WANTS, probes, state=state, keep=keep)
 
 
 def changed(host) -> None:
@@ -101,7 +124,7 @@ def changed(host) -> None:
 def drop(host) -> None:
     """Forget the snapshot: the next stage reads the node again."""
     _real(host).__dict__.pop(_ATTR, None)
-    _real(host).__dict__.pop(_AT, None)
+    _real(host).__dict__.pop(_AT, None)  # the run's first fabric reading stays: it is the judged window
 
 
 def fresh(host) -> None:
@@ -141,6 +164,15 @@ def qos_state(host, netdevs):
 
     extra = _real(host).get_fact(QosState, interfaces=missing, wants=UNIT_WANTS)
     return replace(reading, interfaces={**reading.interfaces, **extra.interfaces})
+
+
+def global_pause(host) -> dict:
+    """``{netdev: PauseSetting}`` (``ethtool -a``) as the snapshot read it;
+    empty where the fabric probe could not be read or ethtool is missing."""
+    snap = snapshot(host)
+    if "fabric" in snap.errors or snap.fabric is None:
+        return {}
+    return dict(snap.fabric.now.pause)
 
 
 def gpus(host):

@@ -48,7 +48,8 @@ def lossless(settings):
     + settings: the host's validated ``HostSettings`` (qos_*, ecn_*, dcqcn_params)
 
     Uses ``mlnx_qos`` and the ecn/ sysfs tree on MLNX_OFED, iproute2 ``dcb``
-    and debugfs ``cc_params`` on upstream kernels; reads the state first
+    and debugfs ``cc_params`` on upstream kernels, and turns global 802.3x
+    pause off (``ethtool -A``) where PFC is on; reads the state first
     and writes only what differs, one interface at a time as a unit (a
     failed setting restores the interface and stops there). Refuses a
     netdev under the SSH connection or a default route (through VLANs,
@@ -71,6 +72,7 @@ def lossless(settings):
         yield from fail(refused)
         return
     state = fact_cache.qos_state(host, netdevs).interfaces
+    pause = fact_cache.global_pause(host)
     wanted = settings.qos_wanted()
     plans, problems, notes = [], [], {}
     for iface, info in netdevs.items():
@@ -78,7 +80,7 @@ def lossless(settings):
         problems += [f"{iface}: {e}" for e in current.errors]
         mtu = planned_mtu(settings, rdma.node, iface, current.mtu) or 4200  # as the MTU stage leaves it
         problems += [f"{iface}: {p}" for p in qos.buffer_problems(wanted, current, info["rate_gbps"], mtu)]
-        steps, iface_notes = qos.plan_steps(iface, current.backend, wanted, current)
+        steps, iface_notes = qos.plan_steps(iface, current.backend, wanted, current, pause=pause.get(iface))
         for note in iface_notes:
             notes.setdefault(note, []).append(iface)
         plans.append((iface, steps))

@@ -31,15 +31,16 @@ STAGE_LABELS = ("modules", "RoCE", "boot unit", "MTU", "QoS", "PFC headroom", "G
 PCI_STAGES = {"GPUDirect", "PCIe ACS", "NIC PCIe"}
 
 
-def read_back(written: set[str], window: float) -> tuple[str, ...]:
+def read_back(written: set[str]) -> tuple[str, ...]:
     """The probes the read-back after ``written`` stages reads again: every
-    one a write can change. The GPUs, and the PCI tree unless a data-path
-    stage wrote to it or the link window needs its counters now, stay as
-    the run's first read saw them (GPU health too), which is all a no-op run judges by: on a
-    real node nvidia-smi alone can take longer than the rest."""
+    one a write can change, and the fabric counters (the node's stored
+    reading then starts after the tuning, so the next window does not span
+    it). The GPUs, and the PCI tree unless a data-path stage wrote to it,
+    stay as the run's first read saw them (GPU health too), which is all a no-op run judges
+    by: on a real node nvidia-smi alone can take longer than the rest."""
     from ccrhost.probes.node import PROBES
 
-    skip = {"gpus", "gpu_health"} | (set() if written & PCI_STAGES or window > 0 else {"pci"})
+    skip = {"gpus", "gpu_health"} | (set() if written & PCI_STAGES else {"pci"})
     return tuple(p for p in PROBES if p not in skip)
 
 
@@ -122,8 +123,8 @@ def rdma(settings):
     written = {label for label, _commands in pending}
     # what is sent last was planned from the snapshot held now (a dropped
     # one was read again before), so the read-back can complete it
-    probes = read_back(written, settings.verify_link_window) if fact_cache.cached(host) else None
+    probes = read_back(written) if fact_cache.cached(host) else None
     last = send()
     if last and isinstance(last[-1], StringCommand):
-        last[-1] = ReadBackCommand(last[-1], settings.verify_link_window, probes)
+        last[-1] = ReadBackCommand(last[-1], host, probes)
     yield from last

@@ -12,33 +12,24 @@ from ccrhost.model.status import UNKNOWN
 from ccrhost.model.verdict import FAIL, OK, Verdict, evaluate, readings_from_facts, unjudged
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation
-from ccrhost.probes.pci import only_compute
 
 
-def link_window(settings, pci) -> dp.LinkWindow | None:
-    """The error counters over ``verify_link_window`` seconds: the snapshot's
-    reading, then a second one once that long has passed since it was read
-    (the wait happens on the node, every host at once). In the tuning deploy
-    the snapshot is re-read once the stages changed anything, so the window
-    opens after the tuning, not during it. Where the snapshot's own command
-    read the counters again (the tuning's read-back, or the verification's
-    own read), no second command is needed."""
-    seconds = settings.verify_link_window
-    if not seconds:
+def fabric(snap, settings, first=None):
+    """The lossless-fabric reading: rates since the node's stored reading up
+    to ``first`` (the run's first read, ``cache.fabric_first``), settings as
+    ``snap`` shows them; None when the probe was not read."""
+    from ccrhost.model.fabric import FabricReading
+    from ccrhost.probes.fabric import fabric_reading
+
+    if "fabric" in snap.errors:
+        return FabricReading(error=snap.errors["fabric"])
+    if snap.fabric is None:
         return None
-    from ccrhost.facts.pci import PortErrorCounters
-
-    exclude = settings.rdma_exclude_devices
-    after, took = fact_cache.link_window(host, seconds), seconds  # read by the snapshot's own command
-    if after is None:
-        age = fact_cache.snapshot_age(host) or 0.0
-        after = fact_cache._real(host).get_fact(PortErrorCounters, delay=max(seconds - age, 0.0))
-        took = fact_cache.snapshot_age(host) or seconds
-    return dp.LinkWindow(pci.compute_counters(exclude), only_compute(after, exclude), round(took, 1))
+    return fabric_reading(first or snap.fabric, snap.fabric, settings.rdma_exclude_devices,
+                          settings.verify_window_max_age)
 
 
-def node_verdict(snap, settings, window: dp.LinkWindow | None = None, measured=None,
-                 gpudirect=None) -> Verdict:
+def node_verdict(snap, settings, measured=None, gpudirect=None, first=None) -> Verdict:
     """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
     as ``ccrhost check`` makes it from the same output: RDMA ports that
     cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
@@ -51,9 +42,10 @@ def node_verdict(snap, settings, window: dp.LinkWindow | None = None, measured=N
     if "pci" in snap.errors:
         datapath = dp.unreadable(snap.errors["pci"])  # UNKNOWN for the data path; the CCR is still judged
     else:
-        datapath = snap.pci.datapath(exclude, window, gpudirect)
+        datapath = snap.pci.datapath(exclude, None, gpudirect)
     health = snap.gpu_health if "gpu_health" not in snap.errors else GpuHealthReading(error=snap.errors["gpu_health"])
     readings = readings_from_facts(snap.rdma, gpus, exclude, measured, datapath, health)
+    readings.fabric = fabric(snap, settings, first)
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
@@ -61,8 +53,9 @@ def node_verdict(snap, settings, window: dp.LinkWindow | None = None, measured=N
 def ccr(settings, report=None, measured=None, gpudirect=None):
     """
     Measure this node's CCR from its RDMA ports and GPUs, read its GPU-to-NIC
-    data path (peer memory, ACS, IOMMU, topology, port errors over
-    ``verify_link_window`` seconds, versions) and judge both.
+    data path (peer memory, ACS, IOMMU, topology, versions) and its lossless
+    fabric (pause, drops, port and transport errors since the node's last
+    stored reading) and judge them.
 
     + settings: the host's validated ``HostSettings`` (expectations, policy)
     + report: a ``FleetReport`` that collects the verdict for the fleet report
@@ -79,13 +72,14 @@ def ccr(settings, report=None, measured=None, gpudirect=None):
         verify.ccr(name="Verify CCR", settings=settings, report=report)
     """
     fact_cache.fresh(host)  # judge the node as the stages before left it
-    # a read now (nothing held) takes the link window in the same command
-    snap = fact_cache.snapshot(host, window=settings.verify_link_window)
-    window = link_window(settings, snap.pci) if "pci" not in snap.errors else None
-    verdict = node_verdict(snap, settings, window, measured, gpudirect)
+    snap = fact_cache.snapshot(host)  # the fabric counters' window comes with it: no second read, no sleep
+    verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host))
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))
+    fabric = verdict.readings.fabric
+    if fabric is not None and fabric.window is not None and fabric.window.note:
+        host.log(f"note: {fabric.window.note}")  # a first reading: rates start from now
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

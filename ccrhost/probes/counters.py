@@ -15,7 +15,10 @@ from ccrhost.probes.sysfs import split_dump
 # ``counters/`` or, before kernel 4.5, ``counters_ext/``) count 4-byte words.
 # The plain ones are 32-bit on some drivers and wrap. Unreadable counters
 # (``N/A (no PMA)``, EINVAL) are skipped, not fatal.
-HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets")
+# The congestion counters, then the RDMA transport errors (kernel mlx5
+# hw_counters; ccrhost check judges them, the monitor shows their rise).
+HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence", "packet_seq_err",
+               "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err")
 _DATA = {"port_xmit_data": "tx", "port_rcv_data": "rx"}
 
 

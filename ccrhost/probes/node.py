@@ -13,12 +13,14 @@ import binascii
 import gzip
 from dataclasses import dataclass, field
 
-from ccrhost.probes import files, gpu, gpu_health, kernel, numbers, pci, qos, rdma
+from ccrhost.probes import fabric, files, gpu, gpu_health, kernel, pci, qos, rdma
 from ccrhost.probes.sections import split
 
 PROBE_MARK = "@@@"
 PACKED_MARK = "@@@@packed"
-WINDOW_MARK = "@@@@window"
+# where the fabric probe keeps its last reading unless the settings say
+# otherwise (verify_link_state's default)
+DEFAULT_STATE = "/run/ccrhost/counters"
 
 
 @dataclass
@@ -32,11 +34,9 @@ class NodeSnapshot:
     pci: pci.PciSnapshot = field(default_factory=lambda: pci.parse_pci_dump([]))
     # probes/gpu_health.py: nvidia-smi -q and nvlink, the kernel log's XIDs, the PCI bus's GPUs
     gpu_health: gpu_health.GpuHealthReading = field(default_factory=gpu_health.GpuHealthReading)
+    # probes/fabric.py: the node's stored counter reading and the one now
+    fabric: fabric.FabricDump | None = None
     errors: dict[str, str] = field(default_factory=dict)  # probe -> why its output could not be read
-    # probes/pci.py counters_command(): the port error counters read again
-    # ``seconds`` after the snapshot, in the same command; None: not asked for
-    # (or unreadable), and whoever needs it reads them on its own
-    window: tuple[float, dict[str, dict[str, int]]] | None = None
 
 
 # probe name -> (what it reads, for messages; parser)
@@ -48,17 +48,18 @@ _PARSERS = {
     "gpus": ("nvidia-smi", gpu.parse_command_output),
     "pci": ("the GPUs' and NICs' PCI functions (setpci/lspci, sysfs)", pci.parse_pci_dump),
     "gpu_health": ("nvidia-smi -q / nvlink and the kernel log", gpu_health.parse_command_output),
+    "fabric": ("the lossless-fabric counters (ethtool, hw_counters)", fabric.parse_fabric_dump),
 }
 
 
 PROBES = tuple(_PARSERS)
 
 
-def command(paths, wants: str, window: float = 0, probes=PROBES) -> str:
+def command(paths, wants: str, probes=PROBES, state: str = DEFAULT_STATE, keep: bool = False) -> str:
     """One shell command printing every probe (or those in ``probes``);
     ``paths``: managed files, ``wants``: the boot unit's enable link;
-    ``window``: seconds after which the port error counters are read a
-    second time (the verification's link window, in the same round trip).
+    ``state``: the fabric probe's stored reading, replaced by the one now
+    with ``keep`` (rates are changes since it: no second reading, no sleep).
 
     The output travels as one line: gzip (where the node has it) then
     base64. pyinfra hands every output line through a thread queue, and at
@@ -73,14 +74,12 @@ def command(paths, wants: str, window: float = 0, probes=PROBES) -> str:
         "gpus": gpu.COMMAND,
         "pci": pci.COMMAND,
         "gpu_health": gpu_health.COMMAND,
+        "fabric": fabric.command(state, keep),
     }
     body = "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items()
                      if name in probes)
-    read = (f"if command -v gzip >/dev/null 2>&1; then z='gzip -1'; m=gz; else z=cat; m=raw; fi; "
+    return (f"if command -v gzip >/dev/null 2>&1; then z='gzip -1'; m=gz; else z=cat; m=raw; fi; "
             f"echo \"{PACKED_MARK} $m\"; {{ {body}; }} 2>/dev/null | $z | base64 -w0; echo")
-    if window <= 0:
-        return read
-    return f"{read}; echo '{WINDOW_MARK} {window:.1f}'; ( {pci.counters_command(window)}\n) 2>/dev/null"
 
 
 def unpack(lines: list[str]) -> list[str]:
@@ -106,16 +105,6 @@ def parse_snapshot(lines: list[str], probes=PROBES) -> NodeSnapshot:
     ``errors`` and keeps its empty default. ``probes``: the ones the
     command printed (:func:`command`); the others keep their defaults."""
     snap = NodeSnapshot()
-    marks = [i for i, line in enumerate(lines) if line.startswith(WINDOW_MARK + " ")]
-    if marks:
-        lines, window = lines[:marks[0]], lines[marks[0]:]
-        try:
-            seconds = numbers.decimal(window[0].split()[1], 0)  # float() takes nan, inf and "١"
-            if seconds is None:
-                raise SnapshotFormatError(f"window length {window[0]!r} is not a number of seconds")
-            snap.window = (seconds, pci.parse_counters(window[1:]))
-        except Exception:  # unreadable: the verification reads the counters on its own
-            snap.window = None
     try:
         lines = unpack(lines)
     except SnapshotFormatError as exc:

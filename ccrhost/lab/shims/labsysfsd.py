@@ -11,6 +11,10 @@ fault's period) the port's link training fails and the link goes down and
 back up, so the kernel's link_downed counter rises by one (8 bits wide: it
 stops at 255).
 The port state stays ACTIVE between flaps, as a snapshot sees it.
+
+And of the ``rnr_retry`` fault, live: once a second it reads the node
+record's faults and raises each targeted port's
+hw_counters/rnr_nak_retry_err by one.
 """
 
 import ctypes
@@ -50,6 +54,32 @@ def flap(dev):
         pass
 
 
+def rnr_targets():
+    try:
+        with open("/run/ccrhost-lab/node.json") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return []
+    nics = record.get("nics") or []
+    out = []
+    for spec in record.get("faults", []):
+        name, _, value = spec.partition("=")
+        if name == "rnr_retry":
+            out.append(value or (nics[0]["name"] if nics else ""))
+    return out
+
+
+def rnr_retry(dev):
+    path = f"/sys/class/infiniband/{dev}/ports/1/hw_counters/rnr_nak_retry_err"
+    try:
+        with open(path) as f:
+            value = int(f.read().strip() or 0)
+        with open(path, "w") as f:
+            f.write(f"{value + 1}\n")
+    except (OSError, ValueError):
+        pass
+
+
 def main():
     try:
         with open("/run/ccrhost-lab/node.json") as f:
@@ -63,15 +93,18 @@ def main():
             wd = libc.inotify_add_watch(fd, os.fsencode(path), IN_CLOSE_WRITE)
             if wd >= 0:
                 watches[wd] = (path, rule)
-    if not watches and not flapping:
-        return
     start = time.monotonic()
+    tick = start + 1.0
     due = {dev: start + seconds for dev, seconds in flapping}
     period = dict(flapping)
     while True:
-        timeout = max(min(due.values()) - time.monotonic(), 0) if due else None
+        timeout = max(min([*due.values(), tick]) - time.monotonic(), 0)
         ready, _, _ = select.select([fd], [], [], timeout)
         now = time.monotonic()
+        if now >= tick:
+            tick = now + 1.0
+            for dev in rnr_targets():
+                rnr_retry(dev)
         for dev in due:
             if now >= due[dev]:
                 flap(dev)

@@ -152,7 +152,43 @@ def test_an_unreadable_node_drains_in_its_prolog_with_the_reason_and_verify_goes
     assert "node6 drained" in run.stderr or "node6 draining" in run.stderr
     hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
     assert {n: hosts[n]["status"] for n in NODES} == {
-        "node1": "OK", "node2": "OK", "node3": "OK", "node4": "OK", "node5": "OK", "node6": "UNKNOWN"}
+        "node1": "OK", "node2": "OK", "node3": "OK", "node4": "OK", "node5": "OK", "node6": "UNKNOWN"}, \
+        {n: [r["message"] for r in hosts[n]["reasons"]] for n in NODES}
     assert [r["code"] for r in hosts["node6"]["reasons"]] == ["drained_unknown"]
     assert reason.split(" [")[0] in hosts["node6"]["reasons"][0]["message"]
     assert took < 100  # the healthy nodes were checked without waiting out --wait on node6
+
+
+def test_gpu_and_fabric_faults_are_judged_alike_by_the_three_paths(cluster, tmp_path):
+    """Issues 25 and 29 on the fleet job: a GPU or lossless-fabric fault per
+    node, live, and the deploy's verification, `ccrhost check` and `slurm
+    verify` name the same node with the same codes. The fabric's rates come
+    from each node's stored reading, so every path reads after one before it."""
+    lab = cluster
+    job = slurm(lab, "sbatch", "--parsable", "-N6", "--exclusive", "-o", "/dev/null", "--wrap",
+                "sleep 600").stdout.strip()
+    wait_job(lab, job)
+    faults = {"node1": "pfc_storm", "node2": "rx_discards", "node3": "rnr_retry", "node4": "xid=48:3",
+              "node5": "row_remap_failure"}
+    for node, fault in faults.items():
+        lab.fault(node, fault)
+    for node in NODES:  # a first reading for the rates to start from
+        node_check(lab, node)
+    time.sleep(2.5)
+    checked = {n: judged(node_check(lab, n)) for n in NODES}
+    assert checked["node6"] == ("OK", [])
+    for node, code in (("node1", "pause_storm"), ("node2", "netdev_rx_drops"), ("node3", "rdma_transport_failing"),
+                       ("node4", "gpu_xid_critical"), ("node5", "gpu_row_remap_failure")):
+        assert code in checked[node][1], (node, checked[node])
+
+    time.sleep(2.5)
+    (tmp_path / "deploy").mkdir()
+    deploy = run_pyinfra("deploys/verify.py", inventory=lab_inventory(tmp_path / "deploy"))
+    hosts = json.loads((tmp_path / "deploy/report/ccr-report.json").read_text())["hosts"]
+    assert {n: judged(hosts[node_address(i)]) for i, n in enumerate(NODES, 1)} == checked, deploy.out
+
+    time.sleep(2.5)
+    (tmp_path / "slurm").mkdir()
+    run = verify(lab, tmp_path / "slurm", env={"SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "node[1-6]"})
+    fleet = json.loads((tmp_path / "slurm/report/ccr-report.json").read_text())["hosts"]
+    assert {n: judged(fleet[n]) for n in NODES} == checked, run.stdout + run.stderr

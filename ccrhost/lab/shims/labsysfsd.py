@@ -43,15 +43,19 @@ RULES = {"/sys/class/infiniband/*/tc/*/traffic_class": traffic_class}
 LINK_DOWNED_MAX = 0xff
 
 
-def flap(dev):
-    path = f"/sys/class/infiniband/{dev}/ports/1/counters/link_downed"
+def bump(path, maximum=None):
+    """Raise one emulated counter file by one (the kernel's 8-bit ones stop at their maximum)."""
     try:
         with open(path) as f:
-            value = int(f.read().strip() or 0)
+            value = int(f.read().strip() or 0) + 1
         with open(path, "w") as f:
-            f.write(f"{min(value + 1, LINK_DOWNED_MAX)}\n")
+            f.write(f"{value if maximum is None else min(value, maximum)}\n")
     except (OSError, ValueError):
         pass
+
+
+def flap(dev):
+    bump(f"/sys/class/infiniband/{dev}/ports/1/counters/link_downed", LINK_DOWNED_MAX)
 
 
 def rnr_targets():
@@ -70,14 +74,7 @@ def rnr_targets():
 
 
 def rnr_retry(dev):
-    path = f"/sys/class/infiniband/{dev}/ports/1/hw_counters/rnr_nak_retry_err"
-    try:
-        with open(path) as f:
-            value = int(f.read().strip() or 0)
-        with open(path, "w") as f:
-            f.write(f"{value + 1}\n")
-    except (OSError, ValueError):
-        pass
+    bump(f"/sys/class/infiniband/{dev}/ports/1/hw_counters/rnr_nak_retry_err")
 
 
 def main():

@@ -249,3 +249,4 @@ def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, 
 
     assert codes(deployed) == codes(checked) == codes(fleet)
     assert [r.message for r in fleet.reasons] == [r.message for r in checked.reasons]
+

@@ -132,7 +132,7 @@ def test_a_required_version_is_a_version_number(key, value):
                                              ("+1", None, None), ("١", None, None), ("²", None, None), ("1_0", None, None),
                                              ("0x10", None, None), ("", None, None)])
 def test_unsigned_is_the_kernels_percent_u(text, hi, value):
-    from ccrhost.probes import numbers
+    from ccrhost import numbers
 
     assert numbers.unsigned(text, hi) == value
 

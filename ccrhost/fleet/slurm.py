@@ -39,7 +39,7 @@ from ccrhost.model.verdict import (
     with_measurement,
     worst,
 )
-from ccrhost.probes import numbers
+from ccrhost import numbers
 from ccrhost.settings import HostSettings, InventoryDataError, validate_host
 
 from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX

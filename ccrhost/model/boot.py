@@ -14,7 +14,7 @@ from ccrhost.model.managed import (  # noqa: F401  (the boot unit's paths)
     UNIT_WANTS,
 )
 from ccrhost.model.ports import ethernet_ports
-from ccrhost.probes.qos import QosInterface
+from ccrhost.model.qos import QosInterface
 from ccrhost.render import render
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 from ccrhost.model.topology import GDR_LEVELS, Endpoint, Pair, path_bridges
-from ccrhost.probes import numbers
+from ccrhost import numbers
 
 
 class DatapathError(ValueError):

@@ -13,7 +13,7 @@ import shlex
 from ccrhost.model.managed import NCCL_CONF, NCCL_PROFILE
 from ccrhost.model.ports import compute_ports, natural_key
 from ccrhost.model.qos import tos_byte
-from ccrhost.probes.rdma import RdmaPort, RdmaReading
+from ccrhost.model.rdma import RdmaPort, RdmaReading
 from ccrhost.render import render
 
 BEGIN = "# BEGIN ccrhost managed block: rerun the deploy instead of editing"

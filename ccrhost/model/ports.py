@@ -10,7 +10,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from ccrhost.probes.rdma import NodeNet, RdmaPort, RdmaReading
+from ccrhost.model.rdma import NodeNet, RdmaPort, RdmaReading
 
 
 def natural_key(name: str) -> list:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ccrhost.probes import local, numbers
+from ccrhost import numbers
+from ccrhost.probes import local
 from ccrhost.probes.rdma import IB_ROOT
 from ccrhost.probes.sections import split
 from ccrhost.probes.sysfs import split_dump

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from ccrhost.model import datapath
 from ccrhost.model.fabric import TRANSPORT_COUNTERS, FabricReading, PauseSetting, kept, window_from_state
-from ccrhost.probes import numbers
+from ccrhost import numbers
 from ccrhost.probes.sections import split
 from ccrhost.probes.sysfs import split_dump
 

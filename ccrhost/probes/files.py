@@ -9,7 +9,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from ccrhost.probes import numbers
+from ccrhost import numbers
 
 
 class FileFormatError(ValueError):

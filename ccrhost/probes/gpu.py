@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from ccrhost.model.gpus import GpuProbe, GpuReading  # noqa: F401  (GpuProbe: the probe's record)
-from ccrhost.probes import local, numbers
+from ccrhost import numbers
+from ccrhost.probes import local
 from ccrhost.probes.sections import split
 
 NVSMI_FIELDS = (

@@ -12,7 +12,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from ccrhost.probes import numbers
+from ccrhost import numbers
 from ccrhost.probes.sections import split
 
 DEFAULT_PORT = 18515

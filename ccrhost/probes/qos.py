@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
 
-from ccrhost.probes import numbers
+from ccrhost.model.qos import QosInterface, QosReading  # noqa: F401  (the records this probe fills)
+from ccrhost import numbers
 from ccrhost.probes.sections import split
 
 
@@ -278,32 +278,6 @@ def _command(names: str, wants: str) -> str:
             # with the host's PIDs (a hostPID container) but not its /run: systemd runs, unseen
             f"[ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ] && echo pid1; "
             f"[ -e {shlex.quote(wants)} ] && echo enabled; true")
-
-
-@dataclass
-class QosInterface:
-    backend: str = "none"                   # "ofed": mlnx_qos answers; "upstream": iproute2 dcb does
-    mtu: int | None = None                  # /sys/class/net/<if>/mtu
-    trust: str | None = None                # mlnx_qos "Priority trust state"; "dscp" when dcb has DSCP app entries
-    dscp2prio: dict[int, int] = field(default_factory=dict)  # mlnx_qos dscp2prio / dcb app dscp-prio
-    pfc: list[int] | None = None            # mlnx_qos "PFC configuration" enabled row / dcb pfc prio-pfc
-    cable_len: int | None = None            # mlnx_qos "Cable len" / dcb pfc delay
-    buffer_size: list[int] | None = None    # mlnx_qos "Receive buffer Size" / dcb buffer buffer-size
-    prio2buffer: list[int] | None = None    # mlnx_qos prio2buffer / dcb buffer prio-buffer / qos/prio2buffer
-    port_buffer: int | None = None          # mlnx_qos total / dcb buffer total-size / qos/buffer_size
-    ecn: dict[str, int] | None = None       # /sys/class/net/<if>/ecn/roce_{rp,np}/* (MLNX_OFED), None: no tree
-    ofed_buffers: list[dict] | None = None  # qos/buffer_size read-back: buffer, size, xoff, xon
-    cc_params: dict[str, int] | None = None  # debugfs mlx5/<pci>/cc_params/* (upstream), None: no tree
-    cc_params_dir: str | None = None        # ... and its folder
-    errors: list[str] = field(default_factory=list)  # tools that failed for this interface
-
-
-@dataclass
-class QosReading:
-    interfaces: dict[str, QosInterface] = field(default_factory=dict)
-    systemd: bool = False        # /run/systemd/system exists
-    unit_enabled: bool = False   # the boot unit's multi-user.target.wants link exists
-    systemd_pid1: bool = False   # /proc/1/comm is systemd (seen from a container without /run/systemd too)
 
 
 def _grep_values(lines: list[str], where: str) -> dict[str, int]:

@@ -12,7 +12,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from ccrhost.probes import numbers
+from ccrhost import numbers
 
 
 class SysfsFormatError(ValueError):

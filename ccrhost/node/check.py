@@ -44,15 +44,13 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     UNKNOWN verdict of :func:`unknown`; GPUs or a data path that cannot be
     read are UNKNOWN reasons of the verdict.
     """
-    fabric = None
     if gather is None:
         from ccrhost.node.gather import Started, _start
         from ccrhost.probes import fabric as fabric_probe
         from ccrhost.probes import local, rdma
 
         if gather_fabric is None:  # it needs the settings (the stored reading's path): started now, beside the rest
-            fabric = _start(fabric_probe.read_local, settings.verify_link_state, True, timeout)
-            gather_fabric = fabric.result
+            gather_fabric = _start(fabric_probe.read_local, settings.verify_link_state, True, timeout).result
 
         # The three probes are separate processes that only read: run at
         # once, the check waits for the slowest rather than their sum.
@@ -138,11 +136,12 @@ def local_gpu_health(settings: HostSettings, gather_health, now=None):
         previous = json.loads(path.read_text())
     except (OSError, ValueError):
         previous = None
-    link = window_from_state(previous, current, boot_id(), now, settings.verify_window_max_age)
+    boot = boot_id()
+    link = window_from_state(previous, current, boot, now, settings.verify_window_max_age)
     reading.window = CounterWindow(link.seconds, link.before) if link.note is None else CounterWindow(
         None, {}, "no earlier reading of the GPU counters this boot: their rates are judged from the next check on")
     try:
-        write_atomic(path, json.dumps({"boot_id": boot_id(), "time": now, "counters": current}) + "\n")
+        write_atomic(path, json.dumps({"boot_id": boot, "time": now, "counters": current}) + "\n")
     except OSError as exc:
         reading.window.note = (f"cannot keep the GPU counters in {path} ({exc.strerror or exc}): "
                                "the next check cannot judge their rates")

@@ -43,14 +43,46 @@ def _settings(config_path, overrides=None):
         raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
 
 
-def _yaml_mapping(flag: str, path: str, what: str) -> dict:
-    """A YAML file of keys; a missing, unreadable or non-mapping file is a
-    usage error naming the flag."""
+def _check_settings(config_path, overrides):
+    """What the check uses of its validated settings: kept from an earlier
+    check with the same config bytes, overrides and ccrhost (node.prepared),
+    else validated in full (a usage error as :func:`_settings`) and kept."""
+    from ccrhost.node import prepared
+
+    given = {k: v for k, v in overrides.items() if v not in (None, ())}
+    try:
+        config = None
+        if config_path:
+            with open(config_path, "rb") as f:
+                config = f.read()
+    except OSError:
+        return _settings(config_path, overrides).check_settings()  # its usage error names the file
+    host = os.uname().nodename
+    inputs = prepared.inputs(config, given, host)
+    kept = prepared.load(inputs)
+    if kept is None:
+        from ccrhost.settings import InventoryDataError, validate_host
+
+        data = _yaml_mapping("--config", config_path, "inventory keys", config) if config_path else {}
+        data.update(given)
+        try:
+            kept = validate_host(host, data).check_settings()
+        except InventoryDataError as exc:
+            raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
+        prepared.store(inputs, kept)
+    return kept
+
+
+def _yaml_mapping(flag: str, path: str, what: str, text: bytes | None = None) -> dict:
+    """A YAML file of keys (``text``: its bytes, already read); a missing,
+    unreadable or non-mapping file is a usage error naming the flag."""
     import yaml
 
     try:
-        with open(path) as f:
-            loaded = yaml.safe_load(f) or {}
+        if text is None:
+            with open(path, "rb") as f:
+                text = f.read()
+        loaded = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise click.ClickException(f"{flag} {path}: {exc}") from None
     if not isinstance(loaded, dict):
@@ -110,7 +142,7 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         overrides["rdma_exclude_devices"] = tuple(overrides["rdma_exclude_devices"])
     problem, drained, settings = None, None, None
     try:
-        settings = _settings(config_path, overrides)
+        settings = _check_settings(config_path, overrides)
     except click.ClickException as exc:  # settings it cannot judge with: UNKNOWN, and a prolog says why
         problem = exc.message
         verdict = node_check.unknown("check_config", problem)

@@ -684,6 +684,14 @@ class HostSettings(BaseModel):
             rail_local=self.verify_rail_local if self.verify_rail_local is not None else base.rail_local,
         )
 
+    def check_settings(self):
+        """What ``ccrhost check`` uses of these settings (a record it can keep)."""
+        from ccrhost.model.check_settings import CheckSettings
+
+        return CheckSettings(tuple(self.rdma_exclude_devices), self.verify_link_state, self.verify_gpu_state,
+                             self.verify_window_max_age, self.verify_npd_warn_unhealthy, self.expectation(),
+                             self.policy())
+
     def workload_problems(self) -> list[wl.Problem]:
         """The workload against the declared GPUs per node; when none is
         declared, the verification checks it against the GPUs it finds."""

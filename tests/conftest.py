@@ -34,6 +34,15 @@ LAB_NAME = "tuvwxyz"[_WORKER]  # a letter each: no lab's link names are a prefix
 LAB_SUBNET = 200 + _WORKER
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _check_cache(tmp_path_factory):
+    """`ccrhost check` keeps its validated settings (ccrhost.node.prepared):
+    here, not in this machine's /run."""
+    os.environ["CCRHOST_CHECK_CACHE"] = str(tmp_path_factory.mktemp("check-cache") / "check-settings.marshal")
+    yield
+    os.environ.pop("CCRHOST_CHECK_CACHE", None)
+
+
 class PyinfraRun(ci.PyinfraRun):
     """A pyinfra run's exit code and output; its results table is parsed the
     way ``ccrhost ci run`` parses it."""

@@ -191,3 +191,34 @@ def test_live_faults_change_a_running_node_and_clear_restores_it(make_lab):
     assert tree_snapshot(root / "sys/devices") == pristine
     assert len(lab_ssh(lab, "node1", "nvidia-smi -L").stdout.splitlines()) == 8
     assert lab.node("node1").faults == []
+
+
+def test_served_shims_answer_as_the_shim_itself_does(make_lab):
+    """ethtool, nvidia-smi, the kernel log and setpci run in a fork of the
+    node's labsysfsd (no interpreter start per call): stdout, stderr and
+    exit code are the Python shim's own, and without the server the client
+    runs the shim itself."""
+    lab = make_lab(nodes=1, faults=["node1:pfc_storm"])
+    calls = ["ethtool -S ens1np0", "ethtool -a ens1np0", "ethtool -x ens1np0", "ethtool -S nosuchdev",
+             "nvidia-smi -q", "nvidia-smi --query-gpu=nosuch --format=csv", "nvidia-smi nvlink -e", "dmesg",
+             "journalctl -b", "setpci -s 0000:00:00.0 0.l"]
+    script = "; ".join(f"{c} >/tmp/o 2>/tmp/e; echo \"rc=$?\"; cat /tmp/o; echo @@err; cat /tmp/e; echo @@end"
+                       for c in calls)
+    served = lab_ssh(lab, "node1", script)
+    direct = lab_ssh(lab, "node1", "; ".join(
+        f"/usr/local/sbin/{c.partition(' ')[0]}.py {c.partition(' ')[2]} >/tmp/o 2>/tmp/e; "
+        "echo \"rc=$?\"; cat /tmp/o; echo @@err; cat /tmp/e; echo @@end" for c in calls))
+    assert served.returncode == 0 and direct.returncode == 0
+    # the pause counters advance with time (pfc_storm): compare all but their values
+    import re
+
+    def shape(text):
+        return re.sub(r"(pause_duration|pause|storm_\w+_events|pause_transition): \d+", r"\1: N", text)
+
+    assert shape(served.stdout) == shape(direct.stdout)
+    rcs = re.findall(r"rc=(\d+)", served.stdout)
+    assert rcs == ["0", "0", "1", "1", "0", "2", "0", "0", "1", "0"]
+    assert "netlink error: no device matches name" in served.stdout
+    # the server is a fork of labsysfsd: stop it and the client still answers, by itself
+    pkill = lab_ssh(lab, "node1", "pkill -f '[l]absysfsd.py'; sleep 0.2; ethtool -a ens1np0; echo rc=$?")
+    assert "Pause parameters for ens1np0:" in pkill.stdout and "rc=0" in pkill.stdout

@@ -213,9 +213,12 @@ def codes(verdict) -> tuple[str, list[str]]:
 def the_check(settings, rdma, gpus, pci, health, fabric, state: Path):
     """`ccrhost check` on a node whose probes print these lines."""
     split = health.index("@@pcigpus") if "@@pcigpus" in health else len(health)  # its two processes' parts
+    # the check reads the counters now and joins them with the node's stored reading (a file)
+    stored = [line[1:] for line in fabric if line.startswith("=")]
+    now = [line for line in fabric[1:] if not line.startswith("=")]
     outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci,
                "the GPU health probe (nvidia-smi": health[:split], "the GPU health probe (kernel": health[split:],
-               "the fabric probe": fabric}
+               "the fabric probe": now}
 
     def run(command, timeout, what):
         return "\n".join(next(lines for key, lines in outputs.items() if what.startswith(key))) + "\n"
@@ -227,6 +230,8 @@ def the_check(settings, rdma, gpus, pci, health, fabric, state: Path):
         mp.setattr(local, "run", run)
         mp.setattr(ctypes, "CDLL", no_nvml)
         state.unlink(missing_ok=True)
+        if stored:
+            state.write_text("".join(line + "\n" for line in stored))
         Path(settings.verify_gpu_state).unlink(missing_ok=True)
         return run_check(settings, timeout=5)
 

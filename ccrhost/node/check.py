@@ -14,6 +14,7 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ccrhost.model.datapath import DatapathReading, unreadable
 from ccrhost.model.fabric import FabricReading, window_from_state
@@ -21,7 +22,9 @@ from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
 from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
 from ccrhost.output import write_atomic
-from ccrhost.settings import HostSettings
+
+if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without the settings model
+    from ccrhost.settings import HostSettings
 
 # A drain that rests on a fleet measurement (ib_write_bw between nodes): the
 # node-local check cannot see what it found, so only another measurement or
@@ -45,16 +48,17 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     read are UNKNOWN reasons of the verdict.
     """
     if gather is None:
-        from ccrhost.node.gather import Started, _start
+        from ccrhost.node.gather import Started
         from ccrhost.probes import fabric as fabric_probe
         from ccrhost.probes import local, rdma
 
-        if gather_fabric is None:  # it needs the settings (the stored reading's path): started now, beside the rest
-            gather_fabric = _start(fabric_probe.read_local, settings.verify_link_state, True, timeout).result
-
-        # The three probes are separate processes that only read: run at
-        # once, the check waits for the slowest rather than their sum.
+        # The probes are separate processes that only read: run at once,
+        # the check waits for the slowest rather than their sum.
         reads = started or Started(timeout)
+        if gather_fabric is None:  # the reading now, joined with the stored one the settings name
+            def gather_fabric():
+                return fabric_probe.read_local(settings.verify_link_state, True, timeout, now=reads.fabric_now.result)
+
         try:
             rdma_state = reads.rdma.result()
         except (local.ProbeTimeout, rdma.RdmaFormatError) as exc:

@@ -36,7 +36,8 @@ IB_ROOT = "/sys/class/infiniband"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _PORT_FILES = " ".join([f"*/ports/*/counters/{c}" for c in datapath.COUNTERS]
                        + [f"*/ports/*/hw_counters/{c}" for c in TRANSPORT_COUNTERS])
-# the ethtool -S lines kept: the header and error lines (no indent), and the counters judged
+# the lines kept, by one grep over every netdev's output: markers, headers,
+# ethtool -a and error lines (no indent), and the ethtool -S counters judged
 _STATS = (r"^[^ ]|^ +((rx|tx)_prio[0-7]_pause(_duration|_transition)?|tx_pause_storm_(warning|error)_events|"
           r"rx_discards_phy|rx_crc_errors_phy|rx_symbol_err_phy|rx_out_of_buffer):")
 PREVIOUS = "="   # prefix of the stored reading's lines
@@ -56,9 +57,9 @@ cd {IB_ROOT} 2>/dev/null && grep -Hs '' {_PORT_FILES}
 if command -v ethtool >/dev/null 2>&1; then
 for n in {IB_ROOT}/*/device/net/*; do [ -e "$n" ] || continue
 d=${{n#{IB_ROOT}/}}; d=${{d%%/*}}; i=${{n##*/}}
-echo "@@stats $d $i"; ethtool -S "$i" 2>&1 | grep -E '{_STATS}'
+echo "@@stats $d $i"; ethtool -S "$i" 2>&1
 echo "@@pause $d $i"; ethtool -a "$i" 2>&1
-done
+done | grep -E '{_STATS}'
 else echo @@noethtool; fi
 true"""
 
@@ -215,12 +216,43 @@ def parse_fabric_dump(lines: list[str]) -> FabricDump:
     return FabricDump(previous, now, unkept)
 
 
-def read_local(state: str, keep: bool = True, timeout: float = 20) -> FabricDump:
-    """Run the snippet here (``ccrhost check``)."""
+WHAT = "the fabric probe (ethtool, sysfs)"
+
+
+def read_local(state: str, keep: bool = True, timeout: float = 20, now=None) -> FabricDump:
+    """What :func:`command` gives, here (``ccrhost check``): the reading now
+    (``now``: a function giving it, the read already under way since before
+    the settings were known, node.gather), joined here with the stored one,
+    which it replaces when ``keep``."""
     from ccrhost.probes import local
 
-    return parse_fabric_dump(local.run(command(state, keep), timeout, "the fabric probe (ethtool, sysfs)")
-                             .splitlines())
+    text = now() if now is not None else local.run(reading_command(), timeout, WHAT)
+    return parse_fabric_dump(with_stored(state, text, keep))
+
+
+def with_stored(state: str, now: str, keep: bool) -> list[str]:
+    """:func:`command`'s output for the reading ``now``, done in Python: the
+    stored reading (lines prefixed), the reading now, and ``@@unkept`` when
+    it cannot be kept (written aside, then renamed, as the shell does)."""
+    import os
+
+    lines = ["@@previous"]
+    try:
+        with open(state) as f:
+            lines += [PREVIOUS + line for line in f.read().splitlines()]
+    except (OSError, UnicodeDecodeError):
+        pass
+    body = now.rstrip("\n")  # what $( ) keeps of it
+    lines += body.splitlines()
+    if keep:
+        try:
+            os.makedirs(os.path.dirname(state) or "/", exist_ok=True)
+            with open(f"{state}.new", "w") as f:
+                f.write(body + "\n")
+            os.replace(f"{state}.new", state)
+        except OSError:
+            lines.append(f"@@unkept cannot write {state}")
+    return lines
 
 
 def _compute(c: Counters, exclude: tuple[str, ...]) -> Counters:

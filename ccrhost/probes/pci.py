@@ -60,10 +60,12 @@ _COUNTER_FILES = " ".join(f"*/ports/*/counters/{c}" for c in datapath.COUNTERS)
 # function; a node has some fifty.
 COMMAND = f"""P={PCI_DEVICES}
 echo @@kernel
-uname -r
+# read, a builtin: a process fewer for each line (the check runs this on every job start)
+{{ read -r K < /proc/sys/kernel/osrelease; }} 2>/dev/null || K=$(uname -r)
+echo "$K"
 uname -m
 echo @@cmdline
-cat /proc/cmdline 2>/dev/null
+{{ read -r _l < /proc/cmdline && echo "$_l"; }} 2>/dev/null
 echo @@iommu_units
 ls -1 /sys/class/iommu 2>/dev/null
 echo @@iommu_groups
@@ -119,8 +121,9 @@ echo @@acs
 todo=; found=; hops=0
 for b in $B; do todo="$todo $b=256"; done
 while [ -n "$todo" ] && [ $hops -lt 48 ]; do
-hops=$((hops + 1)); a=
-for t in $todo; do a="$a -s ${{t%=*}} $(printf %x "${{t#*=}}").l"; done
+hops=$((hops + 1))
+# one subshell per hop, not one per device (a fork each)
+a=$(for t in $todo; do printf ' -s %s %x.l' "${{t%=*}}" "${{t#*=}}"; done)
 if ! o=$(setpci $a 2>&1); then
 for t in $todo; do echo "${{t%=*}} error $(echo "$o" | tr '\n' ' ')"; done; todo=; break
 fi
@@ -138,8 +141,7 @@ done
 todo=$nx
 done
 for t in $todo; do echo "${{t%=*}} error capability list does not end"; done
-a=
-for t in $found; do a="$a -s ${{t%=*}} $(printf %x $((${{t#*=}} + 4))).w $(printf %x $((${{t#*=}} + 6))).w"; done
+a=$(for t in $found; do printf ' -s %s %x.w %x.w' "${{t%=*}}" $((${{t#*=}} + 4)) $((${{t#*=}} + 6)); done)
 if [ -n "$a" ]; then
 if o=$(setpci $a 2>&1); then
 set -- $o
@@ -161,7 +163,7 @@ fi
 echo @@peermem
 for f in {' '.join(PEERMEM_FILES)}; do [ -e "$f" ] && echo "$f"; done
 echo @@shipped
-cut -d: -f1 "/lib/modules/$(uname -r)/modules.dep" 2>/dev/null | grep -E '(nvidia[-_]peermem|nv_peer_mem)[.]ko'
+cut -d: -f1 "/lib/modules/$K/modules.dep" 2>/dev/null | grep -E '(nvidia[-_]peermem|nv_peer_mem)[.]ko'
 echo @@nvidia
 cat /proc/driver/nvidia/version 2>/dev/null
 echo @@modinfo
@@ -169,7 +171,7 @@ if [ ! -e /proc/driver/nvidia/version ] && command -v modinfo >/dev/null 2>&1; t
 modinfo nvidia 2>/dev/null | grep -E '^(version|license):'
 fi
 echo @@mlx5
-cat /sys/module/mlx5_core/version 2>/dev/null
+{{ read -r _l < /sys/module/mlx5_core/version && echo "$_l"; }} 2>/dev/null
 echo @@ib
 if cd {IB_ROOT} 2>/dev/null; then
 grep -Hs '' */fw_ver */hca_type */board_id {_COUNTER_FILES}

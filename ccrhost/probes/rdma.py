@@ -73,12 +73,13 @@ echo @@ssh
 echo "${{SSH_CONNECTION:-}}"
 if [ -z "${{SSH_CONNECTION:-}}" ]; then
 echo @@session
-p=$$; socks=" "
+p=$$; socks=" "; fds=
 while [ "${{p:-0}}" -gt 1 ]; do
-c=; {{ read -r c < /proc/$p/comm; }} 2>/dev/null; echo "pid $p $c"
-for i in $(ls -l /proc/$p/fd 2>/dev/null | sed -n 's/.* -> socket:\\[\\([0-9]*\\)\\]$/\\1/p'); do socks="$socks$i "; done
+c=; {{ read -r c < /proc/$p/comm; }} 2>/dev/null; echo "pid $p $c"; fds="$fds /proc/$p/fd"
 q=; while read -r k v; do [ "$k" = PPid: ] && q=$v && break; done 2>/dev/null < /proc/$p/status; p=$q
 done
+# one ls for every ancestor's sockets, not one (and a sed) each
+for i in $(ls -l ${{fds:-/dev/null}} 2>/dev/null | sed -n 's/.* -> socket:\\[\\([0-9]*\\)\\]$/\\1/p'); do socks="$socks$i "; done
 awk -v s="$socks" '$4 == "01" && index(s, " " $10 " ") {{print "tcp", $2, $3}}' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 fi
 echo @@addr

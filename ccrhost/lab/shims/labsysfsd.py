@@ -6,6 +6,8 @@ inotify and rewrites each written value into what the kernel's show()
 would print. Today that is MLNX_OFED's tc/<port>/traffic_class: writing
 ``106`` reads back ``Global tclass=106`` (main_ext.c).
 
+It also answers the served shims (labtools.py).
+
 It is also the link of the ``link_flap`` fault: every few seconds (the
 fault's period) the port's link training fails and the link goes down and
 back up, so the kernel's link_downed counter rises by one (8 bits wide: it
@@ -25,6 +27,8 @@ import re
 import select
 import struct
 import time
+
+import labtools
 
 IN_CLOSE_WRITE = 0x00000008
 libc = ctypes.CDLL(None, use_errno=True)
@@ -94,9 +98,17 @@ def main():
     tick = start + 1.0
     due = {dev: start + seconds for dev, seconds in flapping}
     period = dict(flapping)
+    try:
+        tools = labtools.ToolServer(os.path.dirname(os.path.abspath(__file__)))
+    except OSError as exc:  # the shims then run their own interpreter: slower, the same answers
+        print(f"labsysfsd: no tool server: {exc}", flush=True)
+        tools = None
     while True:
         timeout = max(min([*due.values(), tick]) - time.monotonic(), 0)
-        ready, _, _ = select.select([fd], [], [], timeout)
+        ready, _, _ = select.select([fd] + ([tools] if tools else []), [], [], timeout)
+        if tools in ready:
+            tools.accept()
+            ready.remove(tools)
         now = time.monotonic()
         if now >= tick:
             tick = now + 1.0

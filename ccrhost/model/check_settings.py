@@ -1,0 +1,31 @@
+"""What ``ccrhost check`` uses of a node's validated settings.
+
+A check needs a handful of keys and the expectation and policy the
+settings derive; this record holds exactly those, so that a check can keep
+them between runs (:mod:`ccrhost.node.prepared`) instead of validating
+every key again. Its names are the settings' own: whatever takes a
+:class:`ccrhost.settings.HostSettings` for a check takes this too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ccrhost.model.verdict import Expectation, Policy
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    rdma_exclude_devices: tuple[str, ...]  # rdma_exclude_devices
+    verify_link_state: str                 # verify_link_state: the fabric counters' stored reading
+    verify_gpu_state: str                  # verify_gpu_state: the GPU counters' stored reading
+    verify_window_max_age: float           # verify_window_max_age
+    verify_npd_warn_unhealthy: bool        # verify_npd_warn_unhealthy
+    expected: Expectation                  # HostSettings.expectation()
+    judged_by: Policy                      # HostSettings.policy()
+
+    def expectation(self) -> Expectation:
+        return self.expected
+
+    def policy(self) -> Policy:
+        return self.judged_by

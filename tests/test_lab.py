@@ -220,5 +220,8 @@ def test_served_shims_answer_as_the_shim_itself_does(make_lab):
     assert rcs == ["0", "0", "1", "1", "0", "2", "0", "0", "1", "0"]
     assert "netlink error: no device matches name" in served.stdout
     # the server is a fork of labsysfsd: stop it and the client still answers, by itself
-    pkill = lab_ssh(lab, "node1", "pkill -f '[l]absysfsd.py'; sleep 0.2; ethtool -a ens1np0; echo rc=$?")
+    # (nodes share the machine's PID namespace: only this node's daemon, by its mount namespace)
+    pkill = lab_ssh(lab, "node1", "for p in $(pgrep -f '[l]absysfsd.py'); do "
+                    "[ \"$(readlink /proc/$p/ns/mnt)\" = \"$(readlink /proc/self/ns/mnt)\" ] && kill $p; done; "
+                    "sleep 0.2; ethtool -a ens1np0; echo rc=$?")
     assert "Pause parameters for ens1np0:" in pkill.stdout and "rc=0" in pkill.stdout

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
-from ccrhost.model import workload as workload_model
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.ports import Port, compute_ports
 from ccrhost.model.status import (
@@ -28,6 +28,9 @@ from ccrhost.model.status import (
     below_median,
     worst,
 )
+
+if TYPE_CHECKING:
+    from ccrhost.model.workload import WorkloadSpec
 
 
 @dataclass
@@ -74,7 +77,7 @@ class Expectation:
 class Policy:
     precision: str = "bf16"
     beta: float = ccrmod.SEED_BETA
-    workload: workload_model.WorkloadSpec | None = None  # when set, the node CCR comes from its model
+    workload: WorkloadSpec | None = None  # when set, the node CCR comes from its model
     bandwidth_model: str = "bottleneck"
     min_ccr: float | None = None
     min_ccr_fraction: float = 0.9
@@ -171,6 +174,8 @@ def node_ccr(port_gbps: list[float], tflops: float, gpu_count: int,
     (bands apply), else B / (beta x F) with the policy's beta."""
     if policy.workload is None:
         return ccrmod.compute(port_gbps, tflops, policy.beta, policy.bandwidth_model), []
+    from ccrhost.model import workload as workload_model  # only with a workload: its import is a check's 5 ms
+
     bandwidth = ccrmod.node_bandwidth_gbps(port_gbps, policy.bandwidth_model)
     try:
         node = workload_model.node_model(policy.workload, gpu_count, bandwidth, tflops)

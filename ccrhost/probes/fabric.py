@@ -51,15 +51,19 @@ def reading_command() -> str:
     """The reading now: time, boot id, RDMA port counters, then per compute
     netdev its ethtool counters and pause setting."""
     return f"""echo "@@t $(date +%s.%N)"
-echo "@@boot $(cat {BOOT_ID} 2>/dev/null)"
+b=; {{ read -r b < {BOOT_ID}; }} 2>/dev/null; echo "@@boot $b"
 echo @@ib
 cd {IB_ROOT} 2>/dev/null && grep -Hs '' {_PORT_FILES}
 if command -v ethtool >/dev/null 2>&1; then
-for n in {IB_ROOT}/*/device/net/*; do [ -e "$n" ] || continue
+e() {{ echo "@@stats $2 $1"; ethtool -S "$1" 2>&1; echo "@@pause $2 $1"; ethtool -a "$1" 2>&1; }}
+# every netdev at once, each into a file of its own (one after another
+# where no temporary folder can be made), then one grep over them all
+t=$(mktemp -d 2>/dev/null) || t=
+{{ for n in {IB_ROOT}/*/device/net/*; do [ -e "$n" ] || continue
 d=${{n#{IB_ROOT}/}}; d=${{d%%/*}}; i=${{n##*/}}
-echo "@@stats $d $i"; ethtool -S "$i" 2>&1
-echo "@@pause $d $i"; ethtool -a "$i" 2>&1
-done | grep -E '{_STATS}'
+if [ -n "$t" ]; then e "$i" "$d" > "$t/$i" & else e "$i" "$d"; fi
+done; wait; [ -n "$t" ] && cat "$t"/* 2>/dev/null; }} | grep -E '{_STATS}'
+[ -n "$t" ] && rm -rf "$t"
 else echo @@noethtool; fi
 true"""
 

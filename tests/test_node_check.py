@@ -301,3 +301,20 @@ def test_prometheus_labels_are_bounded_and_the_fabric_is_shown():
     assert 'ccrhost_fabric_pause_seconds_total{device="eth0",direction="tx",priority="3"} 30' in text
     assert 'ccrhost_fabric_global_pause{device="eth0",direction="rx"} 1' in text
     assert 'ccrhost_fabric_global_pause{device="eth0",direction="tx"} 0' in text
+
+
+def test_a_prolog_asks_slurmctld_nothing_when_the_node_is_fit(scontrol, monkeypatch):
+    """A node whose prolog runs was just allocated, so it is not drained:
+    an OK or WARN prolog makes no scontrol call (1,000 nodes, no RPCs at
+    every job start); a FAIL still drains, and outside a prolog an OK asks."""
+    script, state, log = scontrol
+    calls = script.parent / "calls"
+    script.write_text(f"#!/bin/sh\necho \"$1\" >> {calls}\n" + script.read_text().split("\n", 1)[1])
+    monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")
+    msg = node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script), unknown_drains=True)
+    assert msg == "no drain change (a node starting a job is not drained)" and not calls.exists()
+    assert node_check.drain(failing(), node="gpu01", scontrol=str(script), unknown_drains=True).startswith("drained")
+    assert calls.read_text() == "show\nupdate\n"
+    monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "health_check")
+    node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script))
+    assert calls.read_text() == "show\nupdate\nshow\n"  # the health check asks (and finds no drain of ours)

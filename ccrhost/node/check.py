@@ -373,6 +373,12 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
     that rests on one."""
     import shutil  # only a drain needs it; every check would pay its import
 
+    if os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd" and verdict.status in (OK, WARN):
+        # Slurm allocates no drained node, so a node whose prolog runs
+        # carries no drain to lift: no RPC to slurmctld from every node of
+        # every job start (Slurm sets this variable since 21.08; older ones
+        # ask as the health check does).
+        return "no drain change (a node starting a job is not drained)"
     scontrol = scontrol or shutil.which("scontrol")
     if not scontrol:
         return "scontrol not found; not draining"

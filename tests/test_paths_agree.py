@@ -10,6 +10,7 @@ the check's JSON with the node's check.yaml."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from ccrhost.fleet.slurm import CheckOutput, judge
 from ccrhost.model.managed import CHECK_CONFIG
+from ccrhost.model.plain import plain
 from ccrhost.model.slurm import integration_files
 from ccrhost.node.check import run_check
 from ccrhost.operations.verify import node_verdict
@@ -254,4 +256,6 @@ def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, 
 
     assert codes(deployed) == codes(checked) == codes(fleet)
     assert [r.message for r in fleet.reasons] == [r.message for r in checked.reasons]
+    # the reports' fast record-to-dict is asdict's result, on every shape of readings
+    assert plain(checked.readings) == dataclasses.asdict(checked.readings)
 

@@ -156,7 +156,9 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
     def document() -> str:
         doc = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
                "hosts": {h: v.to_dict() for h, v in sorted(verdicts.items())}}
-        return json.dumps(_finite(doc), indent=2, default=str, allow_nan=False) + "\n"
+        # no indent: only then does json use its C encoder (some 3 ms a host
+        # at fleet scale); the text and HTML reports are the ones people read
+        return json.dumps(_finite(doc), default=str, allow_nan=False) + "\n"
 
     renders = {"json": document, "xml": lambda: junit_xml(verdicts), "txt": lambda: text_table(verdicts),
                "html": lambda: html_chart(verdicts, addresses)}

@@ -6,7 +6,7 @@ import contextlib
 
 import click
 
-from ccrhost.lab.fleet import Lab, LabError, parse_faults
+from ccrhost.lab.fleet import MAX_NODES, Lab, LabError, parse_faults
 from ccrhost.lab.profile import FAULT_KINDS, ProfileError, profile_names
 
 
@@ -33,7 +33,8 @@ _dir = click.option("--dir", "directory", default=None, envvar="CCRHOST_LAB_DIR"
 
 
 @lab.command()
-@click.option("--nodes", type=click.IntRange(1, 200), default=4, show_default=True)
+@click.option("--nodes", type=click.IntRange(1, MAX_NODES), default=4, show_default=True,
+              help="More than 245 take 198.18.<subnet>.0/23 (an even --subnet).")
 @click.option("--profile", "profile_args", multiple=True, metavar="[GROUP=]PROFILE",
               help=f"Hardware profile: {', '.join(profile_names())} (default: the first), or a YAML file. "
                    "With --inventory: GROUP=PROFILE for each inventory group (all=PROFILE: every host).")

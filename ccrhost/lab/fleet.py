@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from ccrhost.lab.profile import (
+    FABRIC_PREFIX,
     FAULT_KINDS,
     LIVE_KINDS,
     Fault,
@@ -54,12 +55,13 @@ from ccrhost.lab.state import LabError, LabState, Node, lab_dir, load_state
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
-MAX_NODES = 200
+MAX_NODES = 256
+NODES_PER_24 = 245  # 198.18.<subnet>.11 to .255; more take the next /24 too
 
 
 # Shims a check or deploy runs many times: served by each node's labsysfsd
 # (shims/labtools.py) so that a call costs no interpreter start.
-SERVED_SHIMS = ("ethtool", "nvidia-smi", "journalctl", "dmesg", "setpci")
+SERVED_SHIMS = ("ethtool", "nvidia-smi", "journalctl", "dmesg", "setpci", "mlnx_qos", "dcb")
 
 
 def shim_python() -> str:
@@ -165,6 +167,10 @@ class Lab:
             raise LabError(f"link rate {link_mbit} Mbit/s: allowed 10..10000")
         if not 0 <= subnet <= 255:
             raise LabError(f"subnet {subnet}: allowed 0..255 (198.18.<subnet>.0/24)")
+        prefix = 24 if nodes <= NODES_PER_24 else 23
+        if prefix == 23 and subnet % 2:
+            raise LabError(f"--nodes {nodes} with subnet {subnet}: more than {NODES_PER_24} nodes take "
+                           f"198.18.<subnet>.0/23, so the subnet must be even")
         names = [f"node{i}" for i in range(1, nodes + 1)]
         for node_name in list(faults) + list(profiles):
             if node_name not in names:
@@ -189,7 +195,7 @@ class Lab:
         key = self.dir / "client_key"
         if not key.exists():
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ccrhost-lab", "-f", str(key))
-        state = LabState(name, subnet, [], link_mbit)
+        state = LabState(name, subnet, [], link_mbit, prefix=prefix)
         self.save(state)
         # A profile that names its GUIDs, GIDs or GPU UUIDs (a capture) gives
         # them as is to the first node booted from it, shifted to each later one.
@@ -198,7 +204,7 @@ class Lab:
             self._bridge(state)
             for i, node_name in enumerate(names, start=1):
                 node = Node(
-                    name=node_name, index=i, address=f"198.18.{subnet}.{10 + i}",
+                    name=node_name, index=i, address=str(ipaddress.IPv4Address(f"198.18.{subnet}.0") + 10 + i),
                     netns=f"ccr{name}-{node_name}", profile=profiles.get(node_name, profile),
                     faults=[str(f) for f in faults.get(node_name, [])],
                 )
@@ -252,7 +258,7 @@ class Lab:
         br = state.bridge
         if _run("ip", "link", "show", br, check=False).returncode != 0:
             _run("ip", "link", "add", br, "type", "bridge")
-        _run("ip", "addr", "replace", f"{state.gateway}/24", "dev", br)
+        _run("ip", "addr", "replace", f"{state.gateway}/{state.prefix}", "dev", br)
         _run("ip", "link", "set", br, "up")
 
     def _create_node(self, state: LabState, node: Node, profile, faults: list[Fault], offset: int = 0) -> None:
@@ -312,7 +318,7 @@ class Lab:
             _run("ip", "-n", node.netns, "link", "add", "link", mgmt, "name", carrier, "type", "macvlan",
                  "mode", "bridge")
             _run("ip", "-n", node.netns, "link", "set", carrier, "up")
-        _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", carrier)
+        _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/{state.prefix}", "dev", carrier)
         _run("ip", "-n", node.netns, "route", "add", "default", "via", state.gateway)
         for value in [f.value for f in faults if f.kind == "route_multipath"]:
             self._multipath(state, node, profile, value, carrier)
@@ -341,8 +347,8 @@ class Lab:
         _run(*ns, "link", "add", dev, "type", "veth", "peer", "name", f"ccrmp{nic}")
         for link in (dev, f"ccrmp{nic}"):
             _run(*ns, "link", "set", link, "up")
-        _run(*ns, "addr", "add", f"{fabric_ipv4(node.index, nic)}/24", "dev", dev)
-        gateway = str(ipaddress.IPv4Address(fabric_ipv4(0, nic)) + 254)
+        _run(*ns, "addr", "add", f"{fabric_ipv4(node.index, nic)}/{FABRIC_PREFIX}", "dev", dev)
+        gateway = str(ipaddress.IPv4Address(fabric_ipv4(0, nic)) + (1 << (32 - FABRIC_PREFIX)) - 2)
         _run(*ns, "route", "replace", "default", "nexthop", "via", state.gateway, "dev", carrier,
              "nexthop", "via", gateway, "dev", dev)
 

@@ -528,9 +528,13 @@ def _split_dev_value(value: str | None, kind: str) -> tuple[str, str]:
     return dev, rest
 
 
+FABRIC_PREFIX = 20  # a /20 per NIC: room for every node of the largest lab
+
+
 def fabric_ipv4(node_index: int, nic_index: int) -> str:
-    """The address a node's RoCE netdev carries in its GID table (198.19.<nic>.<node>)."""
-    return str(ipaddress.IPv4Address("198.19.0.0") + (nic_index << 8) + node_index)
+    """The address a node's RoCE netdev carries in its GID table: NIC n's
+    rail is 198.19.<16 n>.0/20, the node's index its host part."""
+    return str(ipaddress.IPv4Address("198.19.0.0") + (nic_index << (32 - FABRIC_PREFIX)) + node_index)
 
 
 def _gid_from_ipv4(ip: str) -> str:

@@ -8,7 +8,9 @@ the datasheet gives no dense figure for that precision.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from ccrhost.model.plain import plain
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -116,7 +118,7 @@ class GpuReading:
     clock_reasons: int | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return plain(self)
 
     @property
     def throttle_reasons(self) -> list[str]:

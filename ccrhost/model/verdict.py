@@ -8,7 +8,7 @@ so every verdict is testable from fixtures.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ccrhost.model import ccr as ccrmod
@@ -17,6 +17,7 @@ from ccrhost.model import gpu_health as gh
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model.gpus import GpuReading
+from ccrhost.model.plain import plain
 from ccrhost.model.ports import Port, compute_ports
 from ccrhost.model.status import (
     EXIT_CODES,
@@ -46,7 +47,7 @@ class Readings:
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
-        return asdict(self)
+        return plain(self)
 
 
 _READINGS = None
@@ -110,6 +111,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         r = self.readings
+        readings = r.to_dict() if self.evaluated else None
         return {
             "status": self.status,
             "reasons": [x.to_dict() for x in self.reasons],
@@ -122,8 +124,9 @@ class Verdict:
             "measure_errors": r.measure_errors,
             "measure_note": r.measure_note,
             "datapath": r.datapath.to_dict() if r.datapath is not None else None,
-            "gpu_health": asdict(r.gpu_health) if r.gpu_health is not None else None,
-            "readings": r.to_dict() if self.evaluated else None,
+            "gpu_health": (readings["gpu_health"] if readings else plain(r.gpu_health))
+            if r.gpu_health is not None else None,
+            "readings": readings,
         }
 
     @classmethod

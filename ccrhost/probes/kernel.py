@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from ccrhost.probes.sections import by_tag
 
 COMMAND = (
+    # the release once, with a builtin where /proc has it
+    "{ read -r K < /proc/sys/kernel/osrelease; } 2>/dev/null || K=$(uname -r); "
     "echo @@loaded; ls -1 /sys/module 2>/dev/null; "
-    'echo @@builtin; cat "/lib/modules/$(uname -r)/modules.builtin" 2>/dev/null; '
+    'echo @@builtin; cat "/lib/modules/$K/modules.builtin" 2>/dev/null; '
     # a container without the host's /lib/modules has no tree for the host's kernel
-    'echo @@tree; [ -d "/lib/modules/$(uname -r)" ] || uname -r; true'
+    'echo @@tree; [ -d "/lib/modules/$K" ] || echo "$K"; true'
 )
 
 

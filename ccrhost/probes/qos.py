@@ -237,7 +237,7 @@ def parse_ofed_prio2buffer(text: str) -> list[int]:
 
 _PER_IF = r"""
 echo "@@if $IF"
-echo "@@mtu"; cat "/sys/class/net/$IF/mtu" 2>/dev/null
+echo "@@mtu"; _l "/sys/class/net/$IF/mtu"
 if command -v mlnx_qos >/dev/null 2>&1 && [ -d "/sys/class/net/$IF/qos" ]; then
   out=$(mlnx_qos -i "$IF" 2>&1); echo "@@mlnx_qos $?"; printf '%s\n' "$out"
 elif command -v dcb >/dev/null 2>&1; then
@@ -248,9 +248,9 @@ fi
 if [ -d "/sys/class/net/$IF/ecn" ]; then
   echo "@@ecn"; (cd "/sys/class/net/$IF/ecn" && grep -Hs '' roce_rp/* roce_np/* roce_rp/enable/* roce_np/enable/*)
 fi
-[ -r "/sys/class/net/$IF/qos/buffer_size" ] && { echo "@@ofed_buffer"; cat "/sys/class/net/$IF/qos/buffer_size"; }
-[ -r "/sys/class/net/$IF/qos/prio2buffer" ] && { echo "@@ofed_prio2buffer"; cat "/sys/class/net/$IF/qos/prio2buffer"; }
-pci=$(basename "$(readlink -f "/sys/class/net/$IF/device" 2>/dev/null)" 2>/dev/null)
+[ -r "/sys/class/net/$IF/qos/buffer_size" ] && { echo "@@ofed_buffer"; _l "/sys/class/net/$IF/qos/buffer_size"; }
+[ -r "/sys/class/net/$IF/qos/prio2buffer" ] && { echo "@@ofed_prio2buffer"; _l "/sys/class/net/$IF/qos/prio2buffer"; }
+pci=$(cd -P "/sys/class/net/$IF/device" 2>/dev/null && printf '%s' "${PWD##*/}")
 cc="/sys/kernel/debug/mlx5/$pci/cc_params"
 if [ -n "$pci" ] && [ -d "$cc" ]; then echo "@@cc_params $cc"; (cd "$cc" && grep -Hs '' *); fi
 """
@@ -263,7 +263,8 @@ def command(interfaces, wants: str) -> str:
 
 # The netdevs of every RDMA device with an Ethernet (RoCE) port, found on
 # the node itself so that the snapshot needs no earlier read.
-_ROCE_NETDEVS = ("$(for d in /sys/class/infiniband/*; do grep -qsx Ethernet \"$d\"/ports/*/link_layer && "
+_ROCE_NETDEVS = ("$(for d in /sys/class/infiniband/*; do e=; for l in \"$d\"/ports/*/link_layer; do "
+                 "v=; { read -r v < \"$l\"; } 2>/dev/null; [ \"$v\" = Ethernet ] && e=1; done; [ -n \"$e\" ] && "
                  "for n in \"$d\"/device/net/*; do [ -e \"$n\" ] && echo \"${n##*/}\"; done; done | sort -u)")
 
 
@@ -272,8 +273,13 @@ def command_roce(wants: str) -> str:
     return _command(_ROCE_NETDEVS, wants)
 
 
+# A file's lines with builtins only (as cat prints them): the snippet reads
+# some forty small files a node, and a process each was most of its time.
+_LINES = "_l() { while IFS= read -r _v || [ -n \"$_v\" ]; do printf '%s\\n' \"$_v\"; done < \"$1\"; } 2>/dev/null; "
+
+
 def _command(names: str, wants: str) -> str:
-    return (f"for IF in {names}; do {_PER_IF} done; "
+    return (f"{_LINES}for IF in {names}; do {_PER_IF} done; "
             f"echo @@systemd; [ -d /run/systemd/system ] && echo running; "
             # with the host's PIDs (a hostPID container) but not its /run: systemd runs, unseen
             f"[ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ] && echo pid1; "

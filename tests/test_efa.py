@@ -9,7 +9,7 @@ import pytest
 from ccrhost.model import nccl
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.ports import compute_ports, efa_ports, ethernet_ports, roce_netdevs
-from ccrhost.model.status import FAIL, OK, UNKNOWN
+from ccrhost.model.status import EXIT_CODES, FAIL, OK, UNKNOWN
 from ccrhost.model.verdict import Readings, evaluate
 from ccrhost.probes import sysfs
 from ccrhost.probes.rdma import RdmaFormatError, parse_rdma_dump
@@ -133,3 +133,96 @@ def test_the_nccl_block_names_no_efa_device_and_no_roce_key():
     env = nccl.derive(parse_rdma_dump(efa_dump()), validate_host("n1", {}))
     assert not any("rdmap" in v for v in env.values())
     assert "NCCL_IB_HCA" not in env and not set(env) & set(nccl.ROCE_ONLY)
+
+
+# --- the lab: an AWS p5.48xlarge-like node (ccrhost/lab/profiles/aws-p5-efa.yaml) ---------------
+
+def _efa_state(lab, node):
+    """What the deploy must leave as it is on an EFA node: the EFA devices'
+    and their netdevs' sysfs, the rdma_cm configfs, and the emulated
+    driver's DCB and pause state (written only by a QoS or ethtool -A write)."""
+    import json as _json
+
+    from conftest import tree_snapshot
+
+    root = lab.root(node)
+    info = _json.loads((root / "run/ccrhost-lab/node.json").read_text()) if (
+        root / "run/ccrhost-lab/node.json").exists() else None
+    sysfs = {}
+    for dev in (root / "sys/class/infiniband").iterdir():  # os.walk follows the class link itself
+        sysfs.update({f"{dev.name}/{k}": v for k, v in tree_snapshot(dev).items()})
+        sysfs.update({f"{dev.name}/device/net/{k}": v for k, v in tree_snapshot(dev / "device/net").items()})
+    assert len(sysfs) > 32 * 10
+    kernel = lab.node_dir(lab.node(node)) / "kernel"
+    return {"sysfs": sysfs,
+            # loading rdma_cm makes rdma_cm/ itself; a RoCE write would make a group per device in it
+            "configfs": sorted(p.name for p in (root / "sys/kernel/config").glob("rdma_cm/*")),
+            "dcb": sorted(p.name for p in (kernel / "dcb").glob("*")),
+            "ethtool": sorted(p.name for p in (kernel / "ethtool").glob("*")),
+            "nics": info and [n["driver"] for n in info["nics"]]}
+
+
+@pytest.mark.lab
+def test_an_efa_node_deploys_untouched_names_no_efa_in_nccl_and_fails_when_a_netdev_goes_down(make_lab, tmp_path):
+    import json
+    import sys
+
+    from conftest import REPO, lab_inventory, lab_ssh, node_address, run_pyinfra
+
+    lab = make_lab(nodes=1, profile="aws-p5-efa")
+    node = "node1"
+    devices = sorted(p.name for p in (lab.root(node) / "sys/class/infiniband").iterdir())
+    assert len(devices) == 32 and all(d.startswith("rdmap") for d in devices)
+    before = _efa_state(lab, node)
+    # the lab's tools refuse what an ENA netdev does not have, as the real ones do
+    assert lab_ssh(lab, node, "dcb pfc show dev enp6s0").stderr == "Attribute read: Operation not supported\n"
+    assert lab_ssh(lab, node, "ethtool -a enp6s0").stderr == "netlink error: Operation not supported\n"
+    assert lab_ssh(lab, node, "ethtool -A enp6s0 rx off tx off").returncode != 0
+    assert lab_ssh(lab, node, "mlnx_qos -i enp6s0 --trust dscp").returncode != 0
+    stats = lab_ssh(lab, node, "ethtool -S enp6s0").stdout  # ena's counters, none of mlx5's
+    from ccrhost.model.fabric import kept
+
+    names = [line.split(":")[0].strip() for line in stats.splitlines()[1:]]
+    assert stats.startswith("NIC statistics:\n     tx_timeout: 0\n") and not [n for n in names if kept(n)]
+
+    run = run_pyinfra("deploys/rdma.py", inventory=lab_inventory(tmp_path))
+    address = node_address(1)
+    assert run.rc == 0, run.out  # UNKNOWN is logged, not failed
+    efa_ports = ", ".join(f"{d}/1" for d in sorted(devices, key=lambda n: int(n[5:-2])))
+    assert f"[{address}] {efa_ports}: EFA: QoS, RoCE and global pause not applicable; NCCL via aws-ofi-nccl" \
+        in run.out, run.out
+    assert f"[{address}] no RoCE compute netdev: QoS skipped" in run.out
+    # nothing EFA lacks was touched: no DCB or pause state, no rdma_cm group, the devices' sysfs as it was
+    assert _efa_state(lab, node) == before
+    conf = (lab.root(node) / "etc/nccl.conf").read_text()
+    assert "rdmap" not in conf and "NCCL_IB_HCA" not in conf and "NCCL_IB_TC" not in conf, conf
+
+    doc = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"][address]
+    assert doc["status"] == "UNKNOWN" and doc["ccr"] is None, doc
+    assert [r["code"] for r in doc["reasons"] if r["level"] != "OK"] == ["efa_rate_unknown"], doc["reasons"]
+
+    def check():
+        out = lab_ssh(lab, node, f"cd {REPO} && {sys.executable} -m ccrhost check --format json")
+        return out.returncode, json.loads(out.stdout)
+
+    rc, up = check()
+    assert (rc, up["status"]) == (EXIT_CODES["UNKNOWN"], "UNKNOWN"), up
+    assert len([p for p in up["ports"] if p["active"]]) == 32
+
+    # the netdev set down in the node: the EFA's own port file still says ACTIVE, the check FAILs it
+    assert lab_ssh(lab, node, "ip link set dev enp14s0 down").returncode == 0
+    assert (lab.root(node) / "sys/class/infiniband/rdmap14s0/ports/1/state").read_text() == "4: ACTIVE\n"
+    rc, down = check()
+    assert (rc, down["status"]) == (EXIT_CODES["FAIL"], "FAIL"), down
+    assert [r["message"] for r in down["reasons"] if r["code"] == "efa_link_down"] == [
+        "EFA port rdmap14s0/1 is down: netdev enp14s0 operstate down, carrier unreadable "
+        "(its RDMA port state reads ACTIVE whatever the link does)"]
+    assert lab_ssh(lab, node, "ip link set dev enp14s0 up").returncode == 0
+    assert check()[1]["status"] == "UNKNOWN"
+
+    # a lost link (the lab's port_down fault): admin up, carrier 0
+    lab.fault(node, "port_down=rdmap6s0")
+    rc, lost = check()
+    assert rc == EXIT_CODES["FAIL"] and [r["message"] for r in lost["reasons"] if r["code"] == "efa_link_down"] == [
+        "EFA port rdmap6s0/1 is down: netdev enp6s0 operstate down, carrier 0 "
+        "(its RDMA port state reads ACTIVE whatever the link does)"]

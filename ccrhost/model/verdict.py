@@ -232,8 +232,10 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     active = [p for p in ports if p.active]
     up_efa = [p for p in active if p.efa]
     if up_efa:
+        names = [p.name for p in up_efa]
+        named = ", ".join(names) if len(names) <= 4 else f"{names[0]} to {names[-1]} ({len(names)})"
         reasons.append(Reason(UNKNOWN, "efa_rate_unknown",
-                              f"EFA ports {', '.join(p.name for p in up_efa)} carry the compute traffic, but the "
+                              f"EFA ports {named} carry the compute traffic, but the "
                               "efa driver's rate file is the device's maximum or a fixed 100 Gb/s, not the "
                               "link's: the node's bandwidth is not known"))
     # an ACTIVE port with no rate read is not a 0 Gb/s port: its share of B is not known

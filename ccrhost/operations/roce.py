@@ -8,7 +8,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.rdma import CONFIGFS, IB_ROOT, RDMA_CM
-from ccrhost.model.ports import ethernet_ports
+from ccrhost.model.ports import ethernet_ports, natural_key
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation, write_sysfs
 
@@ -66,7 +66,7 @@ def mode(roce_mode: str = "RoCE v2", tos: int = 106, force_traffic_class: bool =
 
     ethernet = ethernet_ports(rdma)
     efa = []
-    for dev, data in devices.items():
+    for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0])):
         for num, port in sorted(data.ports.items()):
             if port.efa:
                 efa.append(f"{dev}/{num}")

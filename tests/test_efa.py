@@ -207,7 +207,7 @@ def test_an_efa_node_deploys_untouched_names_no_efa_in_nccl_and_fails_when_a_net
 
     rc, up = check()
     assert (rc, up["status"]) == (EXIT_CODES["UNKNOWN"], "UNKNOWN"), up
-    assert len([p for p in up["ports"] if p["active"]]) == 32
+    assert [(p["active"], p["efa"], p["netdev_operstate"]) for p in up["ports"]] == [(True, True, "up")] * 32
 
     # the netdev set down in the node: the EFA's own port file still says ACTIVE, the check FAILs it
     assert lab_ssh(lab, node, "ip link set dev enp14s0 down").returncode == 0

@@ -113,7 +113,8 @@ class Verdict:
             "ccr": self.ccr.to_dict() if self.ccr else None,
             "expected_ccr": self.expected_ccr,
             "fail_below": self.fail_below,
-            "ports": [{**p.__dict__, "effective_gbps": p.effective_gbps, "active": p.active} for p in r.ports],
+            "ports": [{**p.__dict__, "effective_gbps": p.effective_gbps, "active": p.active, "efa": p.efa}
+                      for p in r.ports],
             "gpus": [g.to_dict() for g in r.gpus],
             "gpu_error": r.gpu_error,
             "measure_errors": r.measure_errors,

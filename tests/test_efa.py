@@ -115,6 +115,14 @@ def test_an_rdma_port_beside_efa_is_still_judged_on_its_own_rate():
     assert rate == ["port mlx5_0/1 runs at 200 Gb/s, expected 400"]
 
 
+def test_a_measured_efa_port_is_not_held_to_its_drivers_constant_rate():
+    from dataclasses import replace
+
+    ports = [replace(p, measured_gbps=50.0) for p in compute_ports(parse_rdma_dump(efa_dump()))]
+    v = evaluate(Readings(ports=ports, gpus=gpus()))
+    assert "measured_slow" not in {r.code for r in v.reasons} and v.status == UNKNOWN
+
+
 @pytest.mark.parametrize("text", ["UP", "up down", "", "1"])
 def test_an_operstate_the_kernel_does_not_print_is_refused_naming_the_file(text):
     dump = [line if not line.endswith("/operstate:up") else line.replace(":up", f":{text}") for line in efa_dump()]

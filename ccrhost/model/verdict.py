@@ -251,8 +251,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
 
     for error in readings.measure_errors:
         reasons.append(Reason(UNKNOWN, "measure_failed", error))
-    slow = [p for p in active
-            if p.measured_gbps is not None and p.measured_gbps < policy.measure_min_fraction * p.link_gbps]
+    # an EFA's link_gbps is its driver's constant: no reference to be slow against
+    slow = [p for p in active if not p.efa
+            and p.measured_gbps is not None and p.measured_gbps < policy.measure_min_fraction * p.link_gbps]
     if slow:
         note = f" ({readings.measure_note})" if readings.measure_note else ""
         worst_port = min(slow, key=lambda p: p.measured_gbps)

@@ -85,8 +85,15 @@ class QosBoot(_Model):
 RATE_RE = r"^\d+(\.\d+)? Gb/sec \(\d+X [A-Z]+\)$"
 
 
+# "Unknown": an AWS EFA device (the efa driver gives no link layer; core
+# sysfs.c link_layer_show prints "Unknown"). Its port files are the driver's
+# constants (efa_verbs.c efa_query_port), its link is the netdev's.
+LinkLayer = Literal["Ethernet", "InfiniBand", "Unknown"]
+EFA = "Unknown"
+
+
 class NicDefaults(_Model):
-    link_layer: Literal["Ethernet", "InfiniBand"] = "Ethernet"
+    link_layer: LinkLayer = "Ethernet"
     rate_gbps: int = 400
     rate: str | None = Field(None, pattern=RATE_RE)  # the port's rate file verbatim; None: from rate_gbps
     pcie: Pcie = Pcie()
@@ -148,7 +155,7 @@ class Nic(_Model):
     netdev: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
     pci: str = Field(pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
     # Format 2: this NIC's own values where they differ from nic_defaults.
-    link_layer: Literal["Ethernet", "InfiniBand"] | None = None
+    link_layer: LinkLayer | None = None
     rate_gbps: int | None = None
     rate: str | None = Field(None, pattern=RATE_RE)
     pcie: Pcie | None = None
@@ -596,7 +603,7 @@ def pci_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
                              buses=(bus, secondary, subordinate))
 
     gpu_count = profile.gpus.count
-    nic_class = {n.name: 0x020000 if profile.nic_settings(n).link_layer == "Ethernet" else 0x020700
+    nic_class = {n.name: 0x020700 if profile.nic_settings(n).link_layer == "InfiniBand" else 0x020000
                  for n in profile.nics}
     for i in range(max(len(profile.nics), gpu_count)):
         nic = profile.nics[i] if i < len(profile.nics) else None
@@ -630,8 +637,11 @@ def pci_tree(profile: Profile, faults: list[Fault]) -> list[pcie.Function]:
             out.append(far_rp)
             parent = far_rp.bdf
         nd = profile.nic_settings(nic)
-        out.append(pcie.Function(nic.pci, "nic", nic_host, parent, nic_numa, 0x15b3, 0x1021, nic_class[nic.name], 0,
-                                 "mlx5_core", devctl=pcie.devctl(nd.pcie.max_read_req, nd.pcie.relaxed_ordering),
+        # an EFA: Amazon 0x1d0f, device 0xefa0 (ibv_devinfo's vendor_id and
+        # vendor_part_id 61344 of an EFA), bound to the efa driver
+        vendor, device, driver = (0x1d0f, 0xefa0, "efa") if nd.link_layer == EFA else (0x15b3, 0x1021, "mlx5_core")
+        out.append(pcie.Function(nic.pci, "nic", nic_host, parent, nic_numa, vendor, device, nic_class[nic.name], 0,
+                                 driver, devctl=pcie.devctl(nd.pcie.max_read_req, nd.pcie.relaxed_ordering),
                                  name=nic.name))
     return _acs_faults(profile, faults, out)
 
@@ -931,13 +941,18 @@ def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
         nd = profile.nic_settings(nic)
         pci = f"devices/{path_of(tree, nic.pci)}"
         is_down = nic.name in down
+        efa = nd.link_layer == EFA
         files[f"{pci}/current_link_width"] = f"{widths.get(nic.name, nd.pcie.width)}\n"
         files[f"{pci}/net/{nic.netdev}/operstate"] = ("down" if is_down else "up") + "\n"
+        if efa:
+            # a lost link: the netdev stays admin up, its carrier reads 0 (net-sysfs.c carrier_show)
+            files[f"{pci}/net/{nic.netdev}/carrier"] = ("0" if is_down else "1") + "\n"
         if nic.name in missing:
             continue
         port = f"{pci}/infiniband/{nic.name}/ports/1"
-        files[f"{port}/state"] = "1: DOWN\n" if is_down else "4: ACTIVE\n"
-        files[f"{port}/phys_state"] = "3: Disabled\n" if is_down else "5: LinkUp\n"
+        # efa_query_port() reports ACTIVE/LinkUp whatever the link does
+        files[f"{port}/state"] = "1: DOWN\n" if is_down and not efa else "4: ACTIVE\n"
+        files[f"{port}/phys_state"] = "3: Disabled\n" if is_down and not efa else "5: LinkUp\n"
         files[f"{port}/rate"] = (RATE_STRINGS[rates[nic.name]] if nic.name in rates else nd.rate_text()) + "\n"
     return files
 
@@ -983,6 +998,7 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
     for i, nic in enumerate(profile.nics):
         nd = profile.nic_settings(nic)
         ethernet = nd.link_layer == "Ethernet"
+        efa = nd.link_layer == EFA
         rel = path_of(tree, nic.pci)
         pci = root / "devices" / rel
         _write(pci / "current_link_width", live[f"devices/{rel}/current_link_width"])
@@ -990,14 +1006,17 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         netdir = pci / "net" / nic.netdev
         _write(netdir / "mtu", f"{nd.mtu_value()}\n")
         _write(netdir / "operstate", live[f"devices/{rel}/net/{nic.netdev}/operstate"])
+        if efa:
+            _write(netdir / "carrier", live[f"devices/{rel}/net/{nic.netdev}/carrier"])
         _link(root / "class" / "net" / nic.netdev, f"../../devices/{rel}/net/{nic.netdev}")
         _link(netdir / "device", "../../../" + nic.pci)
         rate = RATE_STRINGS[rates[nic.name]] if nic.name in rates else nd.rate_text()
         qos = nd.qos
-        built["qos"][nic.netdev] = {"pfc": list(qos.pfc), "delay": qos.cable_len,
-                                    "app": {str(d): p for d, p in sorted(qos.dscp2prio.items())},
-                                    "buffer_size": list(qos.buffer_size), "prio2buffer": list(qos.prio2buffer),
-                                    "macsec_bypass": "off", "port_buffer": qos.port_buffer}
+        if not efa:  # the ENA netdev beside an EFA has no DCB (no dcbnl_ops): no state to keep
+            built["qos"][nic.netdev] = {"pfc": list(qos.pfc), "delay": qos.cable_len,
+                                        "app": {str(d): p for d, p in sorted(qos.dscp2prio.items())},
+                                        "buffer_size": list(qos.buffer_size), "prio2buffer": list(qos.prio2buffer),
+                                        "macsec_bypass": "off", "port_buffer": qos.port_buffer}
         if profile.ofed and ethernet:
             for name, value in (DEFAULT_ECN if qos.ecn is None else qos.ecn).items():
                 _write(netdir / "ecn" / name, f"{value}\n")
@@ -1012,17 +1031,26 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         ib = pci / "infiniband" / nic.name
         _link(root / "class" / "infiniband" / nic.name, f"../../devices/{rel}/infiniband/{nic.name}")
         _link(ib / "device", "../../../" + nic.pci)
-        _write(ib / "fw_ver", fw.get(nic.name, nd.fw_ver) + "\n")
-        _write(ib / "board_id", nd.board_id + "\n")
-        _write(ib / "node_type", "1: CA\n")
-        _write(ib / "hca_type", nd.hca_type + "\n")
+        if not efa:  # fw_ver, board_id, hca_type: what mlx5 provides; the lab gives an EFA none
+            _write(ib / "fw_ver", fw.get(nic.name, nd.fw_ver) + "\n")
+            _write(ib / "board_id", nd.board_id + "\n")
+            _write(ib / "node_type", "1: CA\n")
+            _write(ib / "hca_type", nd.hca_type + "\n")
         _write(ib / "node_guid", _guid(node_index, i) + "\n")
         port = ib / "ports" / "1"
         for name in ("state", "phys_state", "rate"):
             _write(port / name, live[f"devices/{rel}/infiniband/{nic.name}/ports/1/{name}"])
         _write(port / "link_layer", nd.link_layer + "\n")
-        _write(port / "lid", "0x0\n" if ethernet else f"0x{node_index * 16 + i + 1:x}\n")
-        _write(port / "sm_lid", "0x0\n" if ethernet else "0x1\n")
+        _write(port / "lid", "0x0\n" if ethernet or efa else f"0x{node_index * 16 + i + 1:x}\n")
+        _write(port / "sm_lid", "0x0\n" if ethernet or efa else "0x1\n")
+        if efa:
+            # no IB PMA counters/ on efa (its own hw_counters only, none of which ccrhost reads)
+            table = gid_table(nic, node_index, i, False)
+            for entry in table:
+                _write(port / "gids" / str(entry.index), ipaddress.IPv6Address(entry.gid).exploded + "\n")
+                _write(port / "gid_attrs" / "types" / str(entry.index), (entry.type or "IB/RoCE v1") + "\n")
+            built["nics"].append({"name": nic.name, "netdev": nic.netdev, "ipv4": None, "ports": 1, "driver": "efa"})
+            continue
         for counter in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
                         "port_xmit_data_64", "port_rcv_data_64"):
             _write(port / "counters" / counter, "0\n")

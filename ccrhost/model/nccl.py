@@ -31,12 +31,6 @@ def _v2_ipv4_index(port: RdmaPort) -> int | None:
     return next((g.index for g in port.gids if g.type == "RoCE v2" and g.ipv4), None)
 
 
-def is_efa(port) -> bool:
-    """An EFA (or other non-Ethernet, non-InfiniBand) RDMA port: sysfs
-    ``link_layer`` "Unknown" (the kernel's IB_LINK_LAYER_UNSPECIFIED)."""
-    return port.link_layer == "Unknown"
-
-
 def derive(rdma: RdmaReading, settings) -> dict[str, str]:
     """The NCCL_* variables for one node, in the order they are written."""
     compute = [p for p in compute_ports(rdma, settings.rdma_exclude_devices) if p.active]
@@ -46,8 +40,9 @@ def derive(rdma: RdmaReading, settings) -> dict[str, str]:
     out: dict[str, str] = {}
     # An AWS EFA device reports link_layer "Unknown" (and is always ACTIVE):
     # NCCL reaches it through the aws-ofi-nccl plugin, never its IB verbs
-    # transport, so it is no NCCL_IB_HCA entry (reference gpu-fabric-health.md).
-    verbs = [p for p in compute if not is_efa(p)]
+    # transport, so it is no NCCL_IB_HCA entry (reference gpu-fabric-health.md;
+    # Port.efa, model/rdma.py).
+    verbs = [p for p in compute if not p.efa]
     if settings.nccl_ib_hca or verbs:
         # "=" asks NCCL for exact names, so mlx5_1 does not also match mlx5_10.
         out["NCCL_IB_HCA"] = settings.nccl_ib_hca or "=" + ",".join(f"{p.device}:{p.port}" for p in verbs)

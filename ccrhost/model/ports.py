@@ -10,7 +10,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from ccrhost.model.rdma import NodeNet, RdmaPort, RdmaReading
+from ccrhost.model.rdma import OPERSTATES_UP, NodeNet, RdmaPort, RdmaReading, efa_link_layer
 
 
 def natural_key(name: str) -> list:
@@ -52,10 +52,38 @@ class Port:
     pcie_width_max: int | None
     measured_gbps: float | None = None
     netdev: str | None = None
+    netdev_operstate: str | None = None  # /sys/class/net/<netdev>/operstate, where read
+    netdev_carrier: int | None = None    # /sys/class/net/<netdev>/carrier, where read
+
+    @property
+    def efa(self) -> bool:
+        """An AWS EFA port (link_layer "Unknown"): its state and rate files
+        are the driver's constants (model/rdma.py), so its link comes from
+        its netdev and it is no InfiniBand or RoCE port to tune or count."""
+        return efa_link_layer(self.link_layer)
+
+    @property
+    def link_known(self) -> bool:
+        """Whether the link state was read: always for IB and RoCE ports; for
+        EFA, only when its netdev's operstate was (an EFA-only adapter has no
+        netdev, NVSentinel EFAStateCheck)."""
+        return not self.efa or self.netdev_operstate is not None
 
     @property
     def active(self) -> bool:
+        if self.efa and self.netdev_operstate is not None:
+            # NVSentinel EFAStateCheck: operstate other than up/unknown, or
+            # carrier 0, is a down link whatever ports/1/state says
+            return self.netdev_operstate in OPERSTATES_UP and self.netdev_carrier != 0
         return self.state == "ACTIVE" and self.phys_state == "LinkUp"
+
+    @property
+    def link_text(self) -> str:
+        """The link state as read, for messages."""
+        if self.efa and self.netdev_operstate is not None:
+            carrier = "unreadable" if self.netdev_carrier is None else self.netdev_carrier
+            return f"netdev {self.netdev} operstate {self.netdev_operstate}, carrier {carrier}"
+        return f"{self.state}/{self.phys_state}"
 
     @property
     def pcie_gbps(self) -> float | None:
@@ -90,6 +118,7 @@ def compute_ports(rdma: RdmaReading, exclude: tuple[str, ...] = ()) -> list[Port
                 phys_state=p.phys_state, rate_gbps=p.rate_gbps,
                 pcie_gts=pci.current_speed_gts, pcie_width=pci.current_width,
                 pcie_gts_max=pci.max_speed_gts, pcie_width_max=pci.max_width, netdev=p.netdev,
+                netdev_operstate=p.netdev_operstate, netdev_carrier=p.netdev_carrier,
             ))
     return ports
 
@@ -101,6 +130,11 @@ def ethernet_ports(rdma: RdmaReading) -> list[tuple[str, int, RdmaPort]]:
             for dev, data in sorted(rdma.devices.items(), key=lambda kv: natural_key(kv[0]))
             for num, port in sorted(data.ports.items())
             if port.link_layer == "Ethernet"]
+
+
+def efa_ports(rdma: RdmaReading, exclude: tuple[str, ...] = ()) -> list[Port]:
+    """The compute EFA ports (what the deploy says it leaves untuned)."""
+    return [p for p in compute_ports(rdma, exclude) if p.efa]
 
 
 def roce_netdevs(rdma: RdmaReading, exclude: tuple[str, ...] = ()) -> dict[str, dict]:

@@ -7,6 +7,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# An AWS Elastic Fabric Adapter port. The efa driver gives no link layer, so
+# the core's link_layer_show prints "Unknown" (IB_LINK_LAYER_UNSPECIFIED;
+# drivers/infiniband/core/sysfs.c), and efa_query_port() hard-codes
+# IB_PORT_ACTIVE, LinkUp and IB_SPEED_EDR x IB_WIDTH_4X
+# (drivers/infiniband/hw/efa/efa_verbs.c): its state and rate files say
+# nothing about the link. NVIDIA NVSentinel's EFAStateCheck takes the link
+# from the netdev under device/net/ instead. The one test of "is EFA".
+EFA_LINK_LAYER = "Unknown"
+
+
+def efa_link_layer(link_layer: str | None) -> bool:
+    """Whether a port with this sysfs ``link_layer`` is EFA (or another
+    non-Ethernet, non-InfiniBand port, which ccrhost judges the same way)."""
+    return link_layer == EFA_LINK_LAYER
+
+
+# /sys/class/net/<if>/operstate: RFC 2863 names from net/core/net-sysfs.c
+# operstates[]. "unknown" is what a driver that never reports carrier
+# shows while it forwards traffic (NVSentinel counts it up, as here).
+OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
+OPERSTATES_UP = ("up", "unknown")
+
 
 @dataclass(frozen=True)
 class GidEntry:
@@ -31,12 +53,18 @@ class RdmaPort:
     rate_gbps: float | None = None      # ports/<n>/rate, "400 Gb/sec (4X NDR)" -> 400.0
     lanes: int | None = None            # ports/<n>/rate -> 4
     speed: str | None = None            # ports/<n>/rate -> "NDR"
-    link_layer: str | None = None       # ports/<n>/link_layer: "Ethernet" | "InfiniBand"
+    link_layer: str | None = None       # ports/<n>/link_layer: "Ethernet" | "InfiniBand" | "Unknown" (EFA)
     netdev: str | None = None           # the GIDs' ndev, else the device's only netdev
+    netdev_operstate: str | None = None  # /sys/class/net/<netdev>/operstate (device/net/<if>/operstate)
+    netdev_carrier: int | None = None   # .../carrier, 1 or 0; None: unreadable (EINVAL while admin down)
     gids: list[GidEntry] = field(default_factory=list)  # non-zero entries of ports/<n>/gids/
     traffic_class: list[str] | None = None  # tc/<n>/traffic_class (MLNX_OFED only), raw lines
     credit_threshold: str | None = None     # ports/<n>/credit_threshold, where the driver has one
     cm: CmDefaults | None = None        # rdma_cm configfs group; None when it does not exist
+
+    @property
+    def efa(self) -> bool:
+        return efa_link_layer(self.link_layer)
 
 
 @dataclass(frozen=True)

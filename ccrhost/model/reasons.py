@@ -759,6 +759,39 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [f"cat {_PORT}/rate", "ibv_devinfo -v"],
          ["reload the NIC driver or reboot the node"],
          "verification.md#the-connection-to-compute-ratio"),
+    _doc("efa_link_down", FAIL,
+         "An AWS EFA port's link is down: its netdev's `operstate` is not up (or its `carrier` is 0). The "
+         "efa driver's RDMA port always reads ACTIVE/LinkUp, so the netdev is the only sign (as NVIDIA "
+         "NVSentinel's EFAStateCheck reads it); the node trains on fewer EFA rails than it has.",
+         "`/sys/class/infiniband/<dev>/device/net/<netdev>/operstate` and `carrier`.",
+         ["the interface was set down (`ip link set <netdev> down`, a network manager, a failed DHCP lease)",
+          "the EFA/ENA device lost its link or was reset by the driver",
+          "the instance's network interface was detached"],
+         ["cat /sys/class/infiniband/<dev>/device/net/*/operstate /sys/class/infiniband/<dev>/device/net/*/carrier",
+          "ip -br link show <netdev>", "fi_info -p efa"],
+         ["ip link set <netdev> up, or restart the instance's network configuration",
+          "stop and start the instance if the device stays down", _CHECK + "   # after the fix"],
+         "efa.md"),
+    _doc("efa_link_unreadable", UNKNOWN,
+         "An AWS EFA port has no netdev whose `operstate` could be read (an EFA-only interface has none): its "
+         "RDMA port state is a constant ACTIVE, so whether its link is up is not known.",
+         "`/sys/class/infiniband/<dev>/device/net/*/operstate`, absent or unreadable.",
+         ["an EFA-only network interface (no ENA netdev beside the EFA device)",
+          "the netdev's sysfs files are unreadable (a driver being reset)"],
+         ["ls /sys/class/infiniband/<dev>/device/net/", "fi_info -p efa"],
+         ["attach the EFA as an ENA+EFA interface where its link must be watched, or watch it through "
+          "the EFA's own hw_counters"],
+         "efa.md"),
+    _doc("efa_rate_unknown", UNKNOWN,
+         "The node's compute ports are AWS EFA ports, whose `rate` file is the device's maximum (or a fixed "
+         "100 Gb/s on drivers without one: efa_verbs.c efa_query_port), never the rate the link trained at: "
+         "ccrhost gives no CCR rather than one built on a constant.",
+         f"`{_PORT}/link_layer` \"Unknown\" (an EFA port) and `{_PORT}/rate`.",
+         ["the node's compute network is EFA (AWS p4d, p5, ...): expected there"],
+         ["cat /sys/class/infiniband/*/ports/*/link_layer /sys/class/infiniband/*/ports/*/rate"],
+         ["run NCCL's all-reduce through aws-ofi-nccl (nccl-tests) to measure the node's bandwidth; the "
+          "verdict's other checks (GPUs, EFA links, PCIe) still apply"],
+         "efa.md"),
     _doc("node_unreadable", UNKNOWN,
          "The deploy could not read a probe it needs for tuning (kernel modules, QoS tools, the managed files): "
          "the tuning stopped on this host and nothing was changed by that stage; the message names the probe "

@@ -118,7 +118,8 @@ class Verdict:
             "ccr": self.ccr.to_dict() if self.ccr else None,
             "expected_ccr": self.expected_ccr,
             "fail_below": self.fail_below,
-            "ports": [{**p.__dict__, "effective_gbps": p.effective_gbps, "active": p.active} for p in r.ports],
+            "ports": [{**p.__dict__, "effective_gbps": p.effective_gbps, "active": p.active, "efa": p.efa}
+                      for p in r.ports],
             "gpus": [g.to_dict() for g in r.gpus],
             "gpu_error": r.gpu_error,
             "measure_errors": r.measure_errors,
@@ -213,9 +214,24 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     if not ports:
         reasons.append(Reason(FAIL, "no_rdma", "no RDMA compute port found"))
 
-    top_rate = expect.port_gbps or max((p.rate_gbps or 0 for p in ports), default=0)
+    # EFA ports (Port.efa) are the compute network of an AWS node, so they
+    # count as its ports (dropping them would read as a node without one),
+    # but their state and rate files are driver constants: the link is the
+    # netdev's, and the rate file is the device's maximum or a fixed 100 Gb/s
+    # (efa_verbs.c efa_query_port), never what the link trained at. So no
+    # rate comparison with them, and B is UNKNOWN while one is up.
+    top_rate = expect.port_gbps or max((p.rate_gbps or 0 for p in ports if not p.efa), default=0)
     for p in ports:
-        if not p.active:
+        if p.efa:
+            if not p.link_known:
+                reasons.append(Reason(UNKNOWN, "efa_link_unreadable",
+                                      f"EFA port {p.name} has no readable netdev operstate "
+                                      f"({p.netdev or 'no netdev under its device/net/'}): its own state file "
+                                      "always reads ACTIVE, so its link is not known"))
+            elif not p.active:
+                reasons.append(Reason(FAIL, "efa_link_down", f"EFA port {p.name} is down: {p.link_text} "
+                                      "(its RDMA port state reads ACTIVE whatever the link does)"))
+        elif not p.active:
             reasons.append(Reason(FAIL, "port_down", f"port {p.name} is {p.state}/{p.phys_state}"))
         elif p.rate_gbps is not None and p.rate_gbps < top_rate:
             reasons.append(Reason(FAIL, "port_rate", f"port {p.name} runs at {p.rate_gbps:g} Gb/s, expected {top_rate:g}"))
@@ -223,8 +239,16 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             ("nic_pcie_width", p.pcie_width, p.pcie_width_max, "x{}, capable of x{}"),
             ("nic_pcie_speed", p.pcie_gts, p.pcie_gts_max, "{:g} GT/s, capable of {:g} GT/s")))
     active = [p for p in ports if p.active]
+    up_efa = [p for p in active if p.efa]
+    if up_efa:
+        names = [p.name for p in up_efa]
+        named = ", ".join(names) if len(names) <= 4 else f"{names[0]} to {names[-1]} ({len(names)})"
+        reasons.append(Reason(UNKNOWN, "efa_rate_unknown",
+                              f"EFA ports {named} carry the compute traffic, but the "
+                              "efa driver's rate file is the device's maximum or a fixed 100 Gb/s, not the "
+                              "link's: the node's bandwidth is not known"))
     # an ACTIVE port with no rate read is not a 0 Gb/s port: its share of B is not known
-    unread = [p for p in active if p.rate_gbps is None]
+    unread = [p for p in active if p.rate_gbps is None and not p.efa]
     for p in unread:
         reasons.append(Reason(UNKNOWN, "port_rate_unreadable",
                               f"port {p.name} is ACTIVE but its rate was not read "
@@ -235,8 +259,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
 
     for error in readings.measure_errors:
         reasons.append(Reason(UNKNOWN, "measure_failed", error))
-    slow = [p for p in active
-            if p.measured_gbps is not None and p.measured_gbps < policy.measure_min_fraction * p.link_gbps]
+    # an EFA's link_gbps is its driver's constant: no reference to be slow against
+    slow = [p for p in active if not p.efa
+            and p.measured_gbps is not None and p.measured_gbps < policy.measure_min_fraction * p.link_gbps]
     if slow:
         note = f" ({readings.measure_note})" if readings.measure_note else ""
         worst_port = min(slow, key=lambda p: p.measured_gbps)
@@ -276,7 +301,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     result = None
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)
     reasons.extend(gpu_reasons)
-    if tflops and not unread:
+    if tflops and not unread and not up_efa:
         # the job's GPUs per node: the declared count, else the GPUs found
         result, model_reasons = node_ccr([p.effective_gbps for p in active], tflops,
                                          expect.gpu_count or len(gpus), policy)

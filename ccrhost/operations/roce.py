@@ -8,7 +8,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand
 
 from ccrhost.facts.rdma import CONFIGFS, IB_ROOT, RDMA_CM
-from ccrhost.model.ports import ethernet_ports
+from ccrhost.model.ports import ethernet_ports, natural_key
 from ccrhost.operations import cache as fact_cache
 from ccrhost.operations.base import fail, operation, write_sysfs
 
@@ -65,10 +65,17 @@ def mode(roce_mode: str = "RoCE v2", tos: int = 106, force_traffic_class: bool =
         return
 
     ethernet = ethernet_ports(rdma)
-    for dev, data in devices.items():
+    efa = []
+    for dev, data in sorted(devices.items(), key=lambda kv: natural_key(kv[0])):
         for num, port in sorted(data.ports.items()):
-            if port.link_layer != "Ethernet":
+            if port.efa:
+                efa.append(f"{dev}/{num}")
+            elif port.link_layer != "Ethernet":
                 host.log(f"{dev} port {num}: link layer {port.link_layer}, RoCE settings skipped")
+    if efa:
+        # EFA has no RoCE GIDs and no DCB, and NCCL reaches it through the
+        # aws-ofi-nccl plugin (docs/efa.md): every such stage passes it by
+        host.log(f"{', '.join(efa)}: EFA: QoS, RoCE and global pause not applicable; NCCL via aws-ofi-nccl")
     if not ethernet:
         return
 

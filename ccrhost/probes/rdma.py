@@ -32,6 +32,11 @@ RDMA_CM = CONFIGFS + "/rdma_cm"
 
 _PORT_FILES = ("state", "phys_state", "rate", "link_layer", "credit_threshold")
 _PCI_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+# The netdev's link (net/core/net-sysfs.c): operstate, and carrier, which
+# fails with EINVAL while the netdev is down (grep -s skips it). An EFA
+# port's own state file is a constant, so its link is read here, as NVIDIA
+# NVSentinel's EFAStateCheck reads it (/sys/class/infiniband/<dev>/device/net/<if>/).
+_NET_FILES = ("operstate", "carrier")
 
 # The management path for the SSH guard: every default route and nexthop,
 # the kernel's lower_/upper_ links between netdevs (VLAN, bridge, bond,
@@ -46,7 +51,8 @@ COMMAND = f"""echo @@ib
 if cd {IB_ROOT} 2>/dev/null; then
 grep -Hs '' {' '.join(f'*/ports/*/{f}' for f in _PORT_FILES)} \\
  */ports/*/gid_attrs/types/* */ports/*/gid_attrs/ndevs/* \\
- {' '.join(f'*/device/{f}' for f in _PCI_FILES)} */tc/*/traffic_class
+ {' '.join(f'*/device/{f}' for f in _PCI_FILES)} */tc/*/traffic_class \\
+ {' '.join(f'*/device/net/*/{f}' for f in _NET_FILES)}
 grep -Hsv '^0000:0000:0000:0000:0000:0000:0000:0000$' */ports/*/gids/*
 echo @@net
 for n in */device/net/*; do [ -e "$n" ] && echo "$n"; done
@@ -118,6 +124,7 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
 
     gids: dict[tuple[str, int], dict[int, dict]] = {}
     pci: dict[str, dict] = {}
+    links: dict[str, dict] = {}  # netdev -> {"operstate": str, "carrier": int}
 
     for path, values in sysfs.split_dump(sections.get("ib", [])).items():
         parts = path.split("/")
@@ -159,6 +166,12 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
                 link["current_width"] = _located(where, sysfs.parse_pcie_width, text)
             elif parts[2] == "max_link_width":
                 link["max_width"] = _located(where, sysfs.parse_pcie_width, text)
+        elif len(parts) == 5 and parts[1:3] == ["device", "net"] and parts[4] in _NET_FILES:
+            link = links.setdefault(parts[3], {})
+            if parts[4] == "operstate":
+                link["operstate"] = _located(where, sysfs.parse_operstate, text)
+            else:
+                link["carrier"] = _located(where, sysfs.parse_carrier, text)
         elif len(parts) == 4 and parts[1] == "tc" and num is not None:
             port(dev, num).traffic_class = [v for v in values if v.strip()]
     for dev, link in pci.items():
@@ -194,6 +207,8 @@ def parse_rdma_dump(lines: list[str]) -> RdmaReading:
                 p.netdev = ndevs[0]
             elif len(data.netdevs) == 1:
                 p.netdev = data.netdevs[0]
+            link = links.get(p.netdev or "", {})
+            p.netdev_operstate, p.netdev_carrier = link.get("operstate"), link.get("carrier")
 
     for path, values in sysfs.split_dump(sections.get("cm", [])).items():
         parts = path.split("/")

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ccrhost import numbers
+from ccrhost.model.rdma import OPERSTATES  # operstate_show's names (net/core/net-sysfs.c operstates[])
 
 
 class SysfsFormatError(ValueError):
@@ -195,6 +196,23 @@ def parse_gid_type(text: str) -> str:
     if value not in GID_TYPES:
         raise SysfsFormatError(f"expected one of {GID_TYPES}, got {text!r}")
     return value
+
+
+def parse_operstate(text: str) -> str:
+    """A netdev's ``operstate``: one of the kernel's RFC 2863 names."""
+    value = text.strip()
+    if value not in OPERSTATES:
+        raise SysfsFormatError(f"expected one of {', '.join(OPERSTATES)}, got {text!r}")
+    return value
+
+
+def parse_carrier(text: str) -> int:
+    """A netdev's ``carrier``: carrier_show prints "%d" of !!netif_carrier_ok()
+    (net/core/net-sysfs.c), so 0 or 1."""
+    value = text.strip()
+    if value not in ("0", "1"):
+        raise SysfsFormatError(f"expected 0 or 1, got {text!r}")
+    return int(value)
 
 
 def split_dump(lines: list[str], root: str = "") -> dict[str, list[str]]:

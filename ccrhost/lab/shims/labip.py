@@ -3,8 +3,12 @@
 an emulated netdev (one that /sys/class/net shows but the node's network
 namespace does not have) ``ip link set [dev] NETDEV mtu N`` changes its
 MTU the way the kernel does: within the device's range (mlx5: 68 to 9978),
-refused with dev_validate_mtu()'s messages otherwise; the change lasts
-until the next boot. Every other command is the real ip."""
+refused with dev_validate_mtu()'s messages otherwise; ``ip link set [dev]
+NETDEV down|up`` sets it administratively down or up: its operstate reads
+"down", and its carrier file fails (EINVAL, net-sysfs.c carrier_show: the
+netdev is not running; the lab removes it, which reads the same to
+``grep -s``), until it is set up again. Changes last until the next boot.
+Every other command is the real ip."""
 
 import os
 import sys
@@ -30,7 +34,37 @@ def set_mtu(argv):
     return None
 
 
+def set_admin(argv):
+    """``link set [dev] NAME up|down`` -> (name, "up"|"down") or None."""
+    if argv[:2] != ["link", "set"]:
+        return None
+    rest = argv[2:]
+    if rest[:1] == ["dev"]:
+        rest = rest[1:]
+    if len(rest) == 2 and rest[1] in ("up", "down"):
+        return rest[0], rest[1]
+    return None
+
+
+def admin(netdev, state):
+    base = f"/sys/class/net/{netdev}"
+    with open(f"{base}/operstate", "w") as f:
+        f.write(f"{state}\n")
+    if state == "down":
+        try:
+            os.unlink(f"{base}/carrier")
+        except FileNotFoundError:
+            pass
+    else:
+        with open(f"{base}/carrier", "w") as f:
+            f.write("1\n")
+
+
 def main(argv):
+    wanted = set_admin(argv)
+    if wanted is not None and emulated(wanted[0]):
+        admin(*wanted)
+        return
     target = set_mtu(argv)
     if target is None or not emulated(target[0]):
         if REAL is None:

@@ -108,6 +108,12 @@ def netdev_exists(ifname: str) -> bool:
     return os.path.isdir(f"/sys/class/net/{ifname}")
 
 
+def efa_netdev(ifname: str) -> bool:
+    """The ENA netdev beside an EFA device: its driver has no DCB
+    (dcbnl_ops) and no pause parameters, and no mlx5 counters."""
+    return any(n["netdev"] == ifname and n.get("driver") == "efa" for n in node()["nics"])
+
+
 def dcb_path(node_dir: str, ifname: str) -> str:
     """Where the emulated driver keeps a netdev's DCB state: marshal, like
     the node record (``Lab.dcb_state`` reads it from outside the node)."""

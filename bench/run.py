@@ -1,11 +1,14 @@
 """ccrhost against the equivalent Ansible playbook, and ccrhost as the lab
 fleet grows.
 
-    python -m bench [--sizes 1,8,64,128] [--ansible-sizes 1,8] [--repeats 3]
+    python -m bench [--sizes 1,8,64,256] [--ansible-sizes 1,8] [--repeats 3]
                     [--output bench/results.md] [--skip-extras]
 
 For each lab size, on a fresh lab: the first full deploys/rdma.py, a no-op
-rerun and deploys/verify.py without measurement. For each Ansible size, on
+rerun, deploys/verify.py without measurement and bench/floor.py (pyinfra's
+own cost for the same operations and command); at the largest size also a
+no-op with paramiko's idle polling slowed (bench/quiet_transport.py), to
+measure what that polling costs. For each Ansible size, on
 a fresh lab of the same nodes (same names, addresses, profile, so both
 first runs start from the same state): bench/ansible/rdma.yml, first run
 and no-op. Each run records wall time, the controller's CPU (user+sys of
@@ -36,14 +39,17 @@ from pathlib import Path
 from bench import playbook
 
 REPO = Path(__file__).resolve().parent.parent
-LAB_NAME, SUBNET, PROFILE = "bench", 177, "hgx-h100-8x400"
-PER_HOST_FROM = 64      # controller CPU per added host: (CPU@64 - CPU@1) / 63
-NOOP_COMMANDS_MAX = 2
+# an even subnet: a lab of more than 245 nodes takes 198.18.178.0/23
+LAB_NAME, SUBNET, PROFILE = "bench", 178, "hgx-h100-8x400"
+PER_HOST_FROM, PER_HOST_TO = 64, 256  # controller CPU per added host: (CPU@256 - CPU@64) / 192
+NOOP_COMMANDS_MAX = 1
+FIRST_COMMANDS = 2      # one read, one write
 VERIFY_COMMANDS_MAX = 1
-CPU_PER_HOST_MAX_MS = 30
-SPEEDUP_MIN = 10
-CHECK_MEDIAN_MAX_S = 0.3
-SCALE_SIZES = (64, 128)
+CPU_PER_HOST_MAX_MS = 15
+SPEEDUP_NOOP, SPEEDUP_FIRST = 20, 12  # no-op at 1 and 8 hosts, first run at 8
+CHECK_MEDIAN_MAX_S = 0.15
+SCALE_SIZES = (64, 256)
+PYINFRA = str(Path(sys.executable).with_name("pyinfra"))  # the command users run, not python -m
 
 
 def _lab(directory):
@@ -96,17 +102,23 @@ def stage_writes(output: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def run_pyinfra(lab, deploy: str, inventory: Path, log: Path, profile: Path | None = None) -> dict:
+def run_pyinfra(lab, deploy: str, inventory: Path, log: Path, profile: Path | None = None,
+                quiet_transport: bool = False) -> dict:
     """One pyinfra run: wall, controller CPU and peak RSS, lab CPU, commands per host."""
     nodes = lab.load().nodes
     names = [n.name for n in nodes]
     cmds_before = {n: lab.remote_commands(n) for n in names}
     cpu_before = sum(lab.sshd_cpu_seconds(n) for n in names)
     env = {**os.environ, "CCRHOST_LAB_DIR": str(lab.dir), "PYINFRA_PROGRESS": "off", "COLUMNS": "200"}
-    entry = ["-m", "bench.profile_run", str(profile)] if profile else ["-m", "pyinfra"]
+    if profile:
+        entry = [sys.executable, "-m", "bench.profile_run", str(profile)]
+    elif quiet_transport:
+        entry = [sys.executable, "-m", "bench.quiet_transport"]
+    else:
+        entry = [PYINFRA]
     with open(log, "w") as out:
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, *entry, "-y", str(inventory), deploy], cwd=REPO,
+        proc = subprocess.Popen([*entry, "-y", str(inventory), deploy], cwd=REPO,
                                 env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - start
@@ -134,7 +146,7 @@ def run_pyinfra(lab, deploy: str, inventory: Path, log: Path, profile: Path | No
 
 def measure_size(nodes: int, repeats: int, ansible_repeats: int, workdir: Path, states: dict) -> dict:
     """Both tools at one size; ``states`` collects node1's end state per tool."""
-    runs = {"first": [], "noop": [], "verify": [], "ansible_first": [], "ansible_noop": []}
+    runs = {"first": [], "noop": [], "verify": [], "floor": [], "quiet": [], "ansible_first": [], "ansible_noop": []}
     inventory = _inventory(workdir)
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
@@ -142,10 +154,13 @@ def measure_size(nodes: int, repeats: int, ansible_repeats: int, workdir: Path, 
         if rep < repeats:
             with fresh_lab(workdir, nodes) as lab:
                 for kind, deploy in (("first", "deploys/rdma.py"), ("noop", "deploys/rdma.py"),
-                                     ("verify", "deploys/verify.py")):
+                                     ("verify", "deploys/verify.py"), ("floor", "bench/floor.py")):
                     runs[kind].append(run_pyinfra(lab, deploy, inventory, logs / f"ccrhost-{nodes}-{rep}-{kind}.log"))
                     if kind == "first":
                         states.setdefault("ccrhost", playbook.node_state(lab, "node1"))
+                if nodes == PER_HOST_TO and rep == 0:
+                    runs["quiet"].append(run_pyinfra(lab, "deploys/rdma.py", inventory,
+                                                     logs / f"ccrhost-{nodes}-quiet.log", quiet_transport=True))
         if rep < ansible_repeats:
             with fresh_lab(workdir, nodes) as lab:
                 ansible_inventory = playbook.write_inventory(lab, workdir / "inventory.yml")
@@ -377,15 +392,18 @@ def report(sizes: dict[int, dict], states: dict, extras: dict, args) -> str:
               "| hosts | run | wall s | controller CPU s | peak RSS MB | lab sshd CPU s | remote commands / host |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for n in ns:
-        for kind, label in (("first", "first deploy"), ("noop", "no-op rerun"), ("verify", "verify.py")):
+        for kind, label in (("first", "first deploy"), ("noop", "no-op rerun"), ("verify", "verify.py"),
+                            ("floor", "pyinfra floor (bench/floor.py)"), ("quiet", "no-op, paramiko polling 5 s")):
             rs = sizes[n][kind]
+            if not rs:
+                continue
             lines.append(
                 f"| {n} | {label} | {_fmt(r['wall_s'] for r in rs)} | {_fmt(r['controller_cpu_s'] for r in rs)} "
                 f"| {_fmt((r['peak_rss_mb'] for r in rs), digits=0)} | {_fmt(r['lab_cpu_s'] for r in rs)} "
                 f"| {_fmt((r['commands_per_host'] for r in rs), digits=0)} |")
 
     targets, findings = _targets(sizes, states, extras)
-    lines += ["", "## Targets (issue 19)", "", "| target | measured | result |", "| --- | --- | --- |"]
+    lines += ["", "## Targets (issue 27)", "", "| target | measured | result |", "| --- | --- | --- |"]
     lines += [f"| {t} | {m} | {r} |" for t, m, r in targets]
     lines += ["", "## Findings", ""] + [f"- {f}" for f in findings]
     return "\n".join(lines) + "\n"
@@ -395,33 +413,26 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
     ns = sorted(sizes)
     rows, notes = [], []
     not_measured = "not measured"
+    covered = 1 in ns and PER_HOST_TO in ns
 
     noop = {n: _med(sizes[n]["noop"], "commands_per_host") for n in ns}
-    worst = max(noop.values())
-    flat = len(set(noop.values())) == 1
-    covered = 1 in noop and 128 in noop
-    rows.append((f"remote commands per host on a no-op of `deploys/rdma.py` (with verification) <= "
-                 f"{NOOP_COMMANDS_MAX}, flat from 1 to 128 hosts",
+    spread = {n: max(r["commands_spread"][1] for r in sizes[n]["noop"]) for n in ns}
+    rows.append((f"no-op `deploys/rdma.py` (default settings, with its verification): {NOOP_COMMANDS_MAX} remote "
+                 f"command per host at every size from 1 to {PER_HOST_TO}",
                  ", ".join(f"{n}: {c:.0f}" for n, c in noop.items()),
-                 _verdict(worst <= NOOP_COMMANDS_MAX and flat) + ("" if covered else " (1 to 128 not all measured)")))
-    if worst > NOOP_COMMANDS_MAX:
-        notes.append(f"A no-op runs {worst:.0f} remote commands per host, {worst - NOOP_COMMANDS_MAX:.0f} over "
-                     f"the target of {NOOP_COMMANDS_MAX}: reads of the node beyond its one snapshot.")
+                 _verdict(max(spread.values()) <= NOOP_COMMANDS_MAX)
+                 + ("" if covered else f" (1 to {PER_HOST_TO} not all measured)")))
+    if max(spread.values()) > NOOP_COMMANDS_MAX:
+        notes.append(f"A no-op runs up to {max(spread.values())} remote commands on a host: reads of the node "
+                     "beyond its one snapshot.")
 
-    first = {n: _med(sizes[n]["first"], "commands_per_host") for n in ns}
-    stages = {n: _med(sizes[n]["first"], "changed_stages") for n in ns}
-    excess = max(r["excess_commands"] for n in ns for r in sizes[n]["first"])
+    first = {n: (min(r["commands_spread"][0] for r in sizes[n]["first"]),
+                 max(r["commands_spread"][1] for r in sizes[n]["first"])) for n in ns}
     names = sorted({s for n in ns for r in sizes[n]["first"] for s in r["stages_changed"]})
-    rows.append(("first deploy: one read plus at most one write command per stage that changes something "
-                 "(per host: commands <= 1 + changed stages; any re-read of the node counts against it)",
-                 ", ".join(f"{n}: {first[n]:.0f} commands for {stages[n]:.0f} changed stages" for n in ns),
-                 _verdict(excess <= 0)))
-    if excess > 0:
-        n = max(ns)
-        notes.append(f"A first deploy at {n} host{'s' * (n > 1)} runs {first[n]:.0f} commands per host against "
-                     f"{1 + stages[n]:.0f} (one read + {stages[n]:.0f} changed stages: {', '.join(names)}): "
-                     "re-reads of the node (after loading a module that can bring RDMA devices, or a verification "
-                     "read of its own) or writes beyond one per stage.")
+    rows.append((f"first deploy: one read plus one write per host ({FIRST_COMMANDS} commands), at every size",
+                 ", ".join(f"{n}: {lo}" + (f"-{hi}" if hi != lo else "") for n, (lo, hi) in first.items())
+                 + f" (stages written in the one write: {', '.join(names)})",
+                 _verdict(all(lo == hi == FIRST_COMMANDS for lo, hi in first.values()))))
 
     verify = {n: _med(sizes[n]["verify"], "commands_per_host") for n in ns}
     rows.append((f"`deploys/verify.py` without measurement: {VERIFY_COMMANDS_MAX} command per host",
@@ -429,44 +440,59 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
                  _verdict(max(verify.values()) <= VERIFY_COMMANDS_MAX)))
 
     cpu = {n: _med(sizes[n]["noop"], "controller_cpu_s") for n in ns}
-    if 1 in cpu and PER_HOST_FROM in cpu:
-        per_host = {n: (cpu[n] - cpu[1]) / (n - 1) * 1000 for n in ns if n > 1}
-        ms = per_host[PER_HOST_FROM]
+    floor = {n: _med(sizes[n]["floor"], "controller_cpu_s") for n in ns if sizes[n]["floor"]}
+    a, b = PER_HOST_FROM, PER_HOST_TO
+    if a in cpu and b in cpu:
+        ms = (cpu[b] - cpu[a]) / (b - a) * 1000
+        pyinfra_ms = (floor[b] - floor[a]) / (b - a) * 1000 if a in floor and b in floor else None
+        quiet = sizes[b]["quiet"]
+        polling_s = cpu[b] - _med(quiet, "controller_cpu_s") if quiet else None
+        own = ms - (pyinfra_ms or 0) - (polling_s * 1000 / b if polling_s is not None else 0)
         rows.append((f"controller CPU per added host on a no-op <= {CPU_PER_HOST_MAX_MS} ms "
-                     f"((CPU@{PER_HOST_FROM} - CPU@1) / {PER_HOST_FROM - 1})",
-                     f"{ms:.1f} ms" + "".join(f"; @{n}: {v:.1f} ms" for n, v in per_host.items() if n != PER_HOST_FROM),
-                     _verdict(ms <= CPU_PER_HOST_MAX_MS)))
+                     f"((CPU@{b} - CPU@{a}) / {b - a})",
+                     f"{ms:.1f} ms: pyinfra's own {pyinfra_ms:.1f} ms (bench/floor.py), paramiko's idle polling "
+                     f"{polling_s * 1000 / b:.1f} ms (at {b} hosts, bench/quiet_transport.py), ccrhost {own:.1f} ms"
+                     if pyinfra_ms is not None and polling_s is not None else f"{ms:.1f} ms",
+                     _verdict(ms <= CPU_PER_HOST_MAX_MS)
+                     + ("" if ms <= CPU_PER_HOST_MAX_MS or own > CPU_PER_HOST_MAX_MS
+                        else f" (ccrhost's own share {own:.1f} ms is within it)")))
         if ms > CPU_PER_HOST_MAX_MS:
-            notes.append(f"Controller CPU per added host is {ms:.1f} ms, {ms - CPU_PER_HOST_MAX_MS:.1f} ms over "
-                         f"the {CPU_PER_HOST_MAX_MS} ms target." + _profile_sentence(extras.get("profile")))
+            notes.append(
+                f"Controller CPU per added host is {ms:.1f} ms between {a} and {b} hosts. pyinfra's own floor for the "
+                f"same two operations and one command per host (bench/floor.py, same lab) is {pyinfra_ms:.1f} ms. "
+                f"paramiko's Transport reads its socket with a 0.1 s timeout to notice a close, so every connected "
+                f"host's transport wakes ten times a second for the whole run: at {b} hosts that cost "
+                f"{polling_s:.2f} s of CPU ({cpu[b]:.2f} s against {_med(quiet, 'controller_cpu_s'):.2f} s with a 5 s "
+                f"timeout, bench/quiet_transport.py, a measurement only: ccrhost does not change paramiko), and it "
+                f"grows with hosts times wall time, which on this lab is the nodes' own CPU "
+                f"({_med(sizes[b]['noop'], 'lab_cpu_s'):.0f} s of it at {b} hosts, on the controller's "
+                f"{os.cpu_count()} cores). What is left, {own:.1f} ms a host, is ccrhost's: parsing the node's "
+                "snapshot, judging it and writing the reports." + _profile_sentence(extras.get("profile")))
     else:
         rows.append((f"controller CPU per added host on a no-op <= {CPU_PER_HOST_MAX_MS} ms", not_measured,
-                     f"- (needs sizes 1 and {PER_HOST_FROM})"))
-        if extras.get("profile"):
-            notes.append("Controller CPU." + _profile_sentence(extras["profile"]))
+                     f"- (needs sizes {a} and {b})"))
 
-    for kind, label in (("noop", "no-op"), ("first", "first run")):
-        for n in (1, 8):
-            if n in sizes and sizes[n][f"ansible_{kind}"]:
-                ratio = _med(sizes[n][f"ansible_{kind}"], "wall_s") / _med(sizes[n][kind], "wall_s")
-                rows.append((f">= {SPEEDUP_MIN}x faster than Ansible in wall time, {label}, {n} host{'s' * (n > 1)}",
-                             f"{ratio:.1f}x ({_med(sizes[n][kind], 'wall_s'):.2f} s vs "
-                             f"{_med(sizes[n][f'ansible_{kind}'], 'wall_s'):.2f} s)", _verdict(ratio >= SPEEDUP_MIN)))
-                if ratio < SPEEDUP_MIN:
-                    notes.append(_speed_note(sizes[n], kind, label, n, ratio))
-            else:
-                rows.append((f">= {SPEEDUP_MIN}x faster than Ansible in wall time, {label}, {n} host{'s' * (n > 1)}",
-                             not_measured, "- (needs --ansible-sizes with it)"))
+    wants = [("noop", "no-op", 1, SPEEDUP_NOOP), ("noop", "no-op", 8, SPEEDUP_NOOP), ("first", "first run", 8, SPEEDUP_FIRST)]
+    for kind, label, n, least in wants:
+        title = f">= {least}x faster than Ansible in wall time, {label}, {n} host{'s' * (n > 1)}"
+        if n in sizes and sizes[n][f"ansible_{kind}"]:
+            ratio = _med(sizes[n][f"ansible_{kind}"], "wall_s") / _med(sizes[n][kind], "wall_s")
+            rows.append((title, f"{ratio:.1f}x ({_med(sizes[n][kind], 'wall_s'):.2f} s vs "
+                                f"{_med(sizes[n][f'ansible_{kind}'], 'wall_s'):.2f} s)", _verdict(ratio >= least)))
+            if ratio < least:
+                notes.append(_speed_note(sizes[n], kind, label, n, ratio, least))
+        else:
+            rows.append((title, not_measured, "- (needs --ansible-sizes with it)"))
 
     many = [n for n in ns if n > 1 and sizes[n]["ansible_noop"]]
     if many:
         n = max(many)
-        a, c = sizes[n]["ansible_noop"], sizes[n]["noop"]
+        a_, c_ = sizes[n]["ansible_noop"], sizes[n]["noop"]
         notes.append(f"At {n} hosts every emulated node computes on the controller's {os.cpu_count()} cores: a no-op "
-                     f"cost the nodes {_med(a, 'lab_cpu_s'):.1f} s of CPU under Ansible and {_med(c, 'lab_cpu_s'):.1f} s "
-                     f"under ccrhost, which wall time adds up here but a real fleet spends in parallel. The "
-                     f"{n}-host ratios therefore overstate ccrhost's lead; the 1-host ratios are the closer estimate "
-                     "of a real fleet's, where the remaining difference is round trips per host.")
+                     f"cost the nodes {_med(a_, 'lab_cpu_s'):.1f} s of CPU under Ansible and "
+                     f"{_med(c_, 'lab_cpu_s'):.1f} s under ccrhost, which wall time adds up here but a real fleet "
+                     f"spends in parallel. The {n}-host ratios therefore overstate ccrhost's lead; the 1-host ratios "
+                     "are the closer estimate of a real fleet's, where the remaining difference is round trips per host.")
 
     ansible_runs = [r for n in ns for r in sizes[n]["ansible_noop"]]
     if ansible_runs:
@@ -483,10 +509,9 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
                      _verdict(not diff)))
 
     scaled = [n for n in SCALE_SIZES if n in sizes]
-    rows.append(("scale: 64 and 128 hosts in the bench, with commands and controller CPU per host",
-                 ", ".join(f"{n}: {_med(sizes[n]['noop'], 'commands_per_host'):.0f} commands, "
-                           f"{_med(sizes[n]['noop'], 'controller_cpu_s') / n * 1000:.0f} ms CPU per host (no-op)"
-                           for n in scaled) or not_measured,
+    rows.append((f"scale: {' and '.join(map(str, SCALE_SIZES))} hosts in the bench, every run exiting 0",
+                 ", ".join(f"{n}: no-op {_med(sizes[n]['noop'], 'wall_s'):.1f} s, first deploy "
+                           f"{_med(sizes[n]['first'], 'wall_s'):.1f} s" for n in scaled) or not_measured,
                  _verdict(len(scaled) == len(SCALE_SIZES) and all(
                      r["rc"] == 0 for n in scaled for rs in sizes[n].values() for r in rs))))
 
@@ -494,15 +519,17 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
     check = timings.get("check")
     if check:
         med = statistics.median(check)
-        rows.append((f"`ccrhost check` <= {CHECK_MEDIAN_MAX_S} s median (of {len(check)})", _fmt(check, " s", 3),
-                     _verdict(med <= CHECK_MEDIAN_MAX_S)))
+        rows.append((f"`ccrhost check` <= {CHECK_MEDIAN_MAX_S} s median (of {len(check)}), its settings kept from "
+                     "the run before (node.prepared)", _fmt(check, " s", 3), _verdict(med <= CHECK_MEDIAN_MAX_S)))
         start, imports = statistics.median(timings["start"]), statistics.median(timings["imports"])
         notes.append(f"`ccrhost check` took {med:.3f} s median ({'within' if med <= CHECK_MEDIAN_MAX_S else 'over'} "
-                     f"the {CHECK_MEDIAN_MAX_S} s target): the same interpreter starting and exiting took "
-                     f"{start:.3f} s, and importing the check's code (`ccrhost.cli`, `ccrhost.node.check`, the "
-                     f"settings with pydantic) {imports:.3f} s in all; the node's three reads run while the settings "
-                     f"load. Timed once the machine was {timings['idle']:.0%} idle (load average "
-                     f"{timings['load']:.1f} on {os.cpu_count()} cores).")
+                     f"the {CHECK_MEDIAN_MAX_S} s target) on one lab node, the machine {timings['idle']:.0%} idle "
+                     f"(load average {timings['load']:.1f} on {os.cpu_count()} cores). Floors measured in the same "
+                     f"run: the interpreter starting and exiting {start:.3f} s; starting and importing the check's "
+                     f"code (`ccrhost.cli`, `ccrhost.node.check`) {imports:.3f} s. The rest is the node's reads (RDMA, "
+                     "PCI, GPUs, GPU health, fabric counters: some 30 tool runs, which the lab answers from "
+                     "its per-node server) running beside those imports on the same two cores, then judging "
+                     "and printing.")
     else:
         rows.append((f"`ccrhost check` <= {CHECK_MEDIAN_MAX_S} s median", not_measured, "- (--skip-extras)"))
     bandwidth = extras.get("bandwidth")
@@ -513,10 +540,7 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
     cost = extras.get("lab_cost")
     if cost:
         notes.append(f"The lab's own cost: each SSH connection costs a node's sshd {cost['connection_s'] * 1000:.0f} ms "
-                     f"of CPU and each remote command (`true`) {cost['command_s'] * 1000:.1f} ms, measured in this run. "
-                     "Before the lab masked the controller's ~/.bashrc on its nodes (bash run by sshd sources it), "
-                     "a command cost 168 ms here (pyenv init), which made commands per host the whole wall time "
-                     "and 64 or 128 nodes impractical on 2 cores.")
+                     f"of CPU and each remote command (`true`) {cost['command_s'] * 1000:.1f} ms, measured in this run.")
     return rows, notes
 
 
@@ -529,11 +553,11 @@ def _profile_sentence(profile: dict | None) -> str:
             f"interpreter and imports) as {shares}; the largest spenders: {'; '.join(profile['top'][:4])}.")
 
 
-def _speed_note(runs: dict, kind: str, label: str, n: int, ratio: float) -> str:
+def _speed_note(runs: dict, kind: str, label: str, n: int, ratio: float, least: float) -> str:
     c, a = runs[kind], runs[f"ansible_{kind}"]
     cw, aw = _med(c, "wall_s"), _med(a, "wall_s")
-    return (f"{label.capitalize()} at {n} host{'s' * (n > 1)}: {ratio:.1f}x, {SPEEDUP_MIN / ratio:.1f} times short of "
-            f"{SPEEDUP_MIN}x; ccrhost would need {aw / SPEEDUP_MIN:.2f} s wall against its {cw:.2f} s. ccrhost "
+    return (f"{label.capitalize()} at {n} host{'s' * (n > 1)}: {ratio:.1f}x, {least / ratio:.2f} times short of "
+            f"{least}x; ccrhost would need {aw / least:.2f} s wall against its {cw:.2f} s. ccrhost "
             f"spends {_med(c, 'controller_cpu_s'):.2f} s of controller CPU (Python start, pyinfra and the deploy) "
             f"and {_med(c, 'commands_per_host'):.0f} commands per host ({_med(c, 'lab_cpu_s') / n:.2f} s of node CPU "
             f"per host); Ansible {_med(a, 'commands_per_host'):.0f} commands per host, each a Python module run on "
@@ -543,7 +567,7 @@ def _speed_note(runs: dict, kind: str, label: str, n: int, ratio: float) -> str:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1,8,64,128", help="lab sizes for ccrhost, comma-separated")
+    parser.add_argument("--sizes", default="1,8,64,256", help="lab sizes for ccrhost, comma-separated")
     parser.add_argument("--ansible-sizes", default="1,8",
                         help="sizes (among --sizes) also run with the Ansible playbook; empty for none")
     parser.add_argument("--repeats", type=int, default=3, help="ccrhost runs per size")

@@ -14,15 +14,18 @@ def test_bench_harness_runs_and_writes_its_table(tmp_path):
     assert main(["--sizes", "1", "--ansible-sizes", "", "--repeats", "1", "--skip-extras", "--output", str(out)]) == 0
     text = out.read_text()
     assert "| 1 | no-op rerun |" in text and "remote commands / host" in text
-    assert "remote commands per host on a no-op of `deploys/rdma.py`" in text
-    assert "`deploys/verify.py` without measurement: 1 command per host" in text
+    assert "| 1 | pyinfra floor (bench/floor.py) |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| no-op `deploys/rdma.py`"))
+    assert row.endswith("| 1: 1 | pass (1 to 256 not all measured) |"), row
+    assert "`deploys/verify.py` without measurement: 1 command per host | 1: 1 | pass |" in text
     # the stages counted from the tuning's per-stage lines of the lab node
     # (logged under its address): a fresh node changes five of them, and
     # their writes go in one command after the one read
-    row = next(line for line in text.splitlines() if line.startswith("| first deploy: one read plus"))
-    assert "| 1: 2 commands for 5 changed stages | pass |" in row, row
-    # no Ansible run was asked for, and the table says so rather than passing
-    assert "| >= 10x faster than Ansible in wall time, no-op, 1 host | not measured |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| first deploy: one read plus one write"))
+    assert "| 1: 2 (stages written in the one write: " in row and row.endswith("| pass |"), row
+    # no Ansible run, no 64 and 256 hosts were asked for, and the table says so rather than passing
+    assert "| >= 20x faster than Ansible in wall time, no-op, 1 host | not measured |" in text
+    assert "| controller CPU per added host on a no-op <= 15 ms | not measured |" in text
 
 
 def test_bench_compares_with_the_ansible_playbook_on_the_same_nodes(tmp_path):

@@ -92,6 +92,14 @@ def test_efa_ports_count_but_their_bandwidth_is_unknown_not_a_number():
     assert "no_rdma" not in codes and "port_rate" not in codes
 
 
+def test_the_prometheus_textfile_gives_no_rate_for_an_efa_port():
+    from ccrhost.node.check import format_prometheus
+
+    text = format_prometheus(verdict(parse_rdma_dump(efa_dump())))
+    assert "ccrhost_port_effective_gbps{" not in text  # a driver constant is no reading
+    assert 'ccrhost_check_reason{level="UNKNOWN",code="efa_rate_unknown"} 1' in text
+
+
 def test_an_efa_port_without_a_netdev_has_an_unknown_link():
     rdma = parse_rdma_dump(efa_dump(netdev=False))
     port = compute_ports(rdma)[0]

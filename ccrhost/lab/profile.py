@@ -535,12 +535,12 @@ def _split_dev_value(value: str | None, kind: str) -> tuple[str, str]:
     return dev, rest
 
 
-FABRIC_PREFIX = 20  # a /20 per NIC: room for every node of the largest lab
+FABRIC_PREFIX = 21  # a /21 per NIC: 32 NICs (an EFA node has 32) of up to 2,046 nodes in 198.19.0.0/16
 
 
 def fabric_ipv4(node_index: int, nic_index: int) -> str:
     """The address a node's RoCE netdev carries in its GID table: NIC n's
-    rail is 198.19.<16 n>.0/20, the node's index its host part."""
+    rail is 198.19.<8 n>.0/21, the node's index its host part."""
     return str(ipaddress.IPv4Address("198.19.0.0") + (nic_index << (32 - FABRIC_PREFIX)) + node_index)
 
 

@@ -238,6 +238,8 @@ def format_prometheus(verdict: Verdict) -> str:
     out += ["# HELP ccrhost_port_effective_gbps Effective rate of each compute port.",
             "# TYPE ccrhost_port_effective_gbps gauge"]
     for p in verdict.readings.ports:
+        if p.efa:  # its rate file is a driver constant, not a reading (efa_rate_unknown): left out, never a number
+            continue
         out.append(f'ccrhost_port_effective_gbps{{device="{_label(p.device)}",port="{p.port}",'
                    f'active="{int(p.active)}"}} {p.effective_gbps:g}')
     out += ["# HELP ccrhost_gpus GPUs found.", "# TYPE ccrhost_gpus gauge", f"ccrhost_gpus {len(verdict.readings.gpus)}",

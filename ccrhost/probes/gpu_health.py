@@ -67,7 +67,7 @@ def _number(value: str, key: str) -> int | None:
     value = value.strip()
     if value in _NA:
         return None
-    if not re.fullmatch(r"\d{1,20}", value):
+    if not (value.isascii() and value.isdigit() and len(value) <= 20):  # ASCII digits only (ccrhost.numbers)
         raise GpuHealthFormatError(f"{key} {value!r} is not a count")
     return int(value)
 
@@ -143,6 +143,7 @@ def parse_query(lines: list[str]) -> list[GpuHealth]:
 _NVGPU = re.compile(r"^GPU (\d+): ")
 _LINK = re.compile(r"^\s+Link (\d+): (.*)$")
 _ERR = re.compile(r"^(Replay|Recovery|CRC) Errors: (\S+)$")
+_SPEED = re.compile(r"\d+(\.\d+)? GB/s")
 
 
 def parse_nvlink(status: list[str], errors: list[str]) -> dict[int, list[NvLink]]:
@@ -166,7 +167,7 @@ def parse_nvlink(status: list[str], errors: list[str]) -> dict[int, list[NvLink]
             if is_status:
                 if text == "<inactive>":
                     link.up = False
-                elif re.fullmatch(r"\d+(\.\d+)? GB/s", text):
+                elif _SPEED.fullmatch(text):
                     link.up = True
                 else:
                     raise GpuHealthFormatError(f"nvlink -s: link {n} {text!r}")

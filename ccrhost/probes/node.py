@@ -76,10 +76,22 @@ def command(paths, wants: str, probes=PROBES, state: str = DEFAULT_STATE, keep: 
         "gpu_health": gpu_health.COMMAND,
         "fabric": fabric.command(state, keep),
     }
-    body = "; ".join(f"echo '{PROBE_MARK} {name}'; ( {snippet}\n)" for name, snippet in snippets.items()
-                     if name in probes)
+    chosen = [(name, snippet) for name, snippet in snippets.items() if name in probes]
+    # Each probe a function (a subshell, as before); all of them at once,
+    # each into a file of a temporary folder, printed in order after the
+    # last: the node answers in the time of its slowest probe, not their sum.
+    # Where no folder can be made they run one after another, the same output.
+    defs = "".join(f"_p{i}() ( {snippet}\n)\n" for i, (_, snippet) in enumerate(chosen))
+    each = [f"{{ echo '{PROBE_MARK} {name}'; _p{i}; }}" for i, (name, _) in enumerate(chosen)]
+    outputs = " ".join(f'"$t/{i}"' for i in range(len(chosen)))
+    body = (f"{defs}t=$(mktemp -d 2>/dev/null) || t=\n"
+            "if [ -n \"$t\" ]; then\n"
+            + "".join(f'{run} > "$t/{i}" &\n' for i, run in enumerate(each))
+            + f"wait; cat {outputs}; rm -rf \"$t\"\nelse\n"
+            + "".join(f"{run}\n" for run in each)
+            + "fi")
     return (f"if command -v gzip >/dev/null 2>&1; then z='gzip -1'; m=gz; else z=cat; m=raw; fi; "
-            f"echo \"{PACKED_MARK} $m\"; {{ {body}; }} 2>/dev/null | $z | base64 -w0; echo")
+            f"echo \"{PACKED_MARK} $m\"; {{ {body}\n}} 2>/dev/null | $z | base64 -w0; echo")
 
 
 def unpack(lines: list[str]) -> list[str]:

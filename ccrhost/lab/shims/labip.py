@@ -22,28 +22,24 @@ def emulated(netdev):
             and not os.path.exists(f"/proc/sys/net/ipv4/conf/{netdev}"))
 
 
-def set_mtu(argv):
-    """``link set [dev] NAME mtu N`` -> (name, value) or None."""
+def link_set(argv):
+    """``link set [dev] NAME ...`` -> [NAME, ...], or None for any other command."""
     if argv[:2] != ["link", "set"]:
         return None
     rest = argv[2:]
-    if rest[:1] == ["dev"]:
-        rest = rest[1:]
-    if len(rest) == 3 and rest[1] == "mtu":
-        return rest[0], rest[2]
-    return None
+    return rest[1:] if rest[:1] == ["dev"] else rest
+
+
+def set_mtu(argv):
+    """``link set [dev] NAME mtu N`` -> (name, value) or None."""
+    rest = link_set(argv)
+    return (rest[0], rest[2]) if rest and len(rest) == 3 and rest[1] == "mtu" else None
 
 
 def set_admin(argv):
     """``link set [dev] NAME up|down`` -> (name, "up"|"down") or None."""
-    if argv[:2] != ["link", "set"]:
-        return None
-    rest = argv[2:]
-    if rest[:1] == ["dev"]:
-        rest = rest[1:]
-    if len(rest) == 2 and rest[1] in ("up", "down"):
-        return rest[0], rest[1]
-    return None
+    rest = link_set(argv)
+    return (rest[0], rest[1]) if rest and len(rest) == 2 and rest[1] in ("up", "down") else None
 
 
 def admin(netdev, state):

@@ -107,6 +107,7 @@ def test_the_reading_is_the_same_with_and_without_a_temporary_folder(make_lab):
 
     lab = make_lab(nodes=1)
     script = reading_command()
+    before = lab_ssh(lab, "node1", "ls -A /tmp").stdout  # the controller's checkout, when it sits in /tmp
     parallel = lab_ssh(lab, "node1", script)
     assert lab_ssh(lab, "node1", "TMPDIR=/nonexistent mktemp -d").returncode != 0  # so the serial path runs
     serial = lab_ssh(lab, "node1", f"export TMPDIR=/nonexistent; {script}")
@@ -115,4 +116,4 @@ def test_the_reading_is_the_same_with_and_without_a_temporary_folder(make_lab):
     assert one == two and sum(x.startswith("@@stats ") for x in one) == 8
     dump = parse_fabric_dump(["@@previous", *parallel.stdout.splitlines()])
     assert len(dump.now.netdevs) == 8 and set(dump.now.pause) == set(dump.now.netdevs)
-    assert lab_ssh(lab, "node1", "ls -A /tmp").stdout == ""
+    assert lab_ssh(lab, "node1", "ls -A /tmp").stdout == before

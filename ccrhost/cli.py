@@ -31,14 +31,15 @@ def main():
     """Tune GPU nodes for RDMA and prove their connection-to-compute ratio."""
 
 
-def _settings(config_path, overrides=None):
-    """This node's validated settings from ``--config`` plus command-line
-    overrides; a bad key or value is a usage error naming both."""
+def _settings(config_path, overrides=None, text: bytes | None = None):
+    """This node's validated settings from ``--config`` (``text``: its bytes,
+    already read) plus command-line overrides; a bad key or value is a usage
+    error naming both."""
     from ccrhost.settings import InventoryDataError, validate_host
 
     try:
         # os.uname().nodename is what socket.gethostname() returns, without importing socket
-        return validate_host(os.uname().nodename, _load_check_data(config_path, overrides or {}))
+        return validate_host(os.uname().nodename, _load_check_data(config_path, overrides or {}, text))
     except InventoryDataError as exc:
         raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
 
@@ -61,14 +62,7 @@ def _check_settings(config_path, overrides):
     inputs = prepared.inputs(config, given, host)
     kept = prepared.load(inputs)
     if kept is None:
-        from ccrhost.settings import InventoryDataError, validate_host
-
-        data = _yaml_mapping("--config", config_path, "inventory keys", config) if config_path else {}
-        data.update(given)
-        try:
-            kept = validate_host(host, data).check_settings()
-        except InventoryDataError as exc:
-            raise click.ClickException("; ".join(str(e) for e in exc.errors)) from None
+        kept = _settings(config_path, overrides, config).check_settings()
         prepared.store(inputs, kept)
     return kept
 
@@ -90,8 +84,8 @@ def _yaml_mapping(flag: str, path: str, what: str, text: bytes | None = None) ->
     return loaded
 
 
-def _load_check_data(config_path, overrides) -> dict:
-    data = _yaml_mapping("--config", config_path, "inventory keys") if config_path else {}
+def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
+    data = _yaml_mapping("--config", config_path, "inventory keys", text) if config_path else {}
     data.update({k: v for k, v in overrides.items() if v not in (None, ())})
     return data
 

@@ -1,3 +1,3 @@
-from ccrhost.cli import entry
+from ccrhost.console import entry
 
 entry()

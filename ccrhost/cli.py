@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from ccrhost.node.gather import DEFAULT_TIMEOUT
+
 
 # Subcommands that live outside the core package are imported only when
 # used, so production commands never load the lab.
@@ -112,7 +114,7 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
 @click.option("--drain-unknown", is_flag=True,
               help="Prolog use, with --drain: UNKNOWN drains too (Slurm drains a node whose prolog fails anyway), "
                    "with a reason that says what could not be read.")
-@click.option("--probe-timeout", type=click.FloatRange(1, 600), default=20, show_default=True,
+@click.option("--probe-timeout", type=click.FloatRange(1, 600), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds a probe (the RDMA snippet, nvidia-smi) may take before it counts as hung: UNKNOWN.")
 def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (--format
@@ -123,11 +125,12 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
     """
     import json
 
-    from ccrhost.node.gather import Started
+    from ccrhost.node.gather import Started, take_early
 
-    # The node's reads start first and run while the settings are loaded
-    # and validated, which takes longer than they do.
-    reads = Started(probe_timeout)
+    # The node's reads start first (ccrhost.console starts them before this
+    # command is parsed) and run while the settings are loaded and
+    # validated, which takes longer than they do.
+    reads = take_early(probe_timeout) or Started(probe_timeout)
 
     from ccrhost.node import check as node_check
     from ccrhost.output import write_output

@@ -201,7 +201,7 @@ def test_dockerfile_copies_only_what_exists_and_runs_the_cli(built):
     assert ["ENTRYPOINT", '["ccrhost"]'] in steps
     scripts = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli").loads(
         (REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["ccrhost"] == "ccrhost.cli:entry"
+    assert scripts["ccrhost"] == "ccrhost.console:entry"
     # what the manifests run from the image is there
     spec = daemonset(built)
     tune = by_name(spec["initContainers"], "tune")

@@ -148,7 +148,8 @@ def fake_tools(tmp_path, **scripts):
 
 def test_a_hung_probe_is_unknown_with_one_line_and_is_killed(tmp_path):
     pids = tmp_path / "pids"
-    env = fake_tools(tmp_path, ip=f"echo $$ >> {pids}\nexec sleep 600\n")
+    # awk reads the configfs mounts for the RDMA probe, and for nothing else the check runs
+    env = fake_tools(tmp_path, awk=f"echo $$ >> {pids}\nexec sleep 600\n")
     out = subprocess.run([sys.executable, "-m", "ccrhost", "check", "--format", "nhc", "--probe-timeout", "1"],
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert out.returncode == 3
@@ -156,6 +157,22 @@ def test_a_hung_probe_is_unknown_with_one_line_and_is_killed(tmp_path):
             "(killed)")
     assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: {line}\n"
     assert out.stderr == f"ccrhost check: UNKNOWN: {line}\n"
+    for pid in pids.read_text().split():
+        assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split(") ")[1][:1]
+
+
+def test_a_hung_nvidia_smi_is_killed_at_the_probe_timeout(tmp_path):
+    # the check runs nvidia-smi without `timeout` (the snapshot's own bound):
+    # its process group is killed at --probe-timeout, both GPU reads say so
+    pids = tmp_path / "pids"
+    env = fake_tools(tmp_path, **{"nvidia-smi": f"echo $$ >> {pids}\nexec sleep 600\n"})
+    out = subprocess.run([sys.executable, "-m", "ccrhost", "check", "--format", "json", "--probe-timeout", "1"],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    doc = json.loads(out.stdout)
+    assert doc["gpu_error"].endswith("; nvidia-smi: nvidia-smi --query-gpu did not answer within 1 s (killed)")
+    assert doc["readings"]["gpu_health"]["error"] == \
+        "the GPU health probe (nvidia-smi -q) did not answer within 1 s (killed)"
+    assert len(pids.read_text().split()) == 2
     for pid in pids.read_text().split():
         assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split(") ")[1][:1]
 

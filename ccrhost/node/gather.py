@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import threading
 
+# --probe-timeout's default, seconds
+DEFAULT_TIMEOUT = 20
+
 
 class Pending:
     """A read's outcome, set once by its thread: concurrent.futures.Future's
@@ -69,7 +72,7 @@ class Started:
         self.pci = _start(pci.read_local, timeout)
         from ccrhost.probes import rdma
 
-        self.rdma = _start(rdma.read_local, timeout)
+        self.rdma = _start(rdma.read_local, timeout, management=False)
         from ccrhost.probes import gpu, gpu_health
 
         self.gpus = _start(gpu.read_local, nvml, timeout=timeout)
@@ -98,3 +101,38 @@ class Started:
             return self.gpus.result(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
         except TimeoutError:
             return GpuProbe(error=f"the GPU probe (NVML) did not answer within {self.timeout:g} s (abandoned)")
+
+
+_early: Started | None = None
+
+
+def _timeout_given(args: list[str]) -> float:
+    """``--probe-timeout``'s value in the check's arguments when it reads as
+    one click would accept, else the default. A guess only: the command
+    takes the reads over when click parses the same value (take_early)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == "--probe-timeout" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--probe-timeout="):
+            value = arg.partition("=")[2]
+    try:
+        timeout = float(value) if value is not None else DEFAULT_TIMEOUT
+    except ValueError:
+        return DEFAULT_TIMEOUT
+    return timeout if 1 <= timeout <= 600 else DEFAULT_TIMEOUT
+
+
+def start_early(args: list[str]) -> None:
+    """Start the reads from the check's raw arguments, before the command
+    line is parsed (ccrhost.console)."""
+    global _early
+    _early = Started(_timeout_given(args))
+
+
+def take_early(timeout: float) -> Started | None:
+    """The reads :func:`start_early` started, when they run under the
+    timeout the command line gives; None otherwise (start them anew)."""
+    global _early
+    early, _early = _early, None
+    return early if early is not None and early.timeout == timeout else None

@@ -55,15 +55,18 @@ b=; {{ read -r b < {BOOT_ID}; }} 2>/dev/null; echo "@@boot $b"
 echo @@ib
 cd {IB_ROOT} 2>/dev/null && grep -Hs '' {_PORT_FILES}
 if command -v ethtool >/dev/null 2>&1; then
-e() {{ echo "@@stats $2 $1"; ethtool -S "$1" 2>&1; echo "@@pause $2 $1"; ethtool -a "$1" 2>&1; }}
-# every netdev at once, each into a file of its own (one after another
-# where no temporary folder can be made), then one grep over them all
-t=$(mktemp -d 2>/dev/null) || t=
-{{ for n in {IB_ROOT}/*/device/net/*; do [ -e "$n" ] || continue
+# $3 is `exec` in a background job: its last tool replaces the job's shell
+# rather than being one more process
+e() {{ echo "@@stats $2 $1"; ethtool -S "$1" 2>&1; echo "@@pause $2 $1"; $3 ethtool -a "$1" 2>&1; }}
+# every netdev at once, each into a file of its own, then one grep over
+# them all (one after another where no temporary folder can be made)
+w() {{ for n in {IB_ROOT}/*/device/net/*; do [ -e "$n" ] || continue
 d=${{n#{IB_ROOT}/}}; d=${{d%%/*}}; i=${{n##*/}}
-if [ -n "$t" ]; then e "$i" "$d" > "$t/$i" & else e "$i" "$d"; fi
-done; wait; [ -n "$t" ] && cat "$t"/* 2>/dev/null; }} | grep -E '{_STATS}'
-[ -n "$t" ] && rm -rf "$t"
+if [ -n "$t" ]; then e "$i" "$d" exec > "$t/$i" & else e "$i" "$d"; fi
+done; }}
+t=$(mktemp -d 2>/dev/null) || t=
+if [ -n "$t" ]; then w; wait; grep -hE '{_STATS}' "$t"/* 2>/dev/null; rm -rf "$t"
+else w | grep -E '{_STATS}'; fi
 else echo @@noethtool; fi
 true"""
 

@@ -84,14 +84,26 @@ FORMAT = "--format=csv,noheader,nounits"
 # A driver that stopped answering hangs nvidia-smi: `timeout` ends it (exit
 # 124) so that one node's GPUs cannot stall the fleet's snapshot.
 _NVSMI = "timeout -k 5 20 nvidia-smi"
-COMMAND = (
-    "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
-    f" elif out=$({_NVSMI} --query-gpu={FIELDS_NEW} {FORMAT} 2>&1) ||"
-    f" {{ [ $? -ne 124 ] && out=$({_NVSMI} --query-gpu={FIELDS_OLD} {FORMAT} 2>&1); }}; then"
-    " echo '@@gpus'; echo \"$out\";"
-    " elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi did not answer within 20 s (killed)';"
-    " else echo '@@error'; echo \"$out\"; fi"
-)
+
+
+def command(bound: bool = True) -> str:
+    """The snippet; ``bound``: each nvidia-smi under `timeout` (the fleet's
+    snapshot). ``ccrhost check`` runs it under :func:`local.run`, which
+    kills the whole process group at the deadline: no `timeout` process
+    per call there."""
+    smi = _NVSMI if bound else "nvidia-smi"
+    silent = "did not answer within 20 s (killed)" if bound else "failed and printed nothing"
+    return (
+        "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
+        f" elif out=$({smi} --query-gpu={FIELDS_NEW} {FORMAT} 2>&1) ||"
+        f" {{ [ $? -ne 124 ] && out=$({smi} --query-gpu={FIELDS_OLD} {FORMAT} 2>&1); }}; then"
+        " echo '@@gpus'; echo \"$out\";"
+        f" elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi {silent}';"
+        " else echo '@@error'; echo \"$out\"; fi"
+    )
+
+
+COMMAND = command()
 
 
 def parse_command_output(lines: list[str]) -> GpuProbe:
@@ -122,7 +134,7 @@ def read_local(nvml=None, timeout: float = 20) -> GpuProbe:
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         nvml_error = f"{type(exc).__name__}: {exc}"
     try:
-        out = local.run(COMMAND, timeout, "nvidia-smi --query-gpu")
+        out = local.run(command(bound=False), timeout, "nvidia-smi --query-gpu")
     except local.ProbeTimeout as exc:
         return GpuProbe(error=f"NVML: {nvml_error}; nvidia-smi: {exc}")
     result = parse_command_output(out.splitlines())

@@ -43,14 +43,23 @@ COMMAND_LOG = (
     " read -r up _ < /proc/uptime; echo \"@@dmesg $up\"; timeout -k 2 10 dmesg 2>&1 | grep -E 'NVRM: Xid|^dmesg:';"
     " else echo '@@logerror'; echo 'neither journalctl nor dmesg found'; fi"
 )
-COMMAND_NVSMI = (
-    "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
-    f" elif out=$({_NVSMI} -q 2>&1); then echo '@@query'; echo \"$out\";"
-    f" echo '@@nvlinkstatus'; {_NVSMI} nvlink -s 2>&1; echo '@@nvlinkerrors'; {_NVSMI} nvlink -e 2>&1;"
-    # a driver that stopped answering: one 20 s wait, not three
-    " elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi -q did not answer within 20 s (killed)';"
-    " else echo '@@error'; echo \"$out\" | head -n 5; fi"
-)
+
+
+def nvsmi_command(bound: bool = True) -> str:
+    """nvidia-smi's part; ``bound`` as :func:`ccrhost.probes.gpu.command`."""
+    smi = _NVSMI if bound else "nvidia-smi"
+    silent = "did not answer within 20 s (killed)" if bound else "failed and printed nothing"
+    return (
+        "if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@@error'; echo 'nvidia-smi not found';"
+        f" elif out=$({smi} -q 2>&1); then echo '@@query'; echo \"$out\";"
+        f" echo '@@nvlinkstatus'; {smi} nvlink -s 2>&1; echo '@@nvlinkerrors'; {smi} nvlink -e 2>&1;"
+        # a driver that stopped answering: one 20 s wait, not three
+        f" elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi -q {silent}';"
+        " else echo '@@error'; echo \"$out\" | head -n 5; fi"
+    )
+
+
+COMMAND_NVSMI = nvsmi_command()
 COMMAND = f"{COMMAND_NVSMI}; {COMMAND_LOG}"
 
 _KV = re.compile(r"^( *)(\S[^:]*?)\s*: ?(.*)$")
@@ -344,7 +353,7 @@ def read_local(nvml=None, timeout: float = 20) -> GpuHealthReading:
     smi = ["@@nvml"]
     if gpus is None:
         try:
-            smi = local.run(COMMAND_NVSMI, timeout, "the GPU health probe (nvidia-smi -q)").splitlines()
+            smi = local.run(nvsmi_command(bound=False), timeout, "the GPU health probe (nvidia-smi -q)").splitlines()
         except local.ProbeTimeout as exc:
             smi = ["@@error", str(exc)]
     reader.join(timeout + 1)

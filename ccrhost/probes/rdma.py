@@ -47,7 +47,7 @@ _NET_FILES = ("operstate", "carrier")
 # Unreadable files (unpopulated GIDs give EINVAL) are skipped by grep -s; a
 # glob that matches nothing stays literal and is skipped the same way. Zero
 # GIDs are left out on the node: a real port has up to 256 table entries.
-COMMAND = f"""echo @@ib
+DEVICES_COMMAND = f"""echo @@ib
 if cd {IB_ROOT} 2>/dev/null; then
 grep -Hs '' {' '.join(f'*/ports/*/{f}' for f in _PORT_FILES)} \\
  */ports/*/gid_attrs/types/* */ports/*/gid_attrs/ndevs/* \\
@@ -70,27 +70,31 @@ echo @@cm
 if cd {RDMA_CM} 2>/dev/null; then
 grep -Hs '' */ports/*/default_roce_mode */ports/*/default_roce_tos
 fi
-echo @@route
+"""
+# what the deploy's SSH guard and NCCL_SOCKET_IFNAME need, and no verdict
+# reads: ccrhost check leaves it out (six processes and more on a node)
+MANAGEMENT_COMMAND = """echo @@route
 ip -o -4 route show default 2>/dev/null
 ip -o -6 route show default 2>/dev/null
 echo @@links
 if cd /sys/class/net 2>/dev/null; then for l in */lower_* */upper_*; do [ -L "$l" ] && echo "$l"; done; fi
 echo @@ssh
-echo "${{SSH_CONNECTION:-}}"
-if [ -z "${{SSH_CONNECTION:-}}" ]; then
+echo "${SSH_CONNECTION:-}"
+if [ -z "${SSH_CONNECTION:-}" ]; then
 echo @@session
 p=$$; socks=" "; fds=
-while [ "${{p:-0}}" -gt 1 ]; do
-c=; {{ read -r c < /proc/$p/comm; }} 2>/dev/null; echo "pid $p $c"; fds="$fds /proc/$p/fd"
+while [ "${p:-0}" -gt 1 ]; do
+c=; { read -r c < /proc/$p/comm; } 2>/dev/null; echo "pid $p $c"; fds="$fds /proc/$p/fd"
 q=; while read -r k v; do [ "$k" = PPid: ] && q=$v && break; done 2>/dev/null < /proc/$p/status; p=$q
 done
 # one ls for every ancestor's sockets, not one (and a sed) each
-for i in $(ls -l ${{fds:-/dev/null}} 2>/dev/null | sed -n 's/.* -> socket:\\[\\([0-9]*\\)\\]$/\\1/p'); do socks="$socks$i "; done
-awk -v s="$socks" '$4 == "01" && index(s, " " $10 " ") {{print "tcp", $2, $3}}' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+for i in $(ls -l ${fds:-/dev/null} 2>/dev/null | sed -n 's/.* -> socket:\\[\\([0-9]*\\)\\]$/\\1/p'); do socks="$socks$i "; done
+awk -v s="$socks" '$4 == "01" && index(s, " " $10 " ") {print "tcp", $2, $3}' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 fi
 echo @@addr
 ip -o addr show 2>/dev/null
 true"""
+COMMAND = DEVICES_COMMAND + MANAGEMENT_COMMAND
 
 
 class RdmaFormatError(sysfs.SysfsFormatError):
@@ -325,8 +329,11 @@ def _addresses(lines: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def read_local(timeout: float = 20) -> RdmaReading:
-    """Run the snippet on this machine (``ccrhost check``). Raises
-    ProbeTimeout or RdmaFormatError, naming what could not be read."""
-    out = local.run(COMMAND, timeout, f"the RDMA probe (reading {IB_ROOT})")
+def read_local(timeout: float = 20, management: bool = True) -> RdmaReading:
+    """Run the snippet on this machine (``ccrhost check``: without the
+    ``management`` path, its ``node`` then has no routes, links, SSH or
+    addresses). Raises ProbeTimeout or RdmaFormatError, naming what could
+    not be read."""
+    out = local.run(COMMAND if management else DEVICES_COMMAND + "true", timeout,
+                    f"the RDMA probe (reading {IB_ROOT})")
     return parse_rdma_dump(out.splitlines())

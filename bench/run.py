@@ -49,7 +49,41 @@ CPU_PER_HOST_MAX_MS = 15
 SPEEDUP_NOOP, SPEEDUP_FIRST = 20, 12  # no-op at 1 and 8 hosts, first run at 8
 CHECK_MEDIAN_MAX_S = 0.15
 SCALE_SIZES = (64, 256)
-PYINFRA = str(Path(sys.executable).with_name("pyinfra"))  # the command users run, not python -m
+# ccrhost's side runs from a venv of its own holding this checkout installed
+# as README installs it (`pip install .`), as Ansible's runs from
+# bench/.ansible-venv; the developers' .venv (test and docs extras) makes
+# every pyinfra start slower: gevent looks for plugins in every installed
+# distribution's entry points, once per module it patches.
+CCRHOST_VENV = REPO / "bench" / ".ccrhost-venv"
+PYTHON = Path(sys.executable)  # the interpreter ccrhost's runs use: ensure_ccrhost() sets it
+
+
+class CcrhostUnavailable(RuntimeError):
+    """This checkout could not be installed into the bench's venv."""
+
+
+def ensure_ccrhost(venv: Path = CCRHOST_VENV) -> Path:
+    """The venv's python, with this checkout installed afresh (the venv is
+    made on first use; ccrhost is reinstalled every run, so it is the code
+    under test)."""
+    steps = [] if (venv / "bin" / "python").exists() else [[sys.executable, "-m", "venv", "--clear", str(venv)]]
+    steps.append([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(REPO)])
+    for step in steps:
+        try:
+            proc = subprocess.run(step, capture_output=True, text=True, timeout=900, cwd=REPO)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CcrhostUnavailable(f"{' '.join(step)}: {exc}") from None
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
+            raise CcrhostUnavailable(f"{' '.join(step)} exited {proc.returncode}: {' | '.join(tail)}")
+    return venv / "bin" / "python"
+
+
+def distributions(python: Path) -> int:
+    """How many distributions ``python`` has installed."""
+    out = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(len(list(m.distributions())))"],
+                         capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
 
 
 def _lab(directory):
@@ -103,19 +137,21 @@ def stage_writes(output: str) -> dict[str, dict[str, int]]:
 
 
 def run_pyinfra(lab, deploy: str, inventory: Path, log: Path, profile: Path | None = None,
-                quiet_transport: bool = False) -> dict:
-    """One pyinfra run: wall, controller CPU and peak RSS, lab CPU, commands per host."""
+                quiet_transport: bool = False, python: Path | None = None) -> dict:
+    """One pyinfra run (``python``'s, else the bench venv's): wall, controller
+    CPU and peak RSS, lab CPU, commands per host."""
+    python = python or PYTHON
     nodes = lab.load().nodes
     names = [n.name for n in nodes]
     cmds_before = {n: lab.remote_commands(n) for n in names}
     cpu_before = sum(lab.sshd_cpu_seconds(n) for n in names)
     env = {**os.environ, "CCRHOST_LAB_DIR": str(lab.dir), "PYINFRA_PROGRESS": "off", "COLUMNS": "200"}
     if profile:
-        entry = [sys.executable, "-m", "bench.profile_run", str(profile)]
+        entry = [str(python), "-m", "bench.profile_run", str(profile)]
     elif quiet_transport:
-        entry = [sys.executable, "-m", "bench.quiet_transport"]
+        entry = [str(python), "-m", "bench.quiet_transport"]
     else:
-        entry = [PYINFRA]
+        entry = [str(python.with_name("pyinfra"))]  # the command users run, not python -m
     with open(log, "w") as out:
         start = time.monotonic()
         proc = subprocess.Popen([*entry, "-y", str(inventory), deploy], cwd=REPO,
@@ -146,7 +182,8 @@ def run_pyinfra(lab, deploy: str, inventory: Path, log: Path, profile: Path | No
 
 def measure_size(nodes: int, repeats: int, ansible_repeats: int, workdir: Path, states: dict) -> dict:
     """Both tools at one size; ``states`` collects node1's end state per tool."""
-    runs = {"first": [], "noop": [], "verify": [], "floor": [], "quiet": [], "ansible_first": [], "ansible_noop": []}
+    runs = {"first": [], "noop": [], "verify": [], "floor": [], "quiet": [], "noop_dev": [], "ansible_first": [],
+            "ansible_noop": []}
     inventory = _inventory(workdir)
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
@@ -158,6 +195,10 @@ def measure_size(nodes: int, repeats: int, ansible_repeats: int, workdir: Path, 
                     runs[kind].append(run_pyinfra(lab, deploy, inventory, logs / f"ccrhost-{nodes}-{rep}-{kind}.log"))
                     if kind == "first":
                         states.setdefault("ccrhost", playbook.node_state(lab, "node1"))
+                if nodes == 1 and PYTHON != Path(sys.executable):  # the same no-op from the developers' venv
+                    runs["noop_dev"].append(run_pyinfra(lab, "deploys/rdma.py", inventory,
+                                                        logs / f"ccrhost-{nodes}-{rep}-noop-dev.log",
+                                                        python=Path(sys.executable)))
                 if nodes == PER_HOST_TO and rep == 0:
                     runs["quiet"].append(run_pyinfra(lab, "deploys/rdma.py", inventory,
                                                      logs / f"ccrhost-{nodes}-quiet.log", quiet_transport=True))
@@ -307,7 +348,7 @@ def measure_check(workdir: Path, count: int = 20) -> dict:
     importing the check's code, its floors."""
     with fresh_lab(workdir, 1) as lab:
         holder = lab.load().nodes[0].holder_pid
-        enter = ["nsenter", "-t", str(holder), "-m", "-n", "--", sys.executable]
+        enter = ["nsenter", "-t", str(holder), "-m", "-n", "--", str(PYTHON)]
         out = {"idle": settle(), "load": os.getloadavg()[0]}
         for key, cmd in (("check", ["-m", "ccrhost", "check", "--profile", PROFILE, "--format", "json"]),
                          ("start", ["-c", "pass"]),
@@ -367,6 +408,7 @@ def report(sizes: dict[int, dict], states: dict, extras: dict, args) -> str:
         f"{min(SCALE_SIZES)} hosts and more) and {args.ansible_repeats} Ansible runs; "
         "CPU is user+sys of the tool's whole process tree (for Ansible also its SSH ControlPersist masters); "
         "commands per host are counted on the nodes by the lab sshd's ForceCommand log, the same way for both tools.",
+        f"- ccrhost: {args.venv_note}",
     ]
 
     compared = [n for n in ns if sizes[n]["ansible_first"]]
@@ -393,7 +435,8 @@ def report(sizes: dict[int, dict], states: dict, extras: dict, args) -> str:
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for n in ns:
         for kind, label in (("first", "first deploy"), ("noop", "no-op rerun"), ("verify", "verify.py"),
-                            ("floor", "pyinfra floor (bench/floor.py)"), ("quiet", "no-op, paramiko polling 5 s")):
+                            ("floor", "pyinfra floor (bench/floor.py)"), ("quiet", "no-op, paramiko polling 5 s"),
+                            ("noop_dev", "no-op rerun from the developers' .venv")):
             rs = sizes[n][kind]
             if not rs:
                 continue
@@ -576,6 +619,9 @@ def main(argv=None) -> int:
                         help=f"ccrhost runs at {min(SCALE_SIZES)} hosts and more, where one run takes minutes")
     parser.add_argument("--check-runs", type=int, default=20, help="`ccrhost check` timings")
     parser.add_argument("--output", default=str(REPO / "bench" / "results.md"))
+    parser.add_argument("--venv", choices=("own", "current"), default="own",
+                        help="own: ccrhost from bench/.ccrhost-venv, `pip install .` of this checkout, as README "
+                             "installs it; current: from this interpreter's environment")
     parser.add_argument("--skip-extras", action="store_true",
                         help="no profile, lab cost, bandwidth or check timing (smoke runs)")
     args = parser.parse_args(argv)
@@ -585,6 +631,20 @@ def main(argv=None) -> int:
     if not ansible_sizes <= set(sizes):
         parser.error(f"--ansible-sizes {sorted(ansible_sizes)} must be among --sizes {sizes}")
     args.ansible_repeats = args.repeats if args.ansible_repeats is None else args.ansible_repeats
+    global PYTHON
+    if args.venv == "own":
+        try:
+            PYTHON = ensure_ccrhost()
+        except CcrhostUnavailable as exc:
+            print(f"bench: this checkout could not be installed into {CCRHOST_VENV}: {exc}", file=sys.stderr)
+            return 2
+        args.venv_note = (f"runs from `bench/.ccrhost-venv`, this checkout installed with `pip install .` as README "
+                          f"installs it ({distributions(PYTHON)} distributions); the row marked \"developers' .venv\" "
+                          f"runs the same no-op from `.venv` (test and docs extras, {distributions(Path(sys.executable))} "
+                          "distributions)")
+    else:
+        PYTHON = Path(sys.executable)
+        args.venv_note = f"runs from `{Path(sys.prefix).name}` ({distributions(PYTHON)} distributions)"
     if ansible_sizes:
         try:
             playbook.ensure_ansible()

@@ -15,6 +15,9 @@ def test_bench_harness_runs_and_writes_its_table(tmp_path):
     text = out.read_text()
     assert "| 1 | no-op rerun |" in text and "remote commands / host" in text
     assert "| 1 | pyinfra floor (bench/floor.py) |" in text
+    # ccrhost from the bench's own venv (`pip install .`), and the same no-op from the developers' venv beside it
+    assert "- ccrhost: runs from `bench/.ccrhost-venv`, this checkout installed with `pip install .`" in text
+    assert "| 1 | no-op rerun from the developers' .venv |" in text
     row = next(line for line in text.splitlines() if line.startswith("| no-op `deploys/rdma.py`"))
     assert row.endswith("| 1: 1 | pass (1 to 256 not all measured) |"), row
     assert "`deploys/verify.py` without measurement: 1 command per host | 1: 1 | pass |" in text

@@ -7,6 +7,7 @@ a single operation is queued, so nothing is half-applied.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 from ccrhost import pyinfra_compat  # noqa: F401  (fail only the lost host when sshd dies)
@@ -49,4 +50,9 @@ def host_settings(host, inventory) -> HostSettings:
                 sys.stderr.write(f"  {error}\n")
             raise SystemExit(2) from None
         setattr(inventory, _ATTR, settings)
+        # The code loaded so far (pyinfra, paramiko, pydantic, ccrhost) and
+        # every host's settings last the whole run: out of the collector's
+        # full passes, which would otherwise walk them all again for every
+        # few hosts' readings (gc.freeze, Python's own interface for this).
+        gc.freeze()
     return settings[host.name]

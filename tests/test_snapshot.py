@@ -90,3 +90,26 @@ def test_the_read_back_reads_again_what_a_write_can_change():
     # a data-path write reads the PCI tree too
     assert "pci" in read_back({"PCIe ACS"}) and "pci" not in read_back({"NCCL"})
     assert all("gpus" not in read_back(w) for w in ({"GPUDirect"}, {"QoS"}))
+
+
+def _node(qos_lines, pci_lines=("@@kernel", "6.8.0-45-generic", "x86_64")):
+    return ["@@@ qos", *qos_lines, "@@@ pci", *pci_lines]
+
+
+def test_alike_nodes_share_the_qos_and_pci_records_and_unlike_ones_do_not():
+    # a fleet's nodes print the same QoS and PCI text: parsed once per run, the record shared
+    qos = ["@@systemd", "running", "enabled"]
+    a, b = (node.parse_snapshot(_node(qos), ("qos", "pci")) for _ in range(2))
+    assert a.errors == b.errors == {}
+    assert a.qos is b.qos and a.pci is b.pci and a.qos.systemd and a.qos.unit_enabled
+    c = node.parse_snapshot(_node(["@@systemd", "running"], ("@@kernel", "6.8.0-46-generic", "x86_64")),
+                            ("qos", "pci"))
+    assert c.qos is not a.qos and not c.qos.unit_enabled and a.qos.unit_enabled
+    assert c.pci.kernel_release == "6.8.0-46-generic" and a.pci.kernel_release == "6.8.0-45-generic"
+
+
+def test_a_pci_text_that_does_not_parse_fails_every_node_that_printed_it():
+    bad = ("@@kernel", "6.8.0-45-generic", "x86_64", "@@acs", "0000:16:01.0 005f")
+    for _ in range(2):
+        snap = node.parse_snapshot(_node(["@@systemd", "running"], bad), ("qos", "pci"))
+        assert "ACS capability and control words" in snap.errors["pci"] and snap.qos.systemd

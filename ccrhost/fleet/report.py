@@ -157,8 +157,14 @@ def write_reports(verdicts: dict[str, Verdict], directory: str | Path, meta: dic
         doc = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
                "hosts": {h: v.to_dict() for h, v in sorted(verdicts.items())}}
         # no indent: only then does json use its C encoder (some 3 ms a host
-        # at fleet scale); the text and HTML reports are the ones people read
-        return json.dumps(_finite(doc), default=str, allow_nan=False) + "\n"
+        # at fleet scale); the text and HTML reports are the ones people read.
+        # The encoder refuses an infinite or NaN float (allow_nan=False): only
+        # a document that has one is walked to replace it (a Python walk of
+        # every value was a millisecond a host).
+        try:
+            return json.dumps(doc, default=str, allow_nan=False) + "\n"
+        except ValueError:
+            return json.dumps(_finite(doc), default=str, allow_nan=False) + "\n"
 
     renders = {"json": document, "xml": lambda: junit_xml(verdicts), "txt": lambda: text_table(verdicts),
                "html": lambda: html_chart(verdicts, addresses)}

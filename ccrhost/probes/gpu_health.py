@@ -162,13 +162,15 @@ def parse_nvlink(status: list[str], errors: list[str]) -> dict[int, list[NvLink]
     for lines, is_status in ((status, True), (errors, False)):
         gpu = None
         for line in lines:
-            head = _NVGPU.match(line)
-            if head:
-                gpu = int(head.group(1))
-                links.setdefault(gpu, {})
-                continue
-            m = _LINK.match(line)
-            if not m or gpu is None:
+            if line.startswith("GPU "):
+                head = _NVGPU.match(line)
+                if head:
+                    gpu = int(head.group(1))
+                    links.setdefault(gpu, {})
+                    continue
+            # the regex only for what can be a link line (most are)
+            m = _LINK.match(line) if gpu is not None and "Link " in line else None
+            if not m:
                 continue  # blank lines, NVML's notes
             n = int(m.group(1))
             link = links[gpu].setdefault(n, NvLink(n))

@@ -112,6 +112,27 @@ class SnapshotFormatError(ValueError):
     pass
 
 
+# A fleet's nodes mostly print the same QoS and PCI sections (same boards,
+# same settings): each distinct text of these two is parsed once per run,
+# and the nodes that printed it share the record, which no stage changes.
+# They were a third of the controller's parsing per host.
+_SHARED = ("qos", "pci")
+_parsed: dict[tuple[str, tuple[str, ...]], object] = {}
+_PARSED_MAX = 64
+
+
+def _parse(tag: str, lines: list[str]):
+    parse = _PARSERS[tag][1]
+    if tag not in _SHARED:
+        return parse(lines)
+    key = (tag, tuple(lines))
+    if key not in _parsed:
+        if len(_parsed) >= _PARSED_MAX:
+            _parsed.clear()
+        _parsed[key] = parse(lines)  # a parse error is raised each time, never kept
+    return _parsed[key]
+
+
 def parse_snapshot(lines: list[str], probes=PROBES) -> NodeSnapshot:
     """Never raises: a probe whose output cannot be parsed is recorded in
     ``errors`` and keeps its empty default. ``probes``: the ones the
@@ -127,9 +148,9 @@ def parse_snapshot(lines: list[str], probes=PROBES) -> NodeSnapshot:
         if section.tag not in _PARSERS:
             continue
         seen.add(section.tag)
-        source, parse = _PARSERS[section.tag]
+        source = _PARSERS[section.tag][0]
         try:
-            setattr(snap, section.tag, parse(section.lines))
+            setattr(snap, section.tag, _parse(section.tag, section.lines))
         except Exception as exc:  # any parser, any input: that probe's failure, never the run's
             snap.errors[section.tag] = f"cannot read {source}: {exc}"
     for name in set(probes) - seen:

@@ -9,6 +9,7 @@ banner or a shell's noise cannot be mistaken for data).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress, count, repeat
 
 MARK = "@@"
 
@@ -29,7 +30,7 @@ def split(lines: list[str], mark: str = MARK) -> list[Section]:
     nests probes' own sections under ``@@@`` markers."""
     # the markers' positions, then slices: a node's snapshot is thousands of
     # lines, split a dozen times per deploy, per host
-    starts = [i for i, line in enumerate(lines) if line.startswith(mark)]
+    starts = list(compress(count(), map(str.startswith, lines, repeat(mark))))
     ends = starts[1:] + [len(lines)]
     sections: list[Section] = []
     for start, end in zip(starts, ends):

@@ -1,7 +1,9 @@
 """The lab itself: nodes are isolated, shims act like the real tools, and
 nothing is left behind."""
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -225,3 +227,38 @@ def test_served_shims_answer_as_the_shim_itself_does(make_lab):
                     "[ \"$(readlink /proc/$p/ns/mnt)\" = \"$(readlink /proc/self/ns/mnt)\" ] && kill $p; done; "
                     "sleep 0.2; ethtool -a ens1np0; echo rc=$?")
     assert "Pause parameters for ens1np0:" in pkill.stdout and "rc=0" in pkill.stdout
+
+
+def test_a_served_tool_that_hangs_stalls_only_its_caller_and_goes_with_the_node(make_lab):
+    """nvidia-smi (gpu_hang: an hour's sleep) runs in a fork of the tool
+    server; the tools answered in the server itself go on meanwhile, each
+    reading the node afresh, and the hung fork ends with the lab."""
+    lab = make_lab(nodes=1, faults=["node1:gpu_hang"])
+    out = lab_ssh(lab, "node1", "timeout 1 nvidia-smi -L; echo rc=$?; ethtool -a ens1np0; "
+                                "ethtool -A ens1np0 rx on tx on; ethtool -a ens1np0")
+    assert "rc=124" in out.stdout, out
+    before, after = out.stdout.split("Pause parameters for ens1np0:")[1:]
+    assert "RX:\t\toff" in before and "RX:\t\ton" in after and "TX:\t\ton" in after
+    mnt = os.readlink(f"/proc/{lab.load().nodes[0].holder_pid}/ns/mnt")
+    hung = [p for p in os.listdir("/proc") if p.isdigit() and _in_mnt(p, mnt) and b"labsysfsd" in _cmdline(p)]
+    assert len(hung) == 2  # the daemon and its fork in the hung nvidia-smi
+    lab.down()
+    deadline = time.monotonic() + 5
+    while [p for p in hung if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in hung if os.path.exists(f"/proc/{p}")]
+
+
+def _in_mnt(pid, mnt):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt") == mnt
+    except OSError:
+        return False
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""

@@ -1,8 +1,10 @@
 """The node's served shims: the Python shims of the tools a check or a
 deploy calls many times (``ethtool`` once per netdev and mode, ``nvidia-smi``,
-the kernel log), run in a fork of the node's labsysfsd instead of a new
-interpreter each. A real ethtool starts in about a millisecond; a Python
-shim in ten, which made the lab, not ccrhost, most of a check's time.
+the kernel log), run by the node's labsysfsd instead of a new interpreter
+each. A real ethtool starts in about a millisecond; a Python shim in ten,
+which made the lab, not ccrhost, most of a check's time. A shim that never
+waits runs in the server itself; one that can (nvidia-smi's ``gpu_hang``)
+runs in a fork, so a hung tool stalls only its own caller.
 
 The tool on the node's PATH is ``labtool-client`` (bash): it connects to
 ``127.0.0.1:PORT`` in the node's network namespace, sends its argument
@@ -20,12 +22,14 @@ import sys
 import traceback
 
 PORT = 7319  # the client has it too (labtool-client)
+# Shims that never wait: answered in the server, a fork spared per call.
+INLINE = frozenset({"ethtool", "setpci", "mlnx_qos", "dcb", "journalctl", "dmesg"})
 
 
 class ToolServer:
     def __init__(self, shim_dir: str):
         # Served: each X.py installed beside its client X (ccrhost.lab.fleet
-        # SERVED_SHIMS); compiled once, each request runs it in a fork.
+        # SERVED_SHIMS); compiled once, run per request here or in a fork.
         self.code = {}
         for name in os.listdir(shim_dir):
             tool = name[:-3]
@@ -47,18 +51,35 @@ class ToolServer:
         return self.sock.fileno()
 
     def accept(self) -> None:
-        """Take one connection and answer it in a fork."""
+        """Take one connection and answer it: here, or in a fork for a tool
+        that can hang."""
         conn, _ = self.sock.accept()
+        try:
+            conn.settimeout(2)  # a client writes its request at once; a dead one must not hold the node's tools
+            request = self._request(conn)
+        except OSError:
+            request = None
+        if request is None:
+            conn.close()
+            return
+        if request[0] in INLINE:
+            try:
+                self._answer(conn, *request)
+            except OSError:
+                pass
+            conn.close()
+            return
         if os.fork() == 0:
             try:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 self.sock.close()
-                self._answer(conn)
+                self._answer(conn, *request)
             finally:
                 os._exit(0)
         conn.close()
 
-    def _answer(self, conn: socket.socket) -> None:
+    @staticmethod
+    def _request(conn: socket.socket) -> tuple[str, list[str]] | None:
         data = b""
         while True:
             fields = data.split(b"\0")
@@ -66,10 +87,12 @@ class ToolServer:
                 break
             chunk = conn.recv(65536)
             if not chunk:
-                return
+                return None
             data += chunk
         count = int(fields[0])
-        tool, args = fields[1].decode(), [f.decode(errors="surrogateescape") for f in fields[2:2 + count]]
+        return fields[1].decode(), [f.decode(errors="surrogateescape") for f in fields[2:2 + count]]
+
+    def _answer(self, conn: socket.socket, tool: str, args: list[str]) -> None:
         out, err = io.StringIO(), io.StringIO()
         code = 0
         if tool not in self.code:
@@ -77,8 +100,12 @@ class ToolServer:
             code = 127
         else:
             path, compiled = self.code[tool]
+            saved_argv, saved_path = sys.argv, list(sys.path)
             sys.argv = [path, *args]
             sys.stdout, sys.stderr = out, err
+            # every run reads the node record afresh, as a new process would
+            # (a fault or a change may have come since the last)
+            sys.modules["labkernel"]._node = None
             try:
                 exec(compiled, {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__})
             except SystemExit as exc:
@@ -92,7 +119,7 @@ class ToolServer:
                 code = 1
             finally:
                 sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+                sys.argv, sys.path[:] = saved_argv, saved_path
         errors = err.getvalue().encode(errors="surrogateescape")
         output = out.getvalue().encode(errors="surrogateescape")
         conn.sendall(f"{code} {len(errors)} {len(output)}\n".encode() + errors + output)
-        conn.close()

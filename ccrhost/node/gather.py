@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import threading
 
+# Loaded before any read starts: the reads' threads define dataclasses, and
+# dataclasses looks typing up in sys.modules without the import lock, so
+# a typing half-imported by the main thread (click imports it) fails them
+# with "partially initialized module 'typing' has no attribute 'ClassVar'".
+import typing  # noqa: F401
+
 # --probe-timeout's default, seconds
 DEFAULT_TIMEOUT = 20
 

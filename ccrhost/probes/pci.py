@@ -27,6 +27,10 @@ from ccrhost.model.topology import (
     split_path,
 )
 from ccrhost.probes import sysfs
+# at the top, not in the parser: `ccrhost check` parses in a reader thread,
+# and a module imported there would define its dataclasses beside the main
+# thread's imports (ccrhost.node.gather)
+from ccrhost.probes.kernel import module_name
 from ccrhost.probes.sections import split
 
 
@@ -488,8 +492,6 @@ def parse_peermem(lines: list[str]) -> tuple[str, ...]:
 
 def parse_shipped(lines: list[str]) -> tuple[str, ...]:
     """modules.dep entries (``updates/dkms/nvidia-peermem.ko.zst``) -> names."""
-    from ccrhost.probes.kernel import module_name
-
     return tuple(sorted({module_name(line) for line in lines if line.strip()}))
 
 

@@ -331,6 +331,13 @@ def _cpu_idle(seconds: float = 1.0) -> float:
     return (idle1 - idle0) / max(total1 - total0, 1)
 
 
+def _cpu_busy() -> float:
+    """CPU seconds the whole machine has spent busy (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def settle(min_idle: float = 0.9, timeout: float = 90) -> float:
     """Wait until the machine is idle (what the labs before left behind,
     their nodes' teardown, has finished): a single command's latency is
@@ -354,10 +361,13 @@ def measure_check(workdir: Path, count: int = 20) -> dict:
                          ("start", ["-c", "pass"]),
                          ("imports", ["-c", "import ccrhost.cli, ccrhost.node.check"])):
             out[key] = []
+            busy = _cpu_busy()
             for _ in range(count):
                 start = time.monotonic()
                 subprocess.run(enter + cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 out[key].append(time.monotonic() - start)
+            # the machine's CPU, per run: the check and everything it made work (the lab's tool server too)
+            out[f"{key}_cpu"] = (_cpu_busy() - busy) / count
         return out
 
 
@@ -570,9 +580,10 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
                      f"(load average {timings['load']:.1f} on {os.cpu_count()} cores). Floors measured in the same "
                      f"run: the interpreter starting and exiting {start:.3f} s; starting and importing the check's "
                      f"code (`ccrhost.cli`, `ccrhost.node.check`) {imports:.3f} s. The rest is the node's reads (RDMA, "
-                     "PCI, GPUs, GPU health, fabric counters: some 30 tool runs, which the lab answers from "
+                     "PCI, GPUs, GPU health, fabric counters: some 25 tool runs, which the lab answers from "
                      "its per-node server) running beside those imports on the same two cores, then judging "
-                     "and printing.")
+                     f"and printing. The machine's CPU per check: {timings['check_cpu']:.3f} s, all processes "
+                     "(the check, its tools, the lab's tool server).")
     else:
         rows.append((f"`ccrhost check` <= {CHECK_MEDIAN_MAX_S} s median", not_measured, "- (--skip-extras)"))
     bandwidth = extras.get("bandwidth")

@@ -677,7 +677,7 @@ def main(argv=None) -> int:
             results[n] = measure_size(n, own, reps, workdir, states)
         if not args.skip_extras:
             print("bench: extras (profile, lab cost, bandwidth, check)", file=sys.stderr)
-            extras["profile"] = measure_profile(workdir, min(8, max(sizes)))
+            extras["profile"] = measure_profile(workdir, min(64, max(sizes)))
             extras["lab_cost"] = measure_lab_cost(workdir)
             extras["bandwidth"] = measure_bandwidth(workdir)
             extras["check"] = measure_check(workdir, args.check_runs)

@@ -52,7 +52,7 @@ def _check_settings(config_path, overrides):
     else validated in full (a usage error as :func:`_settings`) and kept."""
     from ccrhost.node import prepared
 
-    given = {k: v for k, v in overrides.items() if v not in (None, ())}
+    given = _given(overrides)
     try:
         config = None
         if config_path:
@@ -86,9 +86,15 @@ def _yaml_mapping(flag: str, path: str, what: str, text: bytes | None = None) ->
     return loaded
 
 
+def _given(overrides: dict) -> dict:
+    """The overrides the command line set (an option left out is None, or
+    () for --exclude): what is validated, and so what a kept record is for."""
+    return {k: v for k, v in overrides.items() if v not in (None, ())}
+
+
 def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
     data = _yaml_mapping("--config", config_path, "inventory keys", text) if config_path else {}
-    data.update({k: v for k, v in overrides.items() if v not in (None, ())})
+    data.update(_given(overrides))
     return data
 
 

@@ -318,24 +318,24 @@ def measure_bandwidth(workdir: Path, seconds: int = 5) -> dict:
         return {"shaped_mbit": state.link_mbit, "measured_mbit": bps / 1e6}
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks the whole machine has spent (/proc/stat: busy is all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return sum(values) - values[3] - values[4], sum(values)
+
+
 def _cpu_idle(seconds: float = 1.0) -> float:
     """The share of the machine's CPU time that was idle over ``seconds``."""
-    def sample():
-        with open("/proc/stat") as f:
-            values = [int(v) for v in f.readline().split()[1:]]
-        return values[3] + values[4], sum(values)  # idle + iowait, all
-
-    idle0, total0 = sample()
+    busy0, total0 = _cpu_ticks()
     time.sleep(seconds)
-    idle1, total1 = sample()
-    return (idle1 - idle0) / max(total1 - total0, 1)
+    busy1, total1 = _cpu_ticks()
+    return ((total1 - total0) - (busy1 - busy0)) / max(total1 - total0, 1)
 
 
 def _cpu_busy() -> float:
-    """CPU seconds the whole machine has spent busy (/proc/stat: all but idle and iowait)."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds the whole machine has spent busy."""
+    return _cpu_ticks()[0] / os.sysconf("SC_CLK_TCK")
 
 
 def settle(min_idle: float = 0.9, timeout: float = 90) -> float:

@@ -37,7 +37,7 @@ class ToolServer:
                 path = os.path.join(shim_dir, name)
                 with open(path) as f:
                     self.code[tool] = (path, compile(f.read(), path, "exec"))
-        # imported once, inherited by every fork (labkernel's node cache is still empty)
+        # imported once, for every run here and in a fork (each run empties labkernel's node cache)
         import labkernel  # noqa: F401
         import labpci  # noqa: F401
 

@@ -167,7 +167,7 @@ def text_single(r: dict) -> str:
     else:
         share = w["kernel_share"] if w else 1
         lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}" if share == 1 else
-                     f"CCR = B x kernel share / (beta x F) = {r['ccr']:.4g} (kernel share {share:.4g})")
+                     f"CCR = B / (beta x F x kernel share) = {r['ccr']:.4g} (kernel share {share:.4g})")
     lines.append(f"(the seed guide's formula, without the 1000 from TFLOPS: {r['seed_ccr']:.4g})")
     if r["band"] and r["band"] != workload_model.NOT_NETWORK_BOUND:
         lines.append(f"band: {r['band']} (below {ccrmod.LOW_BAND}: bandwidth-bound; "

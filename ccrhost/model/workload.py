@@ -4,13 +4,15 @@ behind the node CCR (model v3, issue 26). Pure functions, no I/O.
 The CCR compares the time a node computes with the time its NICs need for
 the job's inter-node traffic, both per training step::
 
-    CCR = compute_s / comm_s = B x mfu / (beta x F)
+    CCR = compute_s / comm_s = B / (beta x F x k)
     beta = NIC bytes per node per step / FLOPs per node per step
 
 B is the node's NIC bandwidth (all compute ports together), F its peak
-dense FLOP/s, mfu the share of F the job reaches (1: peak). Per node, not
-per GPU: NCCL keeps the hops inside a node on NVLink and leaves each node
-once per ring, so the node's NICs carry one copy of what a ring member
+dense FLOP/s, k the kernel share: the share of F the kernels reach while
+computing (1: peak; a published end-to-end MFU, after the bubble and
+exposed communication, is solved into it). Per node, not per GPU: NCCL
+keeps the hops inside a node on NVLink and leaves each node once per ring,
+so the node's NICs carry one copy of what a ring member
 sends (nccl-tests' multi-node all_reduce busbw tops out at the node's
 total NIC bandwidth). Each formula, its derivation and its source are in
 docs/ccr-model.md; every assumption is in ``ASSUMPTIONS`` and in each
@@ -318,7 +320,7 @@ def peak_precision_problem(peak: str, spec: WorkloadSpec) -> Problem | None:
     if allowed is None or peak in allowed:
         return None
     return Problem("precision", spec.precision,
-                   f"a {spec.precision} job does not compute at the {peak} peak: F's precision "
+                   f"{spec.precision} training does not run at the {peak} peak: F's precision "
                    f"(verify_precision, calc's --precision) allowed with it: {', '.join(allowed)}")
 
 
@@ -429,7 +431,7 @@ class NodeModel:
 
     @property
     def ccr(self) -> float:
-        """compute_s / comm_s = B x kernel_share / (beta x F); infinite without inter-node traffic."""
+        """compute_s / comm_s = B / (beta x F x kernel_share); infinite without inter-node traffic."""
         return math.inf if self.comm_s == 0 else self.compute_s / self.comm_s
 
     @property
@@ -484,6 +486,19 @@ class NodeModel:
     def slowdown(self) -> float:
         """Step time / the step time on a network that is never the bottleneck."""
         return self.step_s / (self.compute_s + self.bubble_s)
+
+    @property
+    def kernel_share_source(self) -> str:
+        s = self.spec
+        if s.kernel_share is None:
+            if s.mfu is None:
+                return "peak (default)"
+            unreachable = any(n.startswith("kernel share 1: ") for n in self.notes)
+            return "peak: the mfu is unreachable here (notes)" if unreachable else "solved from mfu"
+        preset = presets.PRESETS.get(s.preset) if isinstance(s.preset, str) else None
+        if preset and preset.values.get("kernel_share") == s.kernel_share:
+            return f"{s.preset}'s, from its source run"
+        return "given"
 
     def mfu(self, attention: str = "causal") -> float:
         """The end-to-end MFU the model predicts: model FLOPs (no recompute)
@@ -560,8 +575,7 @@ class NodeModel:
             "band": self.band,
             "literal_beta_ccr": ccrmod.ccr(self.bandwidth_gbps, self.tflops) if self.tflops > 0 else None,
             "kernel_share": self.kernel_share,
-            "kernel_share_source": ("given" if self.spec.kernel_share is not None else
-                                    "solved from mfu" if self.spec.mfu is not None else "peak (default)"),
+            "kernel_share_source": self.kernel_share_source,
             "mfu_end_to_end": {"causal": self.mfu("causal"), "full": self.mfu("full")},
             "compute_s": self.compute_s,
             "bubble_s": self.bubble_s,

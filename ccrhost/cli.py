@@ -329,8 +329,8 @@ class _Hardware(click.ParamType):
                                                 "micro-batch (DualPipe), [0, 1] [0].")
 @click.option("--hidden-size", type=click.IntRange(1), help="Workload: model width.")
 @click.option("--params", type=click.FloatRange(min=0, min_open=True), help="Workload: total parameters.")
-@click.option("--preset", help="Workload: a named workload (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, "
-                               "mixtral-8x7b, deepseek-v3); the other workload flags override it.")
+@click.option("--preset", help="Workload: a named workload (llama3-8b, llama3-70b, llama3-405b, llama3-405b-128k, "
+                               "gpt3-175b, mixtral-8x7b, deepseek-v3); the other workload flags override it.")
 @click.option("--framework", help="Workload: whose byte widths: megatron, torchtitan, deepspeed, ddp-amp "
                                   "[default: none, fp32 gradient reduce].")
 @click.option("--param-bytes", type=float, help="Workload: parameter all-gather bytes per value.")

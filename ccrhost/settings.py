@@ -166,8 +166,8 @@ class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     preset: Literal[presets.NAMES] | None = Field(  # type: ignore[valid-type]
-        None, description="Named workload to start from (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, "
-        "mixtral-8x7b, deepseek-v3); the other keys override its values.")
+        None, description="Named workload to start from (llama3-8b, llama3-70b, llama3-405b, llama3-405b-128k, "
+        "gpt3-175b, mixtral-8x7b, deepseek-v3); the other keys override its values.")
     tokens_per_gpu_step: float | None = Field(
         None, gt=0, le=1e9, description="Tokens per step / GPUs of the job. Required unless a preset gives it.")
     dp_size: int | None = Field(

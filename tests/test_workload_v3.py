@@ -360,7 +360,13 @@ KEYS = {
     "framework": st.sampled_from([None, "megatron", "ddp-amp"]), "mfu": st.sampled_from([1.0, 0.4, 0.0]),
     "overlap": st.sampled_from([0.0, 0.5, 1.0]), "virtual_stages": st.sampled_from([1, 2]),
     "micro_batches": st.sampled_from([None, 8]), "capacity_factor": st.sampled_from([1.0, 1.25, 0.5]),
-    "preset": st.sampled_from([None, *NAMES, "nope"]), "moe_max_nodes": st.sampled_from([None, 4]),
+    "preset": st.sampled_from([None, *NAMES, "nope", ["a"], {"a": 1}]), "moe_max_nodes": st.sampled_from([None, 4]),
+    # issue 41's keys
+    "kernel_share": st.sampled_from([None, 0.5, 1e-300]), "mfu_attention": st.sampled_from(["full", "causal", "x"]),
+    "param_overlap": st.sampled_from([None, 0.0, 1.0, 2.0]), "pipeline_overlap": st.sampled_from([0.0, 1.0]),
+    "a2a_overlap": st.sampled_from([0.0, 1.0]), "dispatch_bytes": st.sampled_from([None, 1.0]),
+    "combine_bytes": st.sampled_from([None, 2.0]), "attention_width": st.sampled_from([None, 20480]),
+    "cp_method": st.sampled_from(["ring", "all-gather", "x"]), "precision": st.sampled_from(["bf16", "fp32", "fp8"]),
 }
 
 
@@ -368,7 +374,9 @@ KEYS = {
 @given(data=st.one_of(st.fixed_dictionaries({}, optional=KEYS),  # mostly refused
                       st.fixed_dictionaries({"preset": st.sampled_from(NAMES)},  # mostly accepted
                                             optional={k: KEYS[k] for k in ("reduction", "sharding", "recompute",
-                                                                           "framework", "overlap", "mfu")})))
+                                                                           "framework", "overlap", "mfu",
+                                                                           "kernel_share", "pipeline_overlap",
+                                                                           "a2a_overlap", "cp_method")})))
 def test_any_workload_is_either_refused_by_name_or_modelled(data):
     try:
         s = validate_host("gpu-07", {"verify_gpu_count": 8, "verify_workload": data})

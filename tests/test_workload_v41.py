@@ -59,6 +59,14 @@ def test_deepseek_all_to_all_and_pipeline_sends_hide_behind_compute():
     assert fp8.hidden_s == pytest.approx(fp8.compute_s) and fp8.exposed_s == pytest.approx(fp8.comm_s - fp8.compute_s)
 
 
+def test_a_node_without_nics_is_all_exposed_and_its_json_stays_valid():
+    # every port down: B = 0, the traffic never completes; what overlap hides is at most the compute
+    node = h100(preset("deepseek-v3"), bandwidth=0)
+    assert node.exposed_comm_fraction == 1 and node.mfu("causal") == 0
+    assert node.hidden_by_kind["all-to-all"] + node.hidden_by_kind["pipeline"] == pytest.approx(node.compute_s)
+    json.dumps(node.to_dict(), allow_nan=False)
+
+
 def test_each_overlap_hides_only_its_kind():
     # a ZeRO-1 job with a pipeline: the gradient share hides only the backward reduce, param_overlap only the
     # gathers, pipeline_overlap only the sends

@@ -451,10 +451,17 @@ class NodeModel:
         fwd_s = self.compute_s * self.fwd_share
         grad = min(s.overlap * self.grad_bwd_s, self.compute_s - fwd_s) if s.overlap else 0.0
         param = min(s.param_share * self.grad_fwd_s, fwd_s) if s.param_share else 0.0
-        want_pipe, want_a2a = s.pipeline_overlap * self.pipeline_s, s.a2a_overlap * self.moe_s
+        want = {"pipeline": s.pipeline_overlap * self.pipeline_s if s.pipeline_overlap else 0.0,
+                "all-to-all": s.a2a_overlap * self.moe_s if s.a2a_overlap else 0.0}
         room = max(0.0, self.compute_s - grad - param)
-        scale = min(1.0, room / (want_pipe + want_a2a)) if want_pipe + want_a2a else 0.0
-        return {"grad": grad, "param": param, "pipeline": want_pipe * scale, "all-to-all": want_a2a * scale}
+        total = sum(want.values())
+        if math.isinf(total):  # no NIC: what never completes fills the room, shared evenly
+            endless = [k for k, v in want.items() if math.isinf(v)]
+            shared = {k: room / len(endless) if k in endless else 0.0 for k in want}
+        else:
+            scale = min(1.0, room / total) if total else 0.0
+            shared = {k: v * scale for k, v in want.items()}
+        return {"grad": grad, "param": param, **shared}
 
     @property
     def hidden_s(self) -> float:

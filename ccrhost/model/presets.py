@@ -36,10 +36,11 @@ TORCHTITAN = ("torchtitan's published runs: pytorch/torchtitan benchmarks/llama3
               "(b5bcd76c)")
 # FSDP overlaps by design: it prefetches the next all-gather and runs the
 # reduce-scatter beside the backward (Zhao et al. 2023, 'PyTorch FSDP',
-# arXiv:2304.11277 sec. 3.3 and 4.2); torchtitan's 8B FSDP runs lose 2.3 % a
-# GPU from 8 to 128 GPUs (Tables 1 and 3: 6,667 and 6,514 TPS/GPU compiled).
+# arXiv:2304.11277, its communication optimizations: overlap, backward and
+# forward prefetching); torchtitan's 8B FSDP runs lose 2.3 % a GPU from 8 to
+# 128 GPUs (Tables 1 and 3: 6,667 and 6,514 TPS/GPU compiled).
 FSDP_OVERLAP = ("overlap 1: FSDP prefetches parameter all-gathers and reduce-scatters beside backward (Zhao et al. "
-                "2023, arXiv:2304.11277 sec. 3.3)")
+                "2023, arXiv:2304.11277: overlapped communication, backward and forward prefetching)")
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("llama3-8b", {

@@ -266,6 +266,16 @@ def nccl_env(config_path, fmt):
             click.echo(f"export {key}={shlex.quote(value)}" if fmt == "shell" else f"{key}={value}")
 
 
+def _check_writable(flag: str, path: str) -> None:
+    """A file ``flag`` will write: its directory exists and may be written,
+    checked before any work is done."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise click.UsageError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise click.UsageError(f"{flag} {path}: not writable")
+
+
 class _Hardware(click.ParamType):
     """A calc hardware figure: finite and in the range a sweep of it allows too (``whatif.HARDWARE_RANGES``)."""
 
@@ -307,21 +317,37 @@ class _Hardware(click.ParamType):
 @click.option("--pp", type=click.IntRange(1), help="Workload: pipeline stages, across nodes [1].")
 @click.option("--sharded", type=click.Choice(["none", "optimizer", "full"]), is_flag=False, flag_value="full",
               help="Workload: ZeRO-1/2 (optimizer) or ZeRO-3/FSDP (full, what a bare --sharded means).")
-@click.option("--reduction", help="Workload: collective algorithm: ring (default), tree or in-network (SHARP/NVLS).")
+@click.option("--reduction", help="Workload: collective algorithm between nodes: ring (default), tree, sharp "
+                                  "(InfiniBand SHARP) or nvls (NVLink SHARP inside the node, NVLS-tree between).")
 @click.option("--compression", type=float, help="Workload: gradient bytes on the wire / uncompressed, (0, 1].")
-@click.option("--overlap", type=float, help="Workload: share of each pass's collectives hidden behind it, [0, 1].")
+@click.option("--overlap", type=float, help="Workload: share of the gradient reduce hidden behind backward (and of "
+                                            "parameter gathers behind their pass), [0, 1].")
+@click.option("--param-overlap", type=float, help="Workload: share of parameter gathers hidden, [0, 1] [--overlap].")
+@click.option("--pipeline-overlap", type=float, help="Workload: share of pipeline sends hidden behind the next "
+                                                     "micro-batch, [0, 1] [0].")
+@click.option("--a2a-overlap", type=float, help="Workload: share of the expert all-to-all hidden behind the other "
+                                                "micro-batch (DualPipe), [0, 1] [0].")
 @click.option("--hidden-size", type=click.IntRange(1), help="Workload: model width.")
 @click.option("--params", type=click.FloatRange(min=0, min_open=True), help="Workload: total parameters.")
-@click.option("--preset", help="Workload: a named workload (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, "
-                               "mixtral-8x7b, deepseek-v3); the other workload flags override it.")
+@click.option("--preset", help="Workload: a named workload (llama3-8b, llama3-70b, llama3-405b, llama3-405b-128k, "
+                               "gpt3-175b, mixtral-8x7b, deepseek-v3); the other workload flags override it.")
 @click.option("--framework", help="Workload: whose byte widths: megatron, torchtitan, deepspeed, ddp-amp "
                                   "[default: none, fp32 gradient reduce].")
 @click.option("--param-bytes", type=float, help="Workload: parameter all-gather bytes per value.")
 @click.option("--activation-bytes", type=float, help="Workload: activation bytes per value (pipeline, "
                                                      "all-to-all, KV).")
-@click.option("--cp", type=int, help="Workload: context-parallel size [1].")
+@click.option("--cp", type=int, help="Workload: context-parallel size, dividing --seq-len [1].")
+@click.option("--cp-method", help="Workload: context parallelism by ring (3 passes) or all-gather (2) [ring].")
 @click.option("--recompute", help="Workload: activation recompute, none or full [none].")
-@click.option("--mfu", type=float, help="Workload: share of peak F the job reaches, (0, 1] [1].")
+@click.option("--kernel-share", type=float, help="Workload: share of peak F the kernels reach while computing, "
+                                                 "[0.01, 1] [1].")
+@click.option("--mfu", type=float, help="Workload: a published or measured end-to-end MFU, [0.01, 1]; the model "
+                                        "solves the kernel share from it (not with --kernel-share).")
+@click.option("--mfu-attention", help="Workload: how --mfu counts attention: full (12 L s a, default) or causal "
+                                      "(6 L s a).")
+@click.option("--attention-width", type=int, help="Workload: heads x (qk dim + v dim) / 2 [hidden size].")
+@click.option("--dispatch-bytes", type=float, help="Workload: all-to-all dispatch bytes per value [activation].")
+@click.option("--combine-bytes", type=float, help="Workload: all-to-all combine bytes per value [activation].")
 @click.option("--layers", type=int, help="Workload: transformer layers.")
 @click.option("--seq-len", type=int, help="Workload: tokens per sequence.")
 @click.option("--kv-size", type=int, help="Workload: K/V width per token per layer (GQA) [hidden size].")
@@ -353,6 +379,9 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
 
     given = {whatif.FLAG_KEYS.get(k, k): v for k, v in flags.items() if v is not None}
     workload = _yaml_mapping("--workload", workload_file, "verify_workload keys") if workload_file else {}
+    if workload_file and not workload:  # else an empty file would fall back to beta 4 without a word
+        raise click.UsageError(f"--workload {workload_file}: empty; give verify_workload keys (preset, "
+                               "tokens_per_gpu_step, dp_size, ...)")
     workload.update(given)
     try:
         parsed = [whatif.parse_sweep(text) for text in sweeps]
@@ -375,12 +404,15 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
                                "--tokens and --dp, or --workload FILE")
     if chart and not parsed:
         raise click.UsageError("--chart draws a sweep: give --sweep KEY=V1,V2,...")
+    if chart:
+        _check_writable("--chart", chart)
     if gpu is None and "gpu" not in swept:
         raise click.UsageError("Missing option '--gpu' (or --sweep gpu=...)")
 
     def validate(data):
         try:  # the inventory's own schema: the same keys, ranges and messages
-            return validate_host("calc", {"verify_workload": data}).verify_workload.spec()
+            return validate_host("calc", {"verify_precision": precision,
+                                          "verify_workload": data}).verify_workload.spec()
         except InventoryDataError as exc:
             raise whatif.WhatIfError("; ".join(str(e) for e in exc.errors)) from None
 
@@ -396,7 +428,10 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
         click.echo(json.dumps(single, indent=2) + "\n" if fmt == "json" else whatif.text_single(single), nl=False)
         return
     if chart:
-        whatif.draw_chart(rows, parsed, chart, whatif.chart_title(hw, workload, parsed))
+        try:
+            whatif.draw_chart(rows, parsed, chart, whatif.chart_title(hw, workload, parsed))
+        except OSError as exc:
+            raise click.ClickException(f"--chart {chart}: cannot write: {exc.strerror or exc}") from None
     if fmt == "json":
         click.echo(json.dumps({"sweep": [k for k, _ in parsed], "chart": chart, "rows": rows}, indent=2))
     else:

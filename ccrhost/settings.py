@@ -166,8 +166,8 @@ class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     preset: Literal[presets.NAMES] | None = Field(  # type: ignore[valid-type]
-        None, description="Named workload to start from (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, "
-        "mixtral-8x7b, deepseek-v3); the other keys override its values.")
+        None, description="Named workload to start from (llama3-8b, llama3-70b, llama3-405b, llama3-405b-128k, "
+        "gpt3-175b, mixtral-8x7b, deepseek-v3); the other keys override its values.")
     tokens_per_gpu_step: float | None = Field(
         None, gt=0, le=1e9, description="Tokens per step / GPUs of the job. Required unless a preset gives it.")
     dp_size: int | None = Field(
@@ -187,22 +187,52 @@ class Workload(BaseModel):
     activation_bytes: float | None = Field(
         None, gt=0, le=16, description="Bytes per value of pipeline sends, expert all-to-all and KV exchange. "
         "Default: 2 (4 for fp32 training).")
+    dispatch_bytes: float | None = Field(
+        None, gt=0, le=16, description="Bytes per value of the expert all-to-all dispatch (and of the gradient "
+        "sent towards the experts in backward). Default: activation_bytes. DeepSeek-V3 sends it in FP8: 1.")
+    combine_bytes: float | None = Field(
+        None, gt=0, le=16, description="Bytes per value of the expert all-to-all combine (and of its backward "
+        "counterpart). Default: activation_bytes. DeepSeek-V3 keeps it in BF16: 2.")
     tp_size: int = Field(1, ge=1, le=64, description="Tensor-parallel degree, inside a node.")
     pp_size: int = Field(1, ge=1, le=4096, description="Pipeline stages, across nodes.")
-    cp_size: int = Field(1, ge=1, le=4096, description="Context-parallel degree (ring attention); needs seq_len.")
+    cp_size: int = Field(1, ge=1, le=4096, description="Context-parallel degree; needs seq_len, which it divides.")
+    cp_method: Literal[wl.CP_METHODS] = Field(  # type: ignore[valid-type]
+        "ring", description="How context parallelism moves K and V: ring (ring attention, 3 passes a step) or "
+        "all-gather (Llama 3: gathered once forward, gradients reduce-scattered backward, 2 passes).")
     sharding: Literal[wl.SHARDING] = Field(  # type: ignore[valid-type]
         "none", description="none: all-reduce; optimizer: ZeRO-1/2; full: ZeRO-3/FSDP.")
     reduction: str | None = Field(
-        None, description="Collective algorithm: ring (default: NCCL's choice for large buckets), tree (NCCL "
-        "tree, NVLS-tree, hierarchical), in-network (SHARP/NVLS).")
+        None, description="Collective algorithm between nodes: ring (default: NCCL's choice for large buckets), "
+        "tree (NCCL tree, hierarchical), sharp (InfiniBand SHARP: an all-reduce leaves each node once), nvls "
+        "(NVLink SHARP reduces inside the node; between nodes NVLS-tree moves tree's volume).")
     compression: float = Field(1.0, description="Gradient bytes on the wire / uncompressed, (0, 1].")
     overlap: float = Field(
-        0.0, description="Share of each pass's collectives hidden behind that pass, [0, 1]: gradient reduce "
-        "behind backward, parameter gathers behind the pass they precede.")
+        0.0, description="Share of the gradient reduce (and FSDP's backward gather) hidden behind backward, "
+        "[0, 1]; also the parameter gathers' unless param_overlap is given.")
+    param_overlap: float | None = Field(
+        None, description="Share of the parameter all-gathers hidden behind the pass they precede, [0, 1]. "
+        "Default: overlap.")
+    pipeline_overlap: float = Field(
+        0.0, description="Share of the pipeline sends hidden behind the next micro-batch's compute, [0, 1].")
+    a2a_overlap: float = Field(
+        0.0, description="Share of the expert all-to-all hidden behind the other micro-batch's compute "
+        "(DualPipe-style), [0, 1].")
     recompute: Literal[wl.RECOMPUTE] = Field(  # type: ignore[valid-type]
         "none", description="Activation recompute: full reruns the forward inside backward.")
-    mfu: float = Field(1.0, description="Share of peak F the job reaches, (0, 1]; 1: peak.")
+    kernel_share: float | None = Field(
+        None, description="Share of peak F the kernels reach while computing, [0.01, 1]: what F is multiplied "
+        "by. Default: 1 (peak), or solved from mfu.")
+    mfu: float | None = Field(
+        None, description="A published or measured end-to-end MFU, [0.01, 1] (model FLOPs / step time / peak F, "
+        "after the bubble and exposed communication); the model solves the kernel share from it. Not with "
+        "kernel_share.")
+    mfu_attention: Literal[wl.MFU_ATTENTION] = Field(  # type: ignore[valid-type]
+        "full", description="How mfu counts attention FLOPs per token: full, 12 x layers x seq_len x attention "
+        "width (PaLM, Megatron-LM, torchtitan), or causal, 6 x ... (the mask halves them).")
     hidden_size: int | None = Field(None, ge=1, le=1 << 20, description="Model width (hidden size).")
+    attention_width: int | None = Field(
+        None, ge=1, le=1 << 24, description="Attention FLOP width: heads x (query-key dim + value dim) / 2. "
+        "Default: hidden_size (DeepSeek-V3: 128 x (192 + 128) / 2 = 20480).")
     params: float | None = Field(None, gt=0, le=1e15, description="Total parameters (MoE: experts included).")
     layers: int | None = Field(None, ge=1, le=100_000, description="Transformer layers (attention FLOPs, KV "
                                "exchange, all-to-all).")
@@ -228,7 +258,8 @@ class Workload(BaseModel):
     def _preset(cls, data):
         return presets.expand(data) if isinstance(data, dict) else data
 
-    @field_validator("compression", "overlap", "mfu", "capacity_factor", "reduction")
+    @field_validator("compression", "overlap", "param_overlap", "pipeline_overlap", "kernel_share", "mfu",
+                     "capacity_factor", "reduction")
     @classmethod
     def _ratio(cls, value, info):
         # the model's own rule, so the inventory and calc refuse alike
@@ -700,7 +731,9 @@ class HostSettings(BaseModel):
         if self.verify_workload.missing():
             return self.verify_workload.missing()
         spec, gpus = self.verify_workload.spec(), self.expectation().gpu_count
-        return wl.spec_problems(spec) + (wl.topology_problems(spec, gpus) if gpus else [])
+        peak = wl.peak_precision_problem(self.verify_precision, spec)
+        return (wl.spec_problems(spec) + (wl.topology_problems(spec, gpus) if gpus else [])
+                + ([peak] if peak else []))
 
     def policy(self) -> Policy:
         workload = self.verify_workload

@@ -43,6 +43,11 @@ WORKLOAD_KEYS = {
     "capacity-factor": ("capacity_factor", float), "moe-layers": ("moe_layers", int),
     "moe-max-nodes": ("moe_max_nodes", int), "virtual-stages": ("virtual_stages", int),
     "micro-batches": ("micro_batches", int),
+    "kernel-share": ("kernel_share", float), "mfu-attention": ("mfu_attention", str),
+    "param-overlap": ("param_overlap", float), "pipeline-overlap": ("pipeline_overlap", float),
+    "a2a-overlap": ("a2a_overlap", float), "dispatch-bytes": ("dispatch_bytes", float),
+    "combine-bytes": ("combine_bytes", float), "attention-width": ("attention_width", int),
+    "cp-method": ("cp_method", str),
 }
 # calc's flag (its Python name) -> verify_workload key
 FLAG_KEYS = {k.replace("-", "_"): v[0] for k, v in WORKLOAD_KEYS.items()}
@@ -92,12 +97,13 @@ def row(hw: Hardware, spec: workload_model.WorkloadSpec | None, beta: float | No
         return {**out, "beta": b, "beta_source": "given" if beta else "seed", "ccr": ccrmod.ccr(bandwidth, tflops, b),
                 "band": None, "exposed_comm_fraction": None, "slowdown": None, "workload": None}
     try:
-        node = workload_model.node_model(spec, hw.gpus, bandwidth, tflops)
+        node = workload_model.node_model(spec, hw.gpus, bandwidth, tflops, strict_mfu=True)
     except workload_model.WorkloadError as exc:
         raise WhatIfError(f"the workload does not fit {hw.gpus} GPUs per node: {exc}") from None
     model = node.to_dict()
     return {**out, "beta": node.beta, "beta_source": "workload", "ccr": model["ccr"], "band": node.band,
-            "exposed_comm_fraction": node.exposed_comm_fraction, "slowdown": node.slowdown, "workload": model}
+            "exposed_comm_fraction": node.exposed_comm_fraction, "slowdown": node.slowdown,
+            "kernel_share": node.kernel_share, "mfu_end_to_end": model["mfu_end_to_end"], "workload": model}
 
 
 def parse_sweep(text: str) -> tuple[str, list]:
@@ -159,9 +165,9 @@ def text_single(r: dict) -> str:
     if w and w["ccr"] is None:
         lines.append("CCR: no inter-node traffic: not network-bound")
     else:
-        mfu = w["inputs"]["mfu"] if w else 1
-        lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}" if mfu == 1 else
-                     f"CCR = B x mfu / (beta x F) = {r['ccr']:.4g} (mfu {mfu:g})")
+        share = w["kernel_share"] if w else 1
+        lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}" if share == 1 else
+                     f"CCR = B / (beta x F x kernel share) = {r['ccr']:.4g} (kernel share {share:.4g})")
     lines.append(f"(the seed guide's formula, without the 1000 from TFLOPS: {r['seed_ccr']:.4g})")
     if r["band"] and r["band"] != workload_model.NOT_NETWORK_BOUND:
         lines.append(f"band: {r['band']} (below {ccrmod.LOW_BAND}: bandwidth-bound; "
@@ -173,6 +179,13 @@ def text_single(r: dict) -> str:
     if w:
         lines.append(f"exposed communication: {w['exposed_comm_fraction']:.1%} of the step; step time "
                      f"x{w['slowdown']:.3f} against a network that is never the bottleneck")
+        lines.append(f"kernel share: {w['kernel_share']:.1%} of peak F while computing "
+                     f"({w['kernel_share_source']})")
+        mfu = w["mfu_end_to_end"]
+        lines.append(f"end-to-end MFU (predicted): {mfu['causal']:.1%} counting causal attention "
+                     f"(6 x layers x seq_len x attention width per token), {mfu['full']:.1%} counting it full "
+                     "(12 x ..., as PaLM, Megatron-LM and torchtitan publish); after the pipeline bubble "
+                     f"({w['bubble_fraction']:.1%}) and exposed communication")
         lines.append(f"workload model: {w['statement']}")
         lines += [f"note: {n}" for n in w["notes"]]
         lines.append("assumptions:")
@@ -191,14 +204,17 @@ def text_table(rows: list[dict], sweeps: list[tuple[str, list]]) -> str:
     keys = [k for k, _ in sweeps]
     head = "".join(f"{k:>12}" for k in keys)
     lines = [f"{head}{'nodes':>7}{'B Gb/s':>8}{'F TFLOPS':>10}{'beta':>11}{'CCR':>9}  {'band':<18}"
-             f"{'exposed':>8}{'slowdown':>9}"]
+             f"{'exposed':>8}{'slowdown':>9}{'MFU':>7}"]
     for r in rows:
         w = r["workload"]
         lines.append("".join(f"{_label(k, r['sweep'][k]):>12}" for k in keys)
                      + f"{w['nodes']:>7}{r['bandwidth_gbps']:>8g}{r['tflops']:>10.1f}{r['beta']:>11.4g}"
                      f"{_fmt_ccr(r['ccr']):>9}  {r['band']:<18}{w['exposed_comm_fraction']:>8.1%}"
-                     f"{w['slowdown']:>9.3f}")
+                     f"{w['slowdown']:>9.3f}{w['mfu_end_to_end']['causal']:>7.1%}")
     lines += crossings(rows, sweeps)
+    lines.append("MFU: the predicted end-to-end MFU (model FLOPs / step time / peak F), attention counted causal "
+                 "(6 x layers x seq_len x attention width per token); --format json gives the full count (12 x ..., "
+                 "as PaLM and Megatron-LM publish) too")
     notes = dict.fromkeys(n for r in rows for n in r["workload"]["notes"])  # once each, in order
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines) + "\n"

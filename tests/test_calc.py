@@ -55,10 +55,11 @@ def test_json_keys_and_values():
     (["--compression", "0.125"], 40.0518),  # 2-bit of bf16
     (["--sharded"], 3.33765),  # bare --sharded: ZeRO-3/FSDP, 1.5x the bytes
     (["--sharded", "optimizer"], 5.00647),  # ZeRO-1/2: the all-reduce's volume
-    (["--mfu", "0.5"], 10.0129),  # half the peak: compute takes twice as long
+    (["--kernel-share", "0.5"], 10.0129),  # half the peak: compute takes twice as long
     (["--grad-bytes", "4"], 2.50324),  # fp32 gradient reduction
     (["--reduction", "ring"], 4.972213),  # ring over 1024 ranks: 2 x 1023/1024 x 2 B = 3.99609375 B
-    (["--reduction", "in-network"], 9.934715),  # SHARP: the bytes once, 2 B: 393216 x 4e11 / (2 x 7.916e15)
+    (["--reduction", "sharp"], 9.934715),  # SHARP: the bytes once, 2 B: 393216 x 4e11 / (2 x 7.916e15)
+    (["--reduction", "nvls"], 4.972213 * 1023 / 1024 * 128 / 127),  # NVLS-tree over 128 nodes: 2 x 127/128 x 2 B
     (["--overlap", "0.5"], 5.00647),  # overlap changes exposure, not the CCR
 ])
 def test_workload_flags(flags, ccr):
@@ -100,13 +101,17 @@ def test_sweep_over_dp_prints_a_table_and_the_crossings():
     out = calc(*EXAMPLE[1:], *V2, "--tokens", "8192", "--sweep", "dp=8,16,1024")
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[0].split() == ["dp", "nodes", "B", "Gb/s", "F", "TFLOPS", "beta", "CCR",
-                                                  "band", "exposed", "slowdown"]
+                                                  "band", "exposed", "slowdown", "MFU"]
     rows = table_rows(out.output, 1)
     # dp 8: one node, no NIC traffic; dp 16: 2 nodes, 2 x 1/2 x 2 B = 2 B, CCR 393216 x 4e11 / (2 x 7.916e15)
     # = 9.9347; dp 1024: 5.006.
     assert rows[("8",)][:2] == ["1", "3200"] and rows[("8",)][4:6] == ["none", "not-network-bound"]
     assert rows[("16",)][0] == "2" and rows[("16",)][4:6] == ["9.935", "compute-underused"]
     assert rows[("1024",)][0] == "128" and rows[("1024",)][4:6] == ["5.006", "compute-underused"]
+    # the predicted end-to-end MFU at peak kernels: 1 / slowdown = 5.00647 / 6.00647 = 83.35 %; one node 100 %
+    assert rows[("1024",)][-1] == "83.4%" and rows[("8",)][-1] == "100.0%"
+    assert "MFU: the predicted end-to-end MFU (model FLOPs / step time / peak F), attention counted causal" \
+        in out.output
     assert "CCR crosses neither 0.5 nor 2 over the sweep (compute-underused, not-network-bound)" in out.output
 
 
@@ -179,7 +184,7 @@ def test_workload_file_has_the_inventory_keys(tmp_path):
     (["--tokens", "8192", "--dp", "64", "--reduction", "flat"],
      "calc: verify_workload[reduction] = 'flat': removed in model v3"),
     (["--preset", "gpt4"], "calc: verify_workload[preset] = 'gpt4': allowed: 'llama3-8b', 'llama3-70b', "
-                           "'llama3-405b', 'gpt3-175b', 'mixtral-8x7b' or 'deepseek-v3'"),
+                           "'llama3-405b', 'llama3-405b-128k', 'gpt3-175b', 'mixtral-8x7b' or 'deepseek-v3'"),
     (["--preset", "mixtral-8x7b", "--ep", "16"], "calc: verify_workload[ep_size] = 16: allowed: at most experts (8)"),
     (["--preset", "llama3-8b", "--cp", "16", "--seq-len", "8"],
      "calc: verify_workload[seq_len] = 8: allowed: at least cp_size (16) tokens"),

@@ -134,7 +134,7 @@ def test_a100_8x200():
 
 def test_single_node_job_is_not_network_bound():
     # dp 8 on 8 GPUs: the all-reduce never leaves the node; 0 NIC bytes, no division by zero.
-    for reduction in ("ring", "tree", "in-network"):
+    for reduction in ("ring", "tree", "sharp", "nvls"):
         node = h100(WorkloadSpec(8192, 8, reduction=reduction))
         assert node.nic_bytes == 0 and node.beta == 0
         assert node.ccr == math.inf and node.band == "not-network-bound"
@@ -237,8 +237,8 @@ REFUSALS = [
     ({}, {"dp_size": 1024.0}, "verify_workload[dp_size]", "1024.0", "valid integer"),
     ({}, {"reduction": "flat"}, "verify_workload[reduction]", "'flat'", "NCCL's flat ring is 'ring'"),
     ({}, {"reduction": "hierarchical"}, "verify_workload[reduction]", "'hierarchical'", "is 'tree'"),
-    ({}, {"reduction": "butterfly"}, "verify_workload[reduction]", "'butterfly'", "allowed: ring, tree, in-network"),
-    ({}, {"mfu": 0.0}, "verify_workload[mfu]", "0.0", "allowed: a fraction in (0, 1]"),
+    ({}, {"reduction": "butterfly"}, "verify_workload[reduction]", "'butterfly'", "allowed: ring, tree, sharp, nvls"),
+    ({}, {"mfu": 0.0}, "verify_workload[mfu]", "0.0", "allowed: a fraction in [0.01, 1]"),
     ({}, {"preset": "llama4"}, "verify_workload[preset]", "'llama4'", "allowed: 'llama3-8b', 'llama3-70b'"),
     ({}, {"experts": 8, "ep_size": 16, "expert_params": 1e9, "params": 2e9, "hidden_size": 1024, "layers": 8,
           "dp_size": 1024}, "verify_workload[ep_size]", "16", "allowed: at most experts (8)"),

@@ -49,15 +49,27 @@ def test_ring_and_tree_per_node(dp, ring, tree):
     assert h100(WorkloadSpec(**base, reduction="tree")).nic_bytes == pytest.approx(tree)
 
 
-def test_in_network_sends_the_bytes_once_and_gains_nothing_on_gathers():
+def test_sharp_sends_the_bytes_once_and_gains_nothing_on_gathers():
     # SHARP all-reduce: each node sends its 2 B per parameter once: 2.0 B, whatever the node count.
-    spec = WorkloadSpec(8192, 32, grad_bytes_per_param=2, reduction="in-network")
+    spec = WorkloadSpec(8192, 32, grad_bytes_per_param=2, reduction="sharp")
     assert h100(spec).nic_bytes == pytest.approx(2.0)
     # ZeRO-3 (full): reduce-scatter + 2 all-gathers, each (m-1)/m = 3/4 over m = 4 nodes (tree's volume):
     # 3/4 x (2 + 2 x 2) = 4.5 B; ring over N = 32 ranks: 31/32 x 6 = 5.8125 B.
     full = dict(grad_bytes_per_param=2, param_bytes=2, sharding="full")
-    assert h100(WorkloadSpec(8192, 32, reduction="in-network", **full)).nic_bytes == pytest.approx(4.5)
+    assert h100(WorkloadSpec(8192, 32, reduction="sharp", **full)).nic_bytes == pytest.approx(4.5)
     assert h100(WorkloadSpec(8192, 32, reduction="ring", **full)).nic_bytes == pytest.approx(5.8125)
+
+
+def test_nvls_reduces_inside_the_node_only_and_moves_the_tree_volume_between_nodes():
+    # NVLS on NVSwitch with no InfiniBand SHARP: the node's 8 GPUs reduce on NVLink, then NVLS-tree runs
+    # between the m = 4 nodes: 2 x 3/4 x 2 B = 3.0 B per parameter, 1.5x SHARP's 2.0 B (2x at many nodes:
+    # 128 nodes, 2 x 127/128 x 2 = 3.96875 B).
+    assert h100(WorkloadSpec(8192, 32, grad_bytes_per_param=2, reduction="nvls")).nic_bytes == pytest.approx(3.0)
+    assert h100(WorkloadSpec(8192, 1024, grad_bytes_per_param=2, reduction="nvls")).nic_bytes == \
+        pytest.approx(3.96875)
+    # the single 'in-network' of model v3 is refused, naming both
+    with pytest.raises(WorkloadError, match="reduction = 'in-network': split in issue 41: 'sharp' .* or 'nvls'"):
+        h100(WorkloadSpec(8192, 32, reduction="in-network"))
 
 
 # --- overlap by pass, recompute --------------------------------------------------
@@ -92,10 +104,10 @@ def test_recompute_adds_a_forward_and_widens_backward():
     assert node.exposed_comm_fraction == pytest.approx(0.622199, rel=1e-5)
 
 
-def test_mfu_scales_compute_time_and_the_ccr():
-    # compute_s = FLOPs / (F x mfu): at mfu 0.4 compute takes 2.5x as long and the CCR is 2.5x:
+def test_kernel_share_scales_compute_time_and_the_ccr():
+    # compute_s = FLOPs / (F x kernel share): at 0.4 compute takes 2.5x as long and the CCR is 2.5x:
     # the v3 default example's 2.486106 (ring, fp32) becomes 6.215266.
-    assert h100(WorkloadSpec(8192, 1024, mfu=0.4)).ccr == pytest.approx(2.5 * 2.486106, rel=1e-6)
+    assert h100(WorkloadSpec(8192, 1024, kernel_share=0.4)).ccr == pytest.approx(2.5 * 2.486106, rel=1e-6)
 
 
 # --- attention FLOPs -------------------------------------------------------------
@@ -199,10 +211,10 @@ def test_interleaving_multiplies_sends_and_shrinks_the_bubble():
     ({"micro_batches": 4}, "micro_batches", "allowed only with pp_size > 1"),
     ({"capacity_factor": 0.5}, "capacity_factor", "allowed: 1 to 64"),
     ({"kv_size": 4096}, "kv_size", "allowed: at most hidden_size (1024)"),
-    ({"pp_size": 4, "virtual_stages": 4}, "pp_size", "allowed: pp_size x virtual_stages (16) at most the 8 layers"),
+    ({"pp_size": 4, "virtual_stages": 4}, "pp_size", "allowed: pp_size x virtual_stages (16) at most the 8 layers plus 2"),
     ({"experts": 64, "ep_size": 32}, "ep_size", "allowed: a divisor of dp_size x cp_size (16)"),
     ({"experts": 12, "ep_size": 3, "dp_size": 24}, "ep_size", "allowed: ep_size x tp_size dividing the 8 GPUs"),
-    ({"cp_size": 3, "seq_len": 4096, "dp_size": 8}, "cp_size", "allowed: cp_size x tp_size dividing the 8 GPUs"),
+    ({"cp_size": 3, "seq_len": 3072, "dp_size": 8}, "cp_size", "allowed: cp_size x tp_size dividing the 8 GPUs"),
 ])
 def test_contradictions_refused_alike_by_model_inventory_and_calc(change, key, allowed):
     data = {"tokens_per_gpu_step": 4096, "dp_size": 16, "params": 2e9, "expert_params": 1e9, "hidden_size": 1024,
@@ -261,7 +273,8 @@ def test_preset_fields_can_be_overridden_in_calc_and_inventory():
     assert base["workload"]["inputs"]["preset"] == "llama3-8b" and base["workload"]["inputs"]["dp_size"] == 128
     # FSDP over 128 ranks moves (N-1)/N x (grad + 2 x param) per parameter: torchtitan's widths
     # 4 + 2 x 2 = 8 B; overriding the gradient width to 2 B gives 2 + 4 = 6 B: 6/8 of the bytes.
-    assert base["workload"]["byte_widths"] == {"grad_reduce": 4, "param_gather": 2, "activation": 2}
+    assert base["workload"]["byte_widths"] == {"grad_reduce": 4, "param_gather": 2, "activation": 2,
+                                               "a2a_dispatch": 2, "a2a_combine": 2}
     assert bf16["workload"]["grad_bytes_per_node_step"] / base["workload"]["grad_bytes_per_node_step"] \
         == pytest.approx(6 / 8)
     spec = validate_host("gpu-01", {"verify_workload": {"preset": "llama3-8b", "dp_size": 256}}).verify_workload
@@ -342,12 +355,18 @@ KEYS = {
     "expert_params": st.sampled_from([None, 1e8, 5e9]), "params": st.sampled_from([None, 1e9]),
     "hidden_size": st.sampled_from([None, 512, 4096]), "layers": st.sampled_from([None, 1, 32]),
     "seq_len": st.sampled_from([None, 1, 4096]), "kv_size": st.sampled_from([None, 128, 8192]),
-    "reduction": st.sampled_from([None, "ring", "tree", "in-network", "flat", "x"]),
+    "reduction": st.sampled_from([None, "ring", "tree", "sharp", "nvls", "in-network", "flat", "x"]),
     "sharding": st.sampled_from(["none", "optimizer", "full"]), "recompute": st.sampled_from(["none", "full"]),
     "framework": st.sampled_from([None, "megatron", "ddp-amp"]), "mfu": st.sampled_from([1.0, 0.4, 0.0]),
     "overlap": st.sampled_from([0.0, 0.5, 1.0]), "virtual_stages": st.sampled_from([1, 2]),
     "micro_batches": st.sampled_from([None, 8]), "capacity_factor": st.sampled_from([1.0, 1.25, 0.5]),
-    "preset": st.sampled_from([None, *NAMES, "nope"]), "moe_max_nodes": st.sampled_from([None, 4]),
+    "preset": st.sampled_from([None, *NAMES, "nope", ["a"], {"a": 1}]), "moe_max_nodes": st.sampled_from([None, 4]),
+    # issue 41's keys
+    "kernel_share": st.sampled_from([None, 0.5, 1e-300]), "mfu_attention": st.sampled_from(["full", "causal", "x"]),
+    "param_overlap": st.sampled_from([None, 0.0, 1.0, 2.0]), "pipeline_overlap": st.sampled_from([0.0, 1.0]),
+    "a2a_overlap": st.sampled_from([0.0, 1.0]), "dispatch_bytes": st.sampled_from([None, 1.0]),
+    "combine_bytes": st.sampled_from([None, 2.0]), "attention_width": st.sampled_from([None, 20480]),
+    "cp_method": st.sampled_from(["ring", "all-gather", "x"]), "precision": st.sampled_from(["bf16", "fp32", "fp8"]),
 }
 
 
@@ -355,7 +374,9 @@ KEYS = {
 @given(data=st.one_of(st.fixed_dictionaries({}, optional=KEYS),  # mostly refused
                       st.fixed_dictionaries({"preset": st.sampled_from(NAMES)},  # mostly accepted
                                             optional={k: KEYS[k] for k in ("reduction", "sharding", "recompute",
-                                                                           "framework", "overlap", "mfu")})))
+                                                                           "framework", "overlap", "mfu",
+                                                                           "kernel_share", "pipeline_overlap",
+                                                                           "a2a_overlap", "cp_method")})))
 def test_any_workload_is_either_refused_by_name_or_modelled(data):
     try:
         s = validate_host("gpu-07", {"verify_gpu_count": 8, "verify_workload": data})

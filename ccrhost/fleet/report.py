@@ -38,13 +38,14 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
     rows = sorted(verdicts.items(), key=lambda kv: (kv[1].ccr.ccr if kv[1].ccr else -1.0, kv[0]))
     model = next((v.ccr.model for v in verdicts.values() if v.ccr), "bottleneck")
     lines = [f"CCR per host (B = {model} bandwidth, F = peak dense compute, CCR = B / (beta x F)):",
-             f"{'host':24} {'status':8} {'CCR':>10} {'band':17} {'expected':>10} {'B Gb/s':>8} {'F TFLOPS':>9} "
-             f"{'beta':>8}  reasons"]
+             f"{'host':24} {'status':8} {'CCR':>10} {'band':17} {'MFU':>6} {'expected':>10} {'B Gb/s':>8} "
+             f"{'F TFLOPS':>9} {'beta':>8}  reasons"]
     for host, v in rows:
         c = v.ccr
+        mfu = c.workload["mfu_end_to_end"]["causal"] if c and c.workload else None
         lines.append(
             f"{host:24} {v.status:8} {_cell(c and c.ccr, '10.3e')} {(c.band if c else None) or '-':17} "
-            f"{_cell(v.expected_ccr or None, '10.3e')} "
+            f"{_cell(mfu, '6.1%')} {_cell(v.expected_ccr or None, '10.3e')} "
             f"{_cell(c and c.bandwidth_gbps, '8.0f')} {_cell(c and c.tflops, '9.1f')} "
             f"{_cell(c and c.beta, '8.3g')}  {v.summary()}"
         )
@@ -57,6 +58,9 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
         lines.append(f"{who}: workload model: {statement}")
     if models:
         lines.append("workload model assumptions: " + "; ".join(models[0][1]["assumptions"]))
+        lines.append("MFU: the end-to-end model FLOPs utilisation the workload model predicts on each host (model "
+                     "FLOPs / step time / peak F, attention counted causal, 6 x layers x seq_len x attention width "
+                     "per token; counted full, 12 x ..., as PaLM and Megatron-LM publish, it is in the JSON)")
     bands = {v.ccr.band for v in verdicts.values() if v.ccr}
     if bands == {None}:
         lines.append("beta is the seed's literal 4 bytes/FLOP, so the 0.5/2 bands do not apply; "

@@ -4,13 +4,15 @@ behind the node CCR (model v3, issue 26). Pure functions, no I/O.
 The CCR compares the time a node computes with the time its NICs need for
 the job's inter-node traffic, both per training step::
 
-    CCR = compute_s / comm_s = B x mfu / (beta x F)
+    CCR = compute_s / comm_s = B / (beta x F x k)
     beta = NIC bytes per node per step / FLOPs per node per step
 
 B is the node's NIC bandwidth (all compute ports together), F its peak
-dense FLOP/s, mfu the share of F the job reaches (1: peak). Per node, not
-per GPU: NCCL keeps the hops inside a node on NVLink and leaves each node
-once per ring, so the node's NICs carry one copy of what a ring member
+dense FLOP/s, k the kernel share: the share of F the kernels reach while
+computing (1: peak; a published end-to-end MFU, after the bubble and
+exposed communication, is solved into it). Per node, not per GPU: NCCL
+keeps the hops inside a node on NVLink and leaves each node once per ring,
+so the node's NICs carry one copy of what a ring member
 sends (nccl-tests' multi-node all_reduce busbw tops out at the node's
 total NIC bandwidth). Each formula, its derivation and its source are in
 docs/ccr-model.md; every assumption is in ``ASSUMPTIONS`` and in each
@@ -20,7 +22,7 @@ result's ``notes``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import presets
@@ -28,10 +30,19 @@ from ccrhost.model import presets
 TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 VALUE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 SHARDING = ("none", "optimizer", "full")
-REDUCTION = ("ring", "tree", "in-network")
+REDUCTION = ("ring", "tree", "sharp", "nvls")
 # NCCL picks ring for large all-reduces between nodes unless SHARP (CollNet)
-# or NVLS is set up; a fabric with them is declared as in-network.
+# or NVLS is set up; a fabric with them declares sharp or nvls.
 DEFAULT_REDUCTION = "ring"
+CP_METHODS = ("ring", "all-gather")
+# How a published or measured end-to-end MFU counts attention FLOPs per token:
+# causal, 6 x layers x seq_len x attention width (the model's own count: the
+# mask halves the products), or full, 12 x ... (PaLM app. B, Megatron-LM's
+# eq. 3 in arXiv:2104.04473, torchtitan's get_num_flop_per_token).
+MFU_ATTENTION = ("causal", "full")
+# below 1 % of peak no training run is worth judging a network by: a typo
+# (1e-300) would otherwise print steps of centuries
+MIN_EFFICIENCY = 0.01
 # v2's names, refused with what replaced them (a silent mapping would change
 # a verdict without anyone asking for it)
 REMOVED_REDUCTIONS = {
@@ -39,6 +50,9 @@ REMOVED_REDUCTIONS = {
             "NCCL's flat ring is 'ring', 2(N-1)/N of the replica's gradient per node",
     "hierarchical": "removed in model v3: what it moved, 2(m-1)/m per node for m nodes, is 'tree' "
                     "(NCCL tree, NVLS-tree, hierarchical all-reduce)",
+    "in-network": "split in issue 41: 'sharp' (InfiniBand SHARP between nodes: an all-reduce leaves each node "
+                  "once) or 'nvls' (NVLink SHARP reduces inside a node only; between nodes NCCL's NVLS-tree "
+                  "moves tree's 2(m-1)/m)",
 }
 RECOMPUTE = ("none", "full")
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "ddp-amp")
@@ -94,16 +108,25 @@ class WorkloadSpec:
     grad_bytes_per_param: float | None = None  # gradient-reduce width
     param_bytes: float | None = None  # parameter all-gather width (ZeRO / FSDP)
     activation_bytes: float | None = None  # pipeline, all-to-all and KV exchange width
+    dispatch_bytes: float | None = None  # expert all-to-all dispatch width; default: activation_bytes
+    combine_bytes: float | None = None  # expert all-to-all combine width; default: activation_bytes
     tp_size: int = 1  # tensor-parallel degree, inside a node
     pp_size: int = 1  # pipeline stages, across nodes
-    cp_size: int = 1  # context-parallel degree (ring attention)
+    cp_size: int = 1  # context-parallel degree
+    cp_method: str = "ring"  # ring attention (3 passes) or all-gather of K and V (2 passes)
     sharding: str = "none"  # none: all-reduce; optimizer: ZeRO-1/2; full: ZeRO-3/FSDP
-    reduction: str | None = None  # ring, tree or in-network; None: DEFAULT_REDUCTION
+    reduction: str | None = None  # ring, tree, sharp or nvls; None: DEFAULT_REDUCTION
     compression: float = 1.0  # gradient bytes on the wire / uncompressed, (0, 1]
-    overlap: float = 0.0  # share of each pass's collectives hidden behind that pass, [0, 1]
+    overlap: float = 0.0  # share of the gradient reduce hidden behind backward, [0, 1]
+    param_overlap: float | None = None  # share of parameter gathers hidden behind their pass; None: overlap
+    pipeline_overlap: float = 0.0  # share of pipeline sends hidden behind the next micro-batch's compute
+    a2a_overlap: float = 0.0  # share of the expert all-to-all hidden behind the other micro-batch's compute
     recompute: str = "none"  # full activation recompute reruns the forward in backward
-    mfu: float = 1.0  # share of peak F the job reaches, (0, 1]
+    kernel_share: float | None = None  # share of peak F the kernels reach while computing; None: 1 or from mfu
+    mfu: float | None = None  # a published or measured end-to-end MFU: the model solves kernel_share from it
+    mfu_attention: str = "full"  # how that MFU counts attention: causal (6 L s a) or full (12 L s a)
     hidden_size: int | None = None  # model width
+    attention_width: int | None = None  # heads x (query-key dim + value dim) / 2; default hidden_size
     params: float | None = None  # total parameters (MoE: experts included)
     layers: int | None = None  # transformer layers
     seq_len: int | None = None  # tokens per sequence (context)
@@ -127,8 +150,28 @@ class WorkloadSpec:
                 self.activation_bytes if self.activation_bytes is not None else a)
 
     @property
+    def a2a_widths(self) -> tuple[float, float]:
+        """(dispatch, combine) bytes per value of the expert all-to-all."""
+        a = self.widths[2]
+        return (self.dispatch_bytes if self.dispatch_bytes is not None else a,
+                self.combine_bytes if self.combine_bytes is not None else a)
+
+    @property
     def grad_bytes(self) -> float:
         return self.widths[0]
+
+    @property
+    def param_share(self) -> float:
+        return self.overlap if self.param_overlap is None else self.param_overlap
+
+    @property
+    def replica_tokens(self) -> float:
+        """Tokens one model replica (tp x cp x pp GPUs) handles a step."""
+        return self.tokens_per_gpu_step * self.tp_size * self.cp_size * self.pp_size
+
+    @property
+    def gpus(self) -> int:
+        return self.dp_size * self.cp_size * self.tp_size * self.pp_size
 
     @property
     def algorithm(self) -> str:
@@ -169,19 +212,59 @@ def spec_problems(spec: WorkloadSpec) -> list[Problem]:
     if not 0 < s.compression <= 1:
         bad("compression", "allowed: a ratio in (0, 1], compressed / uncompressed gradient bytes "
                            "(2-bit of bf16 = 0.125)")
-    if not 0 <= s.overlap <= 1:
-        bad("overlap", "allowed: a fraction in [0, 1] of each pass's collectives hidden behind that pass")
-    if not 0 < s.mfu <= 1:
-        bad("mfu", "allowed: a fraction in (0, 1] of the peak FLOP/s the job reaches")
+    for key, what in (("overlap", "of the gradient reduce hidden behind backward"),
+                      ("param_overlap", "of the parameter gathers hidden behind the pass they precede"),
+                      ("pipeline_overlap", "of the pipeline sends hidden behind the next micro-batch's compute"),
+                      ("a2a_overlap", "of the expert all-to-all hidden behind the other micro-batch's compute")):
+        value = getattr(s, key)
+        if value is not None and not 0 <= value <= 1:
+            bad(key, f"allowed: a fraction in [0, 1] {what}")
+    for key, what in (("kernel_share", "of peak F the kernels reach while computing"),
+                      ("mfu", "of peak F: the end-to-end MFU (model FLOPs / step time / peak)")):
+        value = getattr(s, key)
+        if value is not None and not MIN_EFFICIENCY <= value <= 1:
+            bad(key, f"allowed: a fraction in [{MIN_EFFICIENCY:g}, 1] {what}")
+    if s.kernel_share is not None and s.mfu is not None:
+        bad("mfu", f"give kernel_share ({s.kernel_share:g}) or mfu, not both: the model solves the kernel share "
+                   "from an end-to-end MFU")
+    if s.mfu_attention not in MFU_ATTENTION:
+        bad("mfu_attention", "allowed: causal (6 x layers x seq_len x attention width per token) or full "
+                             "(12 x ..., as PaLM, Megatron-LM and torchtitan count)")
+    if s.cp_method not in CP_METHODS:
+        bad("cp_method", "allowed: ring (ring attention: K and V passed around, 3 passes) or all-gather "
+                         "(Llama 3: K and V gathered, 2 passes)")
+    if s.precision in VALUE_BYTES:
+        least = VALUE_BYTES[s.precision]
+        for key in ("grad_bytes_per_param", "param_bytes", "activation_bytes", "dispatch_bytes", "combine_bytes"):
+            value = getattr(s, key)
+            if value is not None and value < least:
+                bad(key, f"allowed: at least {least:g} B per value with {s.precision} training (its values are "
+                         f"{least:g} B); a compressed gradient reduce is compression, a narrower recipe is "
+                         "precision")
+    if s.seq_len is not None:
+        sequences = s.replica_tokens / s.seq_len
+        if sequences < 1:
+            bad("tokens_per_gpu_step", f"allowed: one sequence per replica per step at least: tokens_per_gpu_step "
+                                       f"x tp x cp x pp ({s.replica_tokens:g}) below seq_len ({s.seq_len})")
+        elif s.micro_batches is not None and s.micro_batches > sequences:
+            bad("micro_batches", f"allowed: at most the {sequences:g} sequences a replica handles a step "
+                                 "(tokens_per_gpu_step x tp x cp x pp / seq_len)")
+    elif s.replica_tokens < 1:
+        bad("tokens_per_gpu_step", f"allowed: one token per replica per step at least: tokens_per_gpu_step x tp "
+                                   f"x cp x pp is {s.replica_tokens:g}")
+    elif s.micro_batches is not None and s.micro_batches > s.replica_tokens:
+        bad("micro_batches", f"allowed: at most the {s.replica_tokens:g} tokens a replica handles a step")
     if not 1 <= s.capacity_factor <= 64:
         bad("capacity_factor", "allowed: 1 to 64 (expert buffer / the even share of routed tokens)")
     if s.pp_size > 1 and (s.hidden_size is None or s.params is None):
         bad("pp_size", "pipeline stages send activations: give hidden_size and params with pp_size > 1")
     if s.virtual_stages > 1 and s.pp_size == 1:
         bad("virtual_stages", "allowed: 1 without a pipeline (pp_size 1); interleaving splits pipeline stages")
-    if s.layers is not None and s.pp_size * s.virtual_stages > s.layers:
+    # Llama 3 (arXiv:2407.21783 sec. 3.3.2) gives the first chunk only the embedding and the last only the
+    # output projection and loss: two chunks may hold no layer
+    if s.layers is not None and s.pp_size * s.virtual_stages > s.layers + 2:
         bad("pp_size", f"allowed: pp_size x virtual_stages ({s.pp_size * s.virtual_stages}) at most the "
-                       f"{s.layers} layers (each chunk holds a layer at least)")
+                       f"{s.layers} layers plus 2 (each chunk holds a layer, or the embedding or output head)")
     if s.micro_batches is not None and s.pp_size == 1:
         bad("micro_batches", "allowed only with pp_size > 1 (it sets the pipeline bubble)")
     if s.cp_size > 1:
@@ -189,6 +272,9 @@ def spec_problems(spec: WorkloadSpec) -> list[Problem]:
             bad("cp_size", "context parallelism splits a sequence: give seq_len with cp_size > 1")
         elif s.seq_len < s.cp_size:
             bad("seq_len", f"allowed: at least cp_size ({s.cp_size}) tokens, one per context-parallel rank")
+        elif s.seq_len % s.cp_size:
+            bad("cp_size", f"allowed: a divisor of seq_len ({s.seq_len}): each context-parallel rank holds "
+                           "as many tokens of the sequence")
         if s.layers is None or s.hidden_size is None:
             bad("cp_size", "the KV exchange needs layers and hidden_size (and kv_size with GQA)")
     if s.kv_size is not None and s.hidden_size is not None and s.kv_size > s.hidden_size:
@@ -213,10 +299,29 @@ def spec_problems(spec: WorkloadSpec) -> list[Problem]:
             bad("moe_layers", f"allowed: at most layers ({s.layers})")
     else:
         for key, default in (("ep_size", 1), ("top_k", 1), ("expert_params", None), ("moe_layers", None),
-                             ("moe_max_nodes", None)):
+                             ("moe_max_nodes", None), ("dispatch_bytes", None), ("combine_bytes", None),
+                             ("a2a_overlap", 0.0)):
             if getattr(s, key) != default:
                 bad(key, "allowed only with experts (a mixture-of-experts model)")
     return problems
+
+
+# The peak F may be quoted at: a job computes in its training precision (fp8
+# recipes keep attention and some GEMMs in 16 bits, so their MFU is quoted at
+# the bf16 peak too, as DeepSeek-V3 and torchtitan's Float8 runs are).
+PEAK_FOR_TRAINING = {"fp32": ("fp32", "tf32"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"),
+                     "fp8": ("fp8", "bf16", "fp16")}
+
+
+def peak_precision_problem(peak: str, spec: WorkloadSpec) -> Problem | None:
+    """F at ``peak`` precision for a job that trains in spec.precision: a
+    contradiction (fp64 F for a bf16 job, an fp8 F for an fp32 one) is refused."""
+    allowed = PEAK_FOR_TRAINING.get(spec.precision)
+    if allowed is None or peak in allowed:
+        return None
+    return Problem("precision", spec.precision,
+                   f"{spec.precision} training does not run at the {peak} peak: F's precision "
+                   f"(verify_precision, calc's --precision) allowed with it: {', '.join(allowed)}")
 
 
 def _fits(ranks_x_tp: int, g: int) -> bool:
@@ -255,18 +360,20 @@ def _share(op: str, algorithm: str, ranks: int, nodes: int) -> float:
 
     ring (nccl-tests PERFORMANCE.md; Patarasuk & Yuan 2009): N ranks, the
     ring leaves each node once: all-reduce 2(N-1)/N, reduce-scatter or
-    all-gather (N-1)/N. tree (NCCL tree, NVLS-tree, hierarchical
-    all-reduce, Jia et al. 2018): the same over the m nodes. in-network
-    (SHARP / CollNet, NVLS): an all-reduce's data leaves each node once
-    (NVIDIA SHARP docs, "Using NVIDIA SHARP with NVIDIA NCCL"): 1;
-    reduce-scatter and all-gather gain nothing from a switch reduction and
-    move what tree moves. A group inside one node: 0."""
+    all-gather (N-1)/N. tree (NCCL tree, hierarchical all-reduce, Jia et
+    al. 2018): the same over the m nodes. nvls: NVLink SHARP reduces inside
+    the node only; between nodes NCCL runs NVLS-tree, the tree's volume.
+    sharp (InfiniBand SHARP / CollNet, between nodes): an all-reduce's data
+    leaves each node once and the switch returns the sum (NVIDIA SHARP docs,
+    "Using NVIDIA SHARP with NVIDIA NCCL"): 1; reduce-scatter and
+    all-gather gain nothing from a switch reduction and move what tree
+    moves. A group inside one node: 0."""
     if nodes <= 1:
         return 0.0
     base = ranks if algorithm == "ring" else nodes
     once = (base - 1) / base
     if op == "all-reduce":
-        return 1.0 if algorithm == "in-network" else 2 * once
+        return 1.0 if algorithm == "sharp" else 2 * once
     return once
 
 
@@ -286,15 +393,19 @@ class NodeModel:
     grad_fwd_bytes: float  # data-parallel sync during forward: parameter all-gathers
     act_bytes: float  # pipeline sends
     moe_bytes: float  # expert all-to-all (dispatch + combine) crossing nodes
-    cp_bytes: float  # ring-attention KV exchange crossing nodes
+    cp_bytes: float  # context-parallel K/V exchange crossing nodes
     flops: float  # node FLOPs per step, recompute and attention included
-    attention_flops: float  # of which attention score/value products
+    attention_flops: float  # of which attention score/value products (causal)
     fwd_share: float  # forward pass / all FLOPs
-    compute_s: float  # flops / (F x mfu)
+    model_flops: float  # node FLOPs per step an MFU counts: no recompute, causal attention
+    kernel_share: float  # share of F the kernels reach while computing (given, solved from mfu, or 1)
+    compute_s: float  # flops / (F x kernel_share)
     bubble_s: float  # pipeline bubble, (pp-1)/(v x micro_batches) x compute
     grad_bwd_s: float
     grad_fwd_s: float
-    other_s: float  # pipeline + all-to-all + KV exchange: on the critical path, exposed
+    pipeline_s: float  # pipeline sends
+    moe_s: float  # expert all-to-all
+    cp_s: float  # context-parallel K/V exchange: on the critical path, exposed
     notes: tuple[str, ...] = field(default=())  # the defaults and simplifications this answer used
 
     @property
@@ -311,12 +422,16 @@ class NodeModel:
         return self.nic_bytes / self.flops
 
     @property
+    def other_s(self) -> float:
+        return self.pipeline_s + self.moe_s + self.cp_s
+
+    @property
     def comm_s(self) -> float:
         return self.grad_bwd_s + self.grad_fwd_s + self.other_s
 
     @property
     def ccr(self) -> float:
-        """compute_s / comm_s = B x mfu / (beta x F); infinite without inter-node traffic."""
+        """compute_s / comm_s = B / (beta x F x kernel_share); infinite without inter-node traffic."""
         return math.inf if self.comm_s == 0 else self.compute_s / self.comm_s
 
     @property
@@ -324,20 +439,37 @@ class NodeModel:
         return NOT_NETWORK_BOUND if self.comm_s == 0 else ccrmod.band(self.ccr)
 
     @property
-    def hidden_s(self) -> float:
-        """Traffic hidden behind compute, pass by pass: gradient reduction
-        (and FSDP's backward gather) only behind backward, parameter
-        gathers before a pass behind forward; each at most that pass's time."""
-        o = self.spec.overlap
-        if not o:
-            return 0.0
+    def hidden_by_kind(self) -> dict[str, float]:
+        """Traffic hidden behind compute, each kind only behind the compute it
+        can run beside: the gradient reduce (and FSDP's backward gather)
+        behind backward, parameter gathers behind forward, pipeline sends
+        behind the next micro-batch and the all-to-all behind the other
+        micro-batch (DualPipe-style), these two in what compute the first two
+        left: the NICs carry one stream at a time, so all that is hidden
+        together is at most the compute time. The K/V exchange is exposed."""
+        s = self.spec
         fwd_s = self.compute_s * self.fwd_share
-        return min(o * self.grad_bwd_s, self.compute_s - fwd_s) + min(o * self.grad_fwd_s, fwd_s)
+        grad = min(s.overlap * self.grad_bwd_s, self.compute_s - fwd_s) if s.overlap else 0.0
+        param = min(s.param_share * self.grad_fwd_s, fwd_s) if s.param_share else 0.0
+        want = {"pipeline": s.pipeline_overlap * self.pipeline_s if s.pipeline_overlap else 0.0,
+                "all-to-all": s.a2a_overlap * self.moe_s if s.a2a_overlap else 0.0}
+        room = max(0.0, self.compute_s - grad - param)
+        total = sum(want.values())
+        if math.isinf(total):  # no NIC: what never completes fills the room, shared evenly
+            endless = [k for k, v in want.items() if math.isinf(v)]
+            shared = {k: room / len(endless) if k in endless else 0.0 for k in want}
+        else:
+            scale = min(1.0, room / total) if total else 0.0
+            shared = {k: v * scale for k, v in want.items()}
+        return {"grad": grad, "param": param, **shared}
+
+    @property
+    def hidden_s(self) -> float:
+        return sum(self.hidden_by_kind.values())
 
     @property
     def exposed_s(self) -> float:
-        """Communication the step waits for: pipeline sends, all-to-all and
-        KV exchange sit on the critical path and stay exposed."""
+        """Communication the step waits for."""
         if math.isinf(self.comm_s):
             return math.inf
         return self.comm_s - self.hidden_s
@@ -362,6 +494,33 @@ class NodeModel:
         """Step time / the step time on a network that is never the bottleneck."""
         return self.step_s / (self.compute_s + self.bubble_s)
 
+    @property
+    def kernel_share_source(self) -> str:
+        s = self.spec
+        if s.kernel_share is None:
+            if s.mfu is None:
+                return "peak (default)"
+            unreachable = any(n.startswith("kernel share 1: ") for n in self.notes)
+            return "peak: the mfu is unreachable here (notes)" if unreachable else "solved from mfu"
+        preset = presets.PRESETS.get(s.preset) if isinstance(s.preset, str) else None
+        if preset and preset.values.get("kernel_share") == s.kernel_share:
+            return f"{s.preset}'s, from its source run"
+        return "given"
+
+    def mfu(self, attention: str = "causal") -> float:
+        """The end-to-end MFU the model predicts: model FLOPs (no recompute)
+        / (step time x F), attention counted ``causal`` (6 L s a per token)
+        or ``full`` (12 L s a, PaLM's and Megatron-LM's count)."""
+        if math.isinf(self.step_s):
+            return 0.0
+        flops = self.model_flops + (self.model_attention_flops if attention == "full" else 0.0)
+        return flops / (self.step_s * self.tflops * 1e12)
+
+    @property
+    def model_attention_flops(self) -> float:
+        """The causal attention FLOPs an MFU counts (no recompute)."""
+        return self.attention_flops * self.fwd_share * 3
+
     def statement(self) -> str:
         s = self.spec
         unit = "" if self.params else "/param"
@@ -371,30 +530,37 @@ class NodeModel:
                  else "DP inside one node")
         par = f"dp {s.dp_size} tp {s.tp_size} pp {s.pp_size}"
         par += f" (x{s.virtual_stages} interleaved)" if s.virtual_stages > 1 else ""
-        par += f" cp {s.cp_size}" if s.cp_size > 1 else ""
+        par += f" cp {s.cp_size} ({s.cp_method})" if s.cp_size > 1 else ""
         par += f" ep {s.ep_size} of {s.experts} experts top-{s.top_k}" if s.moe else ""
         traffic = ", ".join(f"{label} {value:.4g} B{unit}" for label, value in (
             ("DP", self.grad_bytes), ("pipeline", self.act_bytes), ("all-to-all", self.moe_bytes),
             ("KV exchange", self.cp_bytes)) if value)
+        overlaps = ", ".join(f"{k} {v:g}" for k, v in (
+            ("grad", s.overlap), ("param", s.param_share), ("pipeline", s.pipeline_overlap),
+            ("all-to-all", s.a2a_overlap)) if v)
         literal = ccrmod.ccr(self.bandwidth_gbps, self.tflops) if self.tflops > 0 else float("nan")
         return (f"{name}{where}, {self.nodes} node(s) x {self.gpus_per_node} GPUs, {par}, {s.precision} "
                 f"({s.framework or 'no framework'}: grad {gb:g} B, param {pb:g} B, activation {ab:g} B), "
                 f"sharding {s.sharding}, recompute {s.recompute}, compression {s.compression:g}, "
-                f"overlap {s.overlap:g}, mfu {s.mfu:g}: NIC {self.nic_bytes:.4g} B{unit}"
+                f"overlap {overlaps or 'none'}, kernel share {self.kernel_share:.3g}: NIC {self.nic_bytes:.4g} B{unit}"
                 + (f" ({traffic})" if traffic else "")
                 + f", compute {self.flops:.4g} FLOP{unit} per step; beta {self.beta:.4g} B/FLOP; "
                 + ("CCR: no inter-node traffic, not network-bound" if self.comm_s == 0 else
                    f"CCR {self.ccr:.4g} ({self.band}), exposed communication {self.exposed_comm_fraction:.1%} "
                    f"of the step, slowdown x{self.slowdown:.3f}")
                 + (f", pipeline bubble {self.bubble_fraction:.1%}" if self.bubble_s else "")
+                + f"; end-to-end MFU {self.mfu('causal'):.1%} (causal attention) / {self.mfu('full'):.1%} (full)"
                 + f" [the guide's literal beta 4: CCR {literal:.4g}, no band]")
 
     def to_dict(self) -> dict:
         gb, pb, ab = self.spec.widths
+        dispatch, combine = self.spec.a2a_widths
+        finite = (lambda v: v if math.isfinite(v) else None)
         return {
             "inputs": asdict(self.spec),
             "reduction": self.spec.algorithm,
-            "byte_widths": {"grad_reduce": gb, "param_gather": pb, "activation": ab},
+            "byte_widths": {"grad_reduce": gb, "param_gather": pb, "activation": ab,
+                            "a2a_dispatch": dispatch, "a2a_combine": combine},
             "gpus_per_node": self.gpus_per_node,
             "nodes": self.nodes,
             "stage_nodes": self.stage_nodes,
@@ -409,18 +575,24 @@ class NodeModel:
             "nic_bytes_per_node_step": self.nic_bytes,
             "flops_per_node_step": self.flops,
             "attention_flops_per_node_step": self.attention_flops,
+            "model_flops_per_node_step": self.model_flops,
             "forward_flops_share": self.fwd_share,
             "beta": self.beta,
             "ccr": None if self.comm_s == 0 else self.ccr,
             "band": self.band,
             "literal_beta_ccr": ccrmod.ccr(self.bandwidth_gbps, self.tflops) if self.tflops > 0 else None,
+            "kernel_share": self.kernel_share,
+            "kernel_share_source": self.kernel_share_source,
+            "mfu_end_to_end": {"causal": self.mfu("causal"), "full": self.mfu("full")},
             "compute_s": self.compute_s,
             "bubble_s": self.bubble_s,
             "bubble_fraction": self.bubble_fraction,
-            "comm_s": self.comm_s if math.isfinite(self.comm_s) else None,
-            "exposed_comm_s": self.exposed_s if math.isfinite(self.exposed_s) else None,
+            "step_s": finite(self.step_s),
+            "comm_s": finite(self.comm_s),
+            "hidden_comm_s": self.hidden_by_kind,
+            "exposed_comm_s": finite(self.exposed_s),
             "exposed_comm_fraction": self.exposed_comm_fraction,
-            "slowdown": self.slowdown if math.isfinite(self.slowdown) else None,
+            "slowdown": finite(self.slowdown),
             "statement": self.statement(),
             "notes": list(self.notes),
             "assumptions": list(ASSUMPTIONS),
@@ -430,15 +602,17 @@ class NodeModel:
 
 ASSUMPTIONS = (
     "compute: 6 FLOPs per active parameter per token (Kaplan et al. 2020; 8 with full activation recompute) "
-    "plus causal attention 6 x layers x seq_len x hidden per token (PaLM, Chowdhery et al. 2022, app. B, "
-    "halved for the causal mask), at F x mfu",
+    "plus causal attention 6 x layers x seq_len x attention width per token (PaLM, Chowdhery et al. 2022, "
+    "app. B, halved for the causal mask), at F x kernel share",
+    "end-to-end MFU: model FLOPs (no recompute) / (step time x F), step = compute + bubble + exposed "
+    "communication; attention counted causal (6 L s a) and full (12 L s a, PaLM's and Megatron-LM's count)",
     "network: the node's NICs at line rate B, all of them busy with every collective (NCCL rails)",
-    "data-parallel sync: ring 2(N-1)/N, tree 2(m-1)/m, in-network 1 x the stage's gradient bytes per node "
+    "data-parallel sync: ring 2(N-1)/N, tree and nvls 2(m-1)/m, sharp 1 x the stage's gradient bytes per node "
     "(all-reduce); reduce-scatter and all-gather half of ring/tree each",
     "tensor parallelism stays inside the node (its traffic is on NVLink, not counted)",
-    "each pipeline stage fills whole nodes; pipeline sends, expert all-to-all and the KV exchange are exposed",
-    "overlap hides gradient reduction behind backward only, parameter gathers behind the pass they precede, "
-    "each at most that pass's compute time",
+    "each pipeline stage fills whole nodes; the context-parallel K/V exchange is exposed",
+    "overlap per kind: gradient reduction behind backward only, parameter gathers behind the pass they precede, "
+    "pipeline sends and the all-to-all behind the compute the first two leave; all hidden at most the compute",
     "MoE: tokens routed evenly over the experts; without moe_max_nodes every routed copy travels on its own",
     "compression multiplies the gradient bytes only; its own compute cost is not counted",
 )
@@ -517,67 +691,99 @@ def moe_bytes(spec: WorkloadSpec, g: int) -> float:
     the expert-parallel group, so (n_ep - 1)/n_ep of the copies leave the
     node. With node-limited routing (DeepSeek-V3 sec. 2.1.2 and 3.2.2: a
     token goes to at most M nodes, once over IB, then over NVLink to its
-    experts there) the copies are M instead of top_k x cf. Dispatch and
-    combine each move a hidden_size vector per copy,
-    forward, and again backward (their gradients); full recompute reruns the
-    forward pair: 4 transfers (6 with recompute).
+    experts there) the copies are M instead of top_k x cf. Each pass moves a
+    hidden_size vector per copy out (dispatch, or in backward the gradient
+    towards the experts) and back (combine, or its gradient): forward and
+    backward, and the forward again with full recompute. DeepSeek-V3 sec.
+    3.3.2 sends the dispatch and the activation gradient before the
+    down-projection in FP8 and keeps both combines in BF16: dispatch_bytes 1,
+    combine_bytes 2.
 
-        bytes = transfers x g x T x moe_layers x top_k x cf x (n_ep-1)/n_ep x hidden x act bytes
+        bytes = passes x (dispatch + combine bytes) x g x T x moe_layers x copies x (n_ep-1)/n_ep x hidden
     """
     if not spec.moe or spec.ep_size * spec.tp_size <= g:
         return 0.0
     n_ep = spec.ep_size * spec.tp_size // g
-    transfers = 6 if spec.recompute == "full" else 4
+    passes = 3 if spec.recompute == "full" else 2
     layers = spec.moe_layers if spec.moe_layers is not None else spec.layers
     copies = spec.top_k * spec.capacity_factor
     if spec.moe_max_nodes is not None:
         copies = min(copies, spec.moe_max_nodes)
-    return (transfers * g * spec.tokens_per_gpu_step * layers * copies
-            * (n_ep - 1) / n_ep * spec.hidden_size * spec.widths[2])
+    return (passes * sum(spec.a2a_widths) * g * spec.tokens_per_gpu_step * layers * copies
+            * (n_ep - 1) / n_ep * spec.hidden_size)
 
 
 def context_parallel_bytes(spec: WorkloadSpec, g: int) -> float:
-    """Ring-attention KV bytes a node's NICs send per step (Liu et al. 2023,
-    arXiv:2310.01889; Megatron-Core context parallelism).
+    """K/V bytes a node's NICs send per step for context parallelism.
 
-    The cp ranks of a group hold s/cp tokens each and pass their K and V
-    blocks around the ring cp - 1 times per layer; the ring leaves a node
-    once, so per sequence and layer a node sends (cp-1) x s/cp x 2 x kv_size
-    values forward. Backward passes K, V and their gradients: twice that;
-    full recompute adds a forward: 3 passes (4). A node hosts one group's
-    slice; the group handles T x tp x cp x layers / s sequence-layers a step:
+    The cp ranks of a group hold s/cp tokens each. Ring attention (Liu et
+    al. 2023, arXiv:2310.01889; Megatron-Core context parallelism) passes
+    their K and V blocks around the ring cp - 1 times per layer: per
+    sequence and layer a node sends (cp-1) x s/cp x 2 x kv_size values;
+    backward passes K, V and their gradients, twice that: 3 passes. The
+    all-gather method (Llama 3, arXiv:2407.21783 sec. 3.3.2) gathers K and V
+    once forward, the same (cp-1)/cp volume, keeps them, and reduce-scatters
+    their gradients backward: 2 passes. Full recompute gathers once more (+1).
+    A node hosts one group's slice; the group handles T x tp x cp x layers /
+    s sequence-layers a step:
 
         bytes = passes x T x tp x layers x (cp - 1) x 2 x kv_size x act bytes
 
     Zero when the group (cp x tp GPUs) fits in a node (NVLink)."""
     if spec.cp_size == 1 or spec.cp_size * spec.tp_size <= g:
         return 0.0
-    passes = 4 if spec.recompute == "full" else 3
+    passes = (3 if spec.cp_method == "ring" else 2) + (1 if spec.recompute == "full" else 0)
     kv = spec.kv_size if spec.kv_size is not None else spec.hidden_size
     return (passes * spec.tokens_per_gpu_step * spec.tp_size * spec.layers * (spec.cp_size - 1)
             * 2 * kv * spec.widths[2])
 
 
-def node_flops(spec: WorkloadSpec, g: int, params: float) -> tuple[float, float, float]:
-    """(FLOPs, attention FLOPs, forward share) one node computes per step.
+def node_flops(spec: WorkloadSpec, g: int, params: float) -> tuple[float, float, float, float]:
+    """(FLOPs, attention FLOPs, forward share, model FLOPs) one node computes
+    per step.
 
     Per token: 6 x active parameters (Kaplan et al. 2020: 2 forward, 4
     backward), MoE active = params - expert_params x (1 - top_k / experts);
-    plus attention 6 x layers x seq_len x hidden when those and params are
-    given (PaLM app. B counts 12 L H Q T without masking; a causal mask
-    halves it). Full recompute reruns the forward (2 of each 6) inside
-    backward: 8/6 of the FLOPs, forward share 2/8 instead of 2/6. Each GPU
+    plus attention 6 x layers x seq_len x a when those and params are given,
+    a = attention_width (heads x (query-key dim + value dim) / 2: the score
+    product is 2 s x heads x qk dim a token forward, the value product 2 s x
+    heads x v dim) or hidden_size. PaLM app. B counts 12 L H Q T without
+    masking; a causal mask halves it. Full recompute reruns the forward (2 of
+    each 6) inside backward: 8/6 of the FLOPs, forward share 2/8 instead of
+    2/6. Model FLOPs (what an MFU counts) leave the recompute out. Each GPU
     computes its tokens_per_gpu_step share."""
     active = params
     if spec.moe and spec.expert_params:
         active = params - spec.expert_params * (1 - spec.top_k / spec.experts)
     attention = 0.0
     if spec.params is not None and None not in (spec.layers, spec.seq_len, spec.hidden_size):
-        attention = FLOPS_PER_PARAM_TOKEN * spec.layers * spec.seq_len * spec.hidden_size
+        width = spec.attention_width if spec.attention_width is not None else spec.hidden_size
+        attention = FLOPS_PER_PARAM_TOKEN * spec.layers * spec.seq_len * width
     per_token = FLOPS_PER_PARAM_TOKEN * active + attention
     passes = 8 if spec.recompute == "full" else 6
-    scale = g * spec.tokens_per_gpu_step * passes / 6
-    return per_token * scale, attention * scale, 2 / passes
+    tokens = g * spec.tokens_per_gpu_step
+    scale = tokens * passes / 6
+    return per_token * scale, attention * scale, 2 / passes, per_token * tokens
+
+
+def _batch_note(spec: WorkloadSpec) -> str | None:
+    """What a preset's global batch became when dp, cp, tp or pp changed
+    beside it: tokens_per_gpu_step stays per GPU, so the job's batch scales
+    with its GPU count."""
+    preset = presets.PRESETS.get(spec.preset) if isinstance(spec.preset, str) else None
+    if preset is None:
+        return None
+    v = preset.values
+    theirs = v["tokens_per_gpu_step"] * v["dp_size"] * v.get("cp_size", 1) * v.get("tp_size", 1) * v.get("pp_size", 1)
+    ours = spec.tokens_per_gpu_step * spec.gpus
+    if math.isclose(ours, theirs, rel_tol=1e-9):
+        return None
+    changed = [f"{key} {getattr(spec, key)} (preset {v.get(key, 1)})" for key in
+               ("dp_size", "cp_size", "tp_size", "pp_size", "tokens_per_gpu_step")
+               if getattr(spec, key) != v.get(key, 1)]
+    return (f"global batch {ours:.4g} tokens a step, not the {theirs:.4g} of {spec.preset}'s source run: "
+            f"{', '.join(changed)}; tokens_per_gpu_step is per GPU, so the batch follows the GPU count "
+            f"(give tokens_per_gpu_step {theirs / spec.gpus:.4g} to keep the source's batch)")
 
 
 def _notes(spec: WorkloadSpec, attention: float) -> tuple[str, ...]:
@@ -585,7 +791,7 @@ def _notes(spec: WorkloadSpec, attention: float) -> tuple[str, ...]:
     notes = []
     if spec.reduction is None:
         notes.append(f"reduction: {DEFAULT_REDUCTION} (default: what NCCL picks for large gradient buckets "
-                     "between nodes without SHARP/NVLS; declare tree or in-network otherwise)")
+                     "between nodes without SHARP/NVLS; declare tree, sharp or nvls otherwise)")
     if spec.framework is None and spec.grad_bytes_per_param is None:
         notes.append(f"no framework named: gradient reduce at the conservative fp32 width ({gb:g} B per value); "
                      "set framework (megatron, torchtitan, deepspeed, ddp-amp) or grad_bytes_per_param")
@@ -595,42 +801,38 @@ def _notes(spec: WorkloadSpec, attention: float) -> tuple[str, ...]:
         parts = [f"{name} {width:g}" + (" (given)" if given[name] is not None else "")
                  for name, width in (("grad", gb), ("param", pb), ("activation", ab))]
         notes.append(f"byte widths from {spec.framework}'s defaults: {', '.join(parts)} B")
-    if spec.mfu == 1:
-        notes.append("compute at peak F (mfu 1); set mfu to the efficiency the job reaches")
+    if spec.kernel_share is None and spec.mfu is None:
+        notes.append("kernels at peak F (kernel share 1): give kernel_share, or a published or measured "
+                     "end-to-end mfu to solve it from")
+    elif spec.mfu is not None:
+        notes.append(f"kernel share solved from the end-to-end mfu {spec.mfu:g}, attention counted "
+                     f"{spec.mfu_attention} ({'6' if spec.mfu_attention == 'causal' else '12'} x layers x "
+                     "seq_len x attention width per token)")
     if not attention:
         notes.append("attention FLOPs not counted: give layers, seq_len, hidden_size and params")
     if spec.pp_size > 1 and spec.micro_batches is None:
         notes.append("pipeline bubble not counted: give micro_batches")
+    batch = _batch_note(spec)
+    if batch:
+        notes.append(batch)
     if spec.preset in presets.PRESETS:
         notes += [f"{spec.preset} assumes {a}" for a in presets.PRESETS[spec.preset].assumed]
     return tuple(notes)
 
 
-def node_model(spec: WorkloadSpec, gpus_per_node: int, bandwidth_gbps: float, tflops: float) -> NodeModel:
-    """The workload on one node of ``gpus_per_node`` GPUs, ``bandwidth_gbps``
-    of NICs and ``tflops`` of compute. Raises WorkloadError naming each key
-    that does not fit.
-
-    Time = work / rate: comm_s = bytes / (B x 1e9 / 8), compute_s = FLOPs /
-    (F x 1e12 x mfu), the same unit conversions as ``ccr.ccr``.
-    """
-    problems = spec_problems(spec) + topology_problems(spec, gpus_per_node)
-    if problems:
-        raise WorkloadError(problems)
-    if bandwidth_gbps < 0 or tflops <= 0:
-        raise ValueError("compute must be positive and bandwidth not negative")
-    g = gpus_per_node
+def _node(spec: WorkloadSpec, g: int, bandwidth_gbps: float, tflops: float, kernel_share: float) -> NodeModel:
+    """The node at a given kernel share (``node_model`` checks the spec)."""
     stage_nodes = spec.dp_size * spec.cp_size * spec.tp_size // g
     params = spec.params if spec.params is not None else 1.0
     bwd, fwd = data_parallel_bytes(spec, g, stage_nodes, params)
     act, moe, cp = pipeline_bytes(spec, g), moe_bytes(spec, g), context_parallel_bytes(spec, g)
-    flops, attention, fwd_share = node_flops(spec, g, params)
+    flops, attention, fwd_share, model_flops = node_flops(spec, g, params)
     byte_rate = bandwidth_gbps * 1e9 / 8
 
     def seconds(nbytes: float) -> float:  # no NIC left: traffic never completes
         return nbytes / byte_rate if byte_rate else (math.inf if nbytes else 0.0)
 
-    compute_s = flops / (tflops * 1e12 * spec.mfu)
+    compute_s = flops / (tflops * 1e12 * kernel_share)
     bubble = 0.0
     if spec.pp_size > 1 and spec.micro_batches:
         # Narayanan et al. 2021 sec. 2.2: bubble = (p - 1) / (v x m) of the ideal step
@@ -639,7 +841,61 @@ def node_model(spec: WorkloadSpec, gpus_per_node: int, bandwidth_gbps: float, tf
         spec=spec, gpus_per_node=g, bandwidth_gbps=bandwidth_gbps, tflops=tflops, params=spec.params,
         nodes=stage_nodes * spec.pp_size, stage_nodes=stage_nodes,
         grad_bwd_bytes=bwd, grad_fwd_bytes=fwd, act_bytes=act, moe_bytes=moe, cp_bytes=cp,
-        flops=flops, attention_flops=attention, fwd_share=fwd_share,
-        compute_s=compute_s, bubble_s=bubble, grad_bwd_s=seconds(bwd), grad_fwd_s=seconds(fwd),
-        other_s=seconds(act + moe + cp), notes=_notes(spec, attention),
+        flops=flops, attention_flops=attention, fwd_share=fwd_share, model_flops=model_flops,
+        kernel_share=kernel_share, compute_s=compute_s, bubble_s=bubble, grad_bwd_s=seconds(bwd),
+        grad_fwd_s=seconds(fwd), pipeline_s=seconds(act), moe_s=seconds(moe), cp_s=seconds(cp),
+        notes=_notes(spec, attention),
     )
+
+
+def solve_kernel_share(spec: WorkloadSpec, g: int, bandwidth_gbps: float, tflops: float) -> float:
+    """The kernel share at which the node's predicted end-to-end MFU (in
+    spec.mfu_attention's count) is spec.mfu. The step shrinks as the kernels
+    speed up (compute falls faster than the overlap's room), so the MFU
+    rises with the share: bisection. Raises WorkloadError when even kernels
+    at peak leave less than spec.mfu."""
+    target, count = spec.mfu, spec.mfu_attention
+    best = _node(spec, g, bandwidth_gbps, tflops, 1.0).mfu(count)
+    if best < target * (1 - 1e-9):
+        raise WorkloadError([Problem("mfu", target, f"unreachable here: with kernels at peak (kernel share 1) the "
+                                     f"pipeline bubble and exposed communication leave an end-to-end MFU of "
+                                     f"{best:.1%} ({count} attention); give at most that, or kernel_share")])
+    lo, hi = 1e-9, 1.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if _node(spec, g, bandwidth_gbps, tflops, mid).mfu(count) < target:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def node_model(spec: WorkloadSpec, gpus_per_node: int, bandwidth_gbps: float, tflops: float,
+               strict_mfu: bool = False) -> NodeModel:
+    """The workload on one node of ``gpus_per_node`` GPUs, ``bandwidth_gbps``
+    of NICs and ``tflops`` of compute. Raises WorkloadError naming each key
+    that does not fit.
+
+    Time = work / rate: comm_s = bytes / (B x 1e9 / 8), compute_s = FLOPs /
+    (F x 1e12 x kernel share), the same unit conversions as ``ccr.ccr``.
+    The kernel share is spec.kernel_share, else solved from spec.mfu, else 1.
+    An mfu this node cannot reach (a degraded link, a slower GPU) is refused
+    with ``strict_mfu`` (calc: the user asked about this hardware); else the
+    kernels run at peak and the notes say so, so that the node is still
+    judged by its CCR.
+    """
+    problems = spec_problems(spec) + topology_problems(spec, gpus_per_node)
+    if problems:
+        raise WorkloadError(problems)
+    if bandwidth_gbps < 0 or tflops <= 0:
+        raise ValueError("compute must be positive and bandwidth not negative")
+    share = spec.kernel_share
+    if share is None and spec.mfu is not None:
+        try:
+            share = solve_kernel_share(spec, gpus_per_node, bandwidth_gbps, tflops)
+        except WorkloadError as exc:
+            if strict_mfu:
+                raise
+            node = _node(spec, gpus_per_node, bandwidth_gbps, tflops, 1.0)
+            return replace(node, notes=node.notes + (f"kernel share 1: {exc}",))
+    return _node(spec, gpus_per_node, bandwidth_gbps, tflops, 1.0 if share is None else share)

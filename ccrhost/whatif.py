@@ -78,18 +78,18 @@ def gpu_peak(hw: Hardware) -> tuple[str, float]:
 
 def row(hw: Hardware, spec: workload_model.WorkloadSpec | None, beta: float | None = None) -> dict:
     """The figures for one option. Without a workload, beta is --beta or
-    the seed's 4 and the bands are not applied (they mean nothing then)."""
+    the CCR guide's 4 and the bands are not applied (they mean nothing then)."""
     label, peak = gpu_peak(hw)
     tflops = peak * hw.gpus
     bandwidth = ccrmod.node_bandwidth_gbps([hw.nic_gbps] * hw.nics)
     out = {
         "gpu": label, "gpus": hw.gpus, "precision": hw.precision, "tflops_per_gpu": peak, "tflops": tflops,
         "nics": hw.nics, "nic_gbps": hw.nic_gbps, "bandwidth_gbps": bandwidth,
-        "seed_ccr": ccrmod.seed_ccr(bandwidth, tflops),
+        "guide_ccr": ccrmod.guide_ccr(bandwidth, tflops),
     }
     if spec is None:
         b = beta or ccrmod.SEED_BETA
-        return {**out, "beta": b, "beta_source": "given" if beta else "seed", "ccr": ccrmod.ccr(bandwidth, tflops, b),
+        return {**out, "beta": b, "beta_source": "given" if beta else "guide", "ccr": ccrmod.ccr(bandwidth, tflops, b),
                 "band": None, "exposed_comm_fraction": None, "slowdown": None, "workload": None}
     try:
         node = workload_model.node_model(spec, hw.gpus, bandwidth, tflops)
@@ -162,7 +162,7 @@ def text_single(r: dict) -> str:
         mfu = w["inputs"]["mfu"] if w else 1
         lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}" if mfu == 1 else
                      f"CCR = B x mfu / (beta x F) = {r['ccr']:.4g} (mfu {mfu:g})")
-    lines.append(f"(the seed guide's formula, without the 1000 from TFLOPS: {r['seed_ccr']:.4g})")
+    lines.append(f"(the CCR guide's calculate_ccr(), without the 1000 from TFLOPS: {r['guide_ccr']:.4g})")
     if r["band"] and r["band"] != workload_model.NOT_NETWORK_BOUND:
         lines.append(f"band: {r['band']} (below {ccrmod.LOW_BAND}: bandwidth-bound; "
                      f"above {ccrmod.HIGH_BAND}: compute under-used)")

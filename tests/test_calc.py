@@ -214,7 +214,7 @@ def test_console_script_runs_the_example():
 
 
 @pytest.mark.parametrize("flags, ccr", [
-    # README's "CCR model for real jobs" figures under v3's ring, 2-byte gradients, dp 1024:
+    # docs/ccr-model.md's figures under v3's ring, 2-byte gradients, dp 1024:
     # ring 2 x 1023/1024 x 2 = 3.99609375 B; CCR 393216 x 4e11 / (3.99609375 x 7.916e15) = 4.972213
     ([], 4.972213),
     (["--compression", "0.125"], 8 * 4.972213),  # 0.49951 B: 39.7777

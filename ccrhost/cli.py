@@ -375,6 +375,8 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
                                "--tokens and --dp, or --workload FILE")
     if chart and not parsed:
         raise click.UsageError("--chart draws a sweep: give --sweep KEY=V1,V2,...")
+    if chart and (missing := whatif.chart_missing()):
+        raise click.ClickException(missing)
     if gpu is None and "gpu" not in swept:
         raise click.UsageError("Missing option '--gpu' (or --sweep gpu=...)")
 

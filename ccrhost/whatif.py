@@ -279,6 +279,19 @@ def chart_title(hw: Hardware, workload: dict, sweeps: list[tuple[str, list]]) ->
     return f"{gpus}{gpu} ({hw.precision}), {nics}{rate}; {fixed}"
 
 
+# matplotlib is an optional extra: a node agent never draws
+CHART_INSTALL = "pip install 'ccrhost[chart]'"
+
+
+def chart_missing() -> str | None:
+    """Why --chart cannot draw here, or None when it can."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f"--chart draws with matplotlib, which is not installed here: {CHART_INSTALL}"
+    return None
+
+
 def draw_chart(rows: list[dict], sweeps: list[tuple[str, list]], path: str, title: str) -> None:
     """CCR against the first sweep, a line per value of the second, with
     the 0.5 and 2 band edges as horizontal lines, written as a PNG.

@@ -204,6 +204,52 @@ def test_npd_container_reads_unprivileged_with_two_capabilities_and_a_read_only_
         assert f"`{capability}`" in needs and f"`{code}`" in needs, capability
 
 
+def with_capabilities(capabilities, argv: list[str]) -> subprocess.CompletedProcess:
+    """``argv`` as root holding only ``capabilities``, as in a container that
+    drops ALL and adds them (setpriv: for root, the bounding set is what it
+    keeps)."""
+    bounding = "-all" + "".join(f",+{c.lower()}" for c in capabilities)
+    return subprocess.run(["setpriv", "--inh-caps=-all", f"--bounding-set={bounding}", *argv],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_npd_capabilities_are_what_this_kernel_asks_for(built):
+    """On this machine's own kernel (no lab: the lab's setpci and dmesg are
+    shims), the check's reads succeed with the NPD container's capabilities
+    and fail without each one."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (util-linux) to drop capabilities")
+    npd = by_name(daemonset(built)["containers"], "node-problem-detector")
+    granted = npd["securityContext"]["capabilities"]["add"]
+    assert sorted(granted) == sorted(NPD_CAPABILITIES)
+
+    # SYS_ADMIN: PCI config space past its first 64 bytes (ACS is an extended
+    # capability, at 0x100 or later; Device Control sits in the PCIe capability, past 0x40)
+    config = next((c for c in sorted(Path("/sys/bus/pci/devices").glob("*/config")) if c.stat().st_size > 64), None)
+    if config is None:
+        pytest.skip("no PCI function with more than 64 bytes of config space here")
+    size = [int(with_capabilities(caps, ["sh", "-c", f"wc -c < {config}"]).stdout)
+            for caps in (granted, [c for c in granted if c != "SYS_ADMIN"])]
+    assert size == [config.stat().st_size, 64], size
+
+    # SYSLOG: the check's own kernel-log probe, parsed as the check parses it
+    if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
+        pytest.skip("kernel.dmesg_restrict is 0 here: anyone may read the kernel log")
+    if Path("/run/systemd/system").is_dir():
+        pytest.skip("systemd runs here, so the probe reads the journal; the NPD container has no /run/systemd")
+    from ccrhost.probes import gpu_health as probe
+
+    def log_error(caps):
+        out = with_capabilities(caps, ["sh", "-c", probe.COMMAND_LOG])
+        reading = probe.parse_command_output(out.stdout.splitlines())
+        assert reading.log_source == "dmesg"
+        return reading.log_error
+
+    assert log_error(granted) is None
+    assert log_error([c for c in granted if c != "SYSLOG"]) == \
+        "dmesg: dmesg: read kernel buffer failed: Operation not permitted"
+
+
 def tolerated(taint: dict, tolerations: list[dict]) -> bool:
     """Kubernetes' matching (core/v1 Toleration.ToleratesTaint): an empty key
     with Exists matches every key, an empty effect every effect."""

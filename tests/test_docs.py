@@ -376,3 +376,14 @@ def test_every_list_renders_as_a_list(site):
         if found:
             problems[page.name] = found
     assert problems == {}
+
+
+def test_the_real_cluster_warning_is_a_box_before_the_checklist(site):
+    # the admonition renders as Material's warning box, with its table inside it
+    page = (site / "getting-started.html").read_text()
+    section = page[page.index('id="running-it-on-a-real-cluster"'):]
+    box = re.search(r'<div class="admonition warning">\s*<p class="admonition-title">(.*?)</p>(.*?)</div>',
+                    section, re.S)
+    assert box and box.group(1) == "The lossless-RoCE defaults must match your switches"
+    assert "<table>" in box.group(2) and "qos_enable = False" in box.group(2)
+    assert section.index('class="admonition warning"') < section.index("<ol>")

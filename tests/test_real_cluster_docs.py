@@ -118,6 +118,8 @@ def test_the_warning_states_the_settings_defaults_and_the_keys_that_change_them(
     assert rows["RoCE traffic"][0] == f"DSCP {defaults.roce_dscp}, mapped to priority {defaults.qos_roce_priority}"
     assert rows["PFC"][0] == f"on priority {defaults.qos_roce_priority} only"
     assert defaults.qos_pfc_priorities is None  # the default: only qos_roce_priority
+    assert rows["ECN (DCQCN)"][0].startswith(f"on priority {defaults.qos_roce_priority}:")
+    assert defaults.ecn_priorities is None  # the default: only qos_roce_priority
     assert rows["congestion notification packets (CNP)"][0] == \
         f"DSCP {defaults.qos_cnp_dscp}, mapped to priority {defaults.qos_cnp_priority}"
     assert rows["MTU of the RoCE netdevs"][0].startswith(f"{defaults.roce_mtu} ")

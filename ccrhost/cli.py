@@ -362,9 +362,9 @@ class _Hardware(click.ParamType):
 @click.option("--micro-batches", type=int, help="Workload: micro-batches per step (pipeline bubble).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
-              help="Compare options: KEY is a workload flag's name (dp, tp, pp, cp, ep, tokens, reduction, "
-                   "preset, framework, mfu, ...; see README) or gpu, gpus, nics, nic-gbps. A second --sweep "
-                   "draws a line per value.")
+              help="Compare options: KEY is a Workload option's name without its dashes (dp, tp, pp, cp, ep, "
+                   "tokens, reduction, preset, framework, mfu, ...: the options marked Workload above) or gpu, "
+                   "gpus, nics, nic-gbps. A second --sweep draws a line per value.")
 @click.option("--chart", type=click.Path(dir_okay=False), help="With --sweep: draw the sweep as a PNG here.")
 def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt, sweeps, chart, **flags):
     """What-if: the CCR of a GPU model x count with NICs x rate, for a workload.
@@ -406,6 +406,8 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
         raise click.UsageError("--chart draws a sweep: give --sweep KEY=V1,V2,...")
     if chart:
         _check_writable("--chart", chart)
+    if chart and (missing := whatif.chart_missing()):
+        raise click.ClickException(missing)
     if gpu is None and "gpu" not in swept:
         raise click.UsageError("Missing option '--gpu' (or --sweep gpu=...)")
 

@@ -423,7 +423,7 @@ class HostSettings(BaseModel):
     verify_ports: int | None = Field(None, ge=0, le=64, description="Expected active compute ports; default: from verify_profile.")
     verify_port_gbps: float | None = Field(None, gt=0, le=3200, description="Expected rate of each compute port, Gb/s; default: from verify_profile.")
     verify_precision: Precision = Field("bf16", description="Precision of F, the GPU compute.")
-    verify_beta: float | None = Field(None, gt=0, le=1e6, description="Bytes per FLOP; default 4 (the seed's). Not with verify_workload.")
+    verify_beta: float | None = Field(None, gt=0, le=1e6, description="Bytes per FLOP; default 4 (the CCR guide's). Not with verify_workload.")
     verify_workload: Workload | None = Field(
         None, description="The training job the node is judged for: the CCR and its bands come from the workload "
         "model instead of beta (see the Workload keys). Not with verify_beta."

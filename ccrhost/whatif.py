@@ -83,18 +83,18 @@ def gpu_peak(hw: Hardware) -> tuple[str, float]:
 
 def row(hw: Hardware, spec: workload_model.WorkloadSpec | None, beta: float | None = None) -> dict:
     """The figures for one option. Without a workload, beta is --beta or
-    the seed's 4 and the bands are not applied (they mean nothing then)."""
+    the CCR guide's 4 and the bands are not applied (they mean nothing then)."""
     label, peak = gpu_peak(hw)
     tflops = peak * hw.gpus
     bandwidth = ccrmod.node_bandwidth_gbps([hw.nic_gbps] * hw.nics)
     out = {
         "gpu": label, "gpus": hw.gpus, "precision": hw.precision, "tflops_per_gpu": peak, "tflops": tflops,
         "nics": hw.nics, "nic_gbps": hw.nic_gbps, "bandwidth_gbps": bandwidth,
-        "seed_ccr": ccrmod.seed_ccr(bandwidth, tflops),
+        "guide_ccr": ccrmod.guide_ccr(bandwidth, tflops),
     }
     if spec is None:
         b = beta or ccrmod.SEED_BETA
-        return {**out, "beta": b, "beta_source": "given" if beta else "seed", "ccr": ccrmod.ccr(bandwidth, tflops, b),
+        return {**out, "beta": b, "beta_source": "given" if beta else "guide", "ccr": ccrmod.ccr(bandwidth, tflops, b),
                 "band": None, "exposed_comm_fraction": None, "slowdown": None, "workload": None}
     try:
         node = workload_model.node_model(spec, hw.gpus, bandwidth, tflops, strict_mfu=True)
@@ -168,7 +168,7 @@ def text_single(r: dict) -> str:
         share = w["kernel_share"] if w else 1
         lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}" if share == 1 else
                      f"CCR = B / (beta x F x kernel share) = {r['ccr']:.4g} (kernel share {share:.4g})")
-    lines.append(f"(the seed guide's formula, without the 1000 from TFLOPS: {r['seed_ccr']:.4g})")
+    lines.append(f"(the CCR guide's calculate_ccr(), without the 1000 from TFLOPS: {r['guide_ccr']:.4g})")
     if r["band"] and r["band"] != workload_model.NOT_NETWORK_BOUND:
         lines.append(f"band: {r['band']} (below {ccrmod.LOW_BAND}: bandwidth-bound; "
                      f"above {ccrmod.HIGH_BAND}: compute under-used)")
@@ -293,6 +293,19 @@ def chart_title(hw: Hardware, workload: dict, sweeps: list[tuple[str, list]]) ->
     rate = "NIC" if "nic-gbps" in swept else f"{hw.nic_gbps:g} Gb/s"
     fixed = ", ".join(f"{k} {_label(k, v)}" for k, v in workload.items())
     return f"{gpus}{gpu} ({hw.precision}), {nics}{rate}; {fixed}"
+
+
+# matplotlib is an optional extra: a node agent never draws
+CHART_INSTALL = "pip install 'ccrhost[chart]'"
+
+
+def chart_missing() -> str | None:
+    """Why --chart cannot draw here, or None when it can."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f"--chart draws with matplotlib, which is not installed here: {CHART_INSTALL}"
+    return None
 
 
 def draw_chart(rows: list[dict], sweeps: list[tuple[str, list]], path: str, title: str) -> None:

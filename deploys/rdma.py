@@ -8,7 +8,7 @@ buffers, ECN/DCQCN; each interface as a unit), the NCCL environment
 (/etc/nccl.conf and /etc/profile.d/ccrhost-nccl.sh), then the verification
 of each node's CCR (hosts below threshold fail). Every host's
 inventory data is validated before any host is touched; the keys are in
-the README.
+docs/settings.md.
 """
 
 from ccrhost.deploys import rdma_stages

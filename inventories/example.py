@@ -1,7 +1,6 @@
 # A production-style inventory: replace the host names with your nodes.
 # The compute group's tuning lives in group_data/compute.py, where a merge
-# request changes it; `ccrhost ci run` tests that change on lab nodes (README,
-# "Test your changes in CI").
+# request changes it; `ccrhost ci run` tests that change on lab nodes (docs/ci.md).
 from ccrhost.inventory import require_hosts
 
 #

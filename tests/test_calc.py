@@ -211,6 +211,25 @@ def test_chart_needs_a_sweep(tmp_path):
     assert not (tmp_path / "c.png").exists()
 
 
+def test_chart_without_matplotlib_says_which_extra_to_install(tmp_path, monkeypatch):
+    # matplotlib is the optional `chart` extra: an install without it (the
+    # image, a compute node) is told what to install, and draws nothing
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    chart = tmp_path / "sweep.png"
+    out = calc("--gpu", "H100 SXM", "--tokens", "2048", "--sweep", "dp=8,16", "--chart", str(chart))
+    assert (out.exit_code, out.output) == (1, "Error: --chart draws with matplotlib, which is not installed "
+                                              "here: pip install 'ccrhost[chart]'\n")
+    assert not chart.exists()
+    # the extra that message names is the one pyproject.toml declares, and nothing else needs it
+    project = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli").loads(
+        (REPO / "pyproject.toml").read_text())["project"]
+    assert [r for r in project["optional-dependencies"]["chart"] if r.startswith("matplotlib")]
+    assert not [r for r in project["dependencies"] if r.startswith(("matplotlib", "numpy"))]
+    # without --chart the same sweep still prints its table
+    out = calc("--gpu", "H100 SXM", "--tokens", "2048", "--sweep", "dp=8,16")
+    assert out.exit_code == 0 and "dp" in out.output
+
+
 def test_console_script_runs_the_example():
     # the installed entry point, as a user runs it
     out = subprocess.run([sys.executable, "-m", "ccrhost", *EXAMPLE, *V2, "--tokens", "8192",
@@ -219,7 +238,7 @@ def test_console_script_runs_the_example():
 
 
 @pytest.mark.parametrize("flags, ccr", [
-    # README's "CCR model for real jobs" figures under v3's ring, 2-byte gradients, dp 1024:
+    # docs/ccr-model.md's figures under v3's ring, 2-byte gradients, dp 1024:
     # ring 2 x 1023/1024 x 2 = 3.99609375 B; CCR 393216 x 4e11 / (3.99609375 x 7.916e15) = 4.972213
     ([], 4.972213),
     (["--compression", "0.125"], 8 * 4.972213),  # 0.49951 B: 39.7777

@@ -1,4 +1,4 @@
-"""The CCR model: units, the seed's factor of 1000, beta, bandwidth models."""
+"""The CCR model: units, the CCR guide's factor of 1000, beta, bandwidth models."""
 
 import pytest
 
@@ -11,8 +11,8 @@ def test_worked_example_h100_sxm_8x400():
     value = ccr.ccr(8 * 400, 8 * 989, beta=4)
     assert value == pytest.approx(400e9 / (4 * 7912e12))  # 400 GB/s over 4 B/FLOP x 7.912 PFLOP/s
     assert value == pytest.approx(1.2639e-5, rel=1e-4)
-    # the seed's pseudo-code divides GB/s by TFLOPS: 1000x ours
-    assert ccr.seed_ccr(8 * 400, 8 * 989) == pytest.approx(1000 * value)
+    # the CCR guide's pseudo-code divides GB/s by TFLOPS: 1000x ours
+    assert ccr.guide_ccr(8 * 400, 8 * 989) == pytest.approx(1000 * value)
 
 
 def test_per_gpu_and_per_node_agree():

@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -284,3 +285,105 @@ def test_the_settings_pages_example_is_what_a_deploy_prints(capsys):
     assert done.value.code == 2
     shown = re.search(r"```\n(ccrhost: inventory data rejected.*?)```", docs.settings_reference(), re.S).group(1)
     assert capsys.readouterr().err == shown
+
+
+# --- lists render as lists ---------------------------------------------------------
+
+class _ListText(HTMLParser):
+    """The text of each paragraph and list item outside code, and the item
+    count of each ordered list."""
+
+    BLOCKS = ("p", "li", "td", "th", "dd", "dt", "h1", "h2", "h3", "h4", "h5", "h6")
+
+    def __init__(self):
+        super().__init__()
+        self.blocks, self.skip, self.lists = [], 0, []
+        self.open: list[list[str]] = []  # the text of each open block, innermost last
+        self.stack: list[list] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("pre", "code", "script", "style"):
+            self.skip += 1
+        elif tag in ("ol", "ul"):
+            self.stack.append([0, tag])
+        if tag == "li" and self.stack:
+            self.stack[-1][0] += 1  # an item of the innermost list only
+        if tag in self.BLOCKS:
+            self.open.append([])
+
+    def handle_endtag(self, tag):
+        if tag in ("pre", "code", "script", "style"):
+            self.skip -= 1
+        elif tag in ("ol", "ul"):
+            count, kind = self.stack.pop()
+            if kind == "ol":
+                self.lists.append(count)
+        if tag in self.BLOCKS and self.open:
+            self.blocks.append("".join(self.open.pop()))
+
+    def handle_data(self, data):
+        if not self.skip and self.open:
+            self.open[-1].append(data)
+
+
+# a line inside a block's text that starts like a list item: Python-Markdown
+# read it as the paragraph's next line, not as an item
+LIST_MARKER = re.compile(r"\n[ \t]*(?:\d+\.|[-*+])[ \t]+\S[^\n]*")
+
+
+def source_ordered_lists(markdown: str) -> list[int]:
+    """The item count of each ordered list the page's source writes, nested
+    ones too (a list is items numbered 1, 2, ... at one indentation)."""
+    lists, open_at = [], {}
+    for line in re.sub(r"^( *)```.*?^\1```", "", markdown, flags=re.S | re.M).splitlines():
+        item = re.match(r"^( *)(\d+)\. ", line)
+        if item:
+            indent, number = len(item.group(1)), int(item.group(2))
+            if number == 1:
+                open_at[indent] = len(lists)
+                lists.append(1)
+            else:
+                assert indent in open_at and lists[open_at[indent]] == number - 1, line
+                lists[open_at[indent]] += 1
+    return sorted(lists)
+
+
+def list_problems(page_html: str, markdown: str) -> list[str]:
+    """The page's list items that Python-Markdown did not render as items."""
+    # the page's own content: the theme's navigation and search have lists of their own
+    article = re.search(r"<article\b.*?</article>", page_html, re.S)
+    parsed = _ListText()
+    parsed.feed(article.group(0) if article else page_html)
+    problems = [m.group(0).strip() for block in parsed.blocks for m in LIST_MARKER.finditer(block)]
+    if sorted(parsed.lists) != source_ordered_lists(markdown):
+        problems.append(f"ordered lists of {sorted(parsed.lists)} items, the source has {source_ordered_lists(markdown)}")
+    return problems
+
+
+def test_the_list_check_catches_a_paragraph_and_a_split_list():
+    broken = ("<ol>\n<li>Build:</li>\n</ol>\n<div><pre><code>make\n- not a list\n</code></pre></div>\n<ol>\n"
+              "<li>Apply</li>\n</ol>\n<p>What a container cannot do:\n  - no modules\n5. <strong>NCCL</strong></p>")
+    source = "1. Build:\n\n   ```sh\n   make\n   ```\n\n2. Apply\n"
+    assert list_problems(broken, source) == ["- no modules", "5. NCCL",
+                                             "ordered lists of [1, 1] items, the source has [2]"]
+    assert list_problems("<ol><li>a</li><li>b<ul><li>c</li></ul></li></ol>", "1. a\n2. b\n    - c\n") == []
+
+
+def test_every_list_renders_as_a_list(site):
+    problems = {}
+    for page in sorted(DOCS.glob("*.md")):
+        found = list_problems((site / page.name.replace(".md", ".html")).read_text(), page.read_text())
+        if found:
+            problems[page.name] = found
+    assert problems == {}
+
+
+def test_the_real_cluster_warning_is_a_box_before_the_checklist(site):
+    # the admonition renders as Material's warning box, with its table inside it
+    page = (site / "getting-started.html").read_text()
+    section = page[page.index('id="running-it-on-a-real-cluster"'):]
+    box = re.search(r'<div class="admonition warning">\s*<p class="admonition-title">(.*?)</p>(.*?)</div>',
+                    section, re.S)
+    assert box and box.group(1) == "The lossless-RoCE defaults must match your switches"
+    assert "<table>" in box.group(2) and "qos_enable = False" in box.group(2)
+    assert section.index('class="admonition warning"') < section.index("<ol>")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -25,10 +26,12 @@ import yaml
 from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, REPO
 from test_checks import H100, gpu, healthy, port
 
+from ccrhost.model.declared import PROFILES
 from ccrhost.model.status import FAIL, UNKNOWN, WARN
 from ccrhost.model.verdict import evaluate
 from ccrhost.node import check as node_check
 from ccrhost.probes import kernel, qos
+from ccrhost.settings import validate_host
 
 K8S = REPO / "deploy" / "kubernetes"
 # a current release: kubernetes-validate ships the schemas of each
@@ -55,8 +58,13 @@ def by_kind(docs, kind, name=None) -> dict:
     return found[0]
 
 
-def daemonset(docs) -> dict:
-    return by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+# the profile of the lab's nodes: the lab tests run its DaemonSet's commands
+PROFILE = "hgx-h100-8x400"
+PROFILE_LABEL = "ccrhost/profile"
+
+
+def daemonset(docs, profile: str = PROFILE) -> dict:
+    return by_kind(docs, "DaemonSet", f"ccrhost-{profile}")["spec"]["template"]["spec"]
 
 
 def npd_monitor(docs) -> dict:
@@ -67,14 +75,70 @@ def npd_monitor(docs) -> dict:
 
 def test_kustomize_builds_every_document_into_the_namespace(built):
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in built)
-    assert kinds == [("ClusterRoleBinding", "ccrhost-node-problem-detector"), ("ConfigMap", "ccrhost-node"),
-                     ("ConfigMap", "ccrhost-npd"), ("DaemonSet", "ccrhost"), ("Namespace", "ccrhost"),
-                     ("ServiceAccount", "ccrhost")]
+    per_profile = [("ConfigMap", f"ccrhost-node-{p}") for p in sorted(PROFILES)] + [
+        ("DaemonSet", f"ccrhost-{p}") for p in sorted(PROFILES)]
+    assert kinds == sorted([("ClusterRoleBinding", "ccrhost-node-problem-detector"), ("ConfigMap", "ccrhost-npd"),
+                            ("Namespace", "ccrhost"), ("ServiceAccount", "ccrhost"), *per_profile])
     for d in built:
         if d["kind"] not in ("Namespace", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "ccrhost", d["metadata"]
-    images = {c["image"] for c in daemonset(built)["initContainers"] + daemonset(built)["containers"]}
-    assert images == {"ccrhost:0.1.0"}  # the kustomization's images entry applied
+    for profile in PROFILES:
+        spec = daemonset(built, profile)
+        images = {c["image"] for c in spec["initContainers"] + spec["containers"]}
+        assert images == {"ccrhost:0.1.0"}  # the kustomization's images entry applied
+
+
+def selected(node_labels: dict, docs) -> list[str]:
+    """The DaemonSets whose pods a node with these labels runs (a nodeSelector
+    matches when the node has every one of its labels; none uses affinity)."""
+    out = []
+    for d in docs:
+        if d["kind"] == "DaemonSet":
+            spec = d["spec"]["template"]["spec"]
+            assert "affinity" not in spec
+            if all(node_labels.get(k) == v for k, v in spec["nodeSelector"].items()):
+                out.append(d["metadata"]["name"])
+    return out
+
+
+def test_one_daemonset_per_hardware_profile_selected_by_a_node_label(built):
+    gpu = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": "gpu-001"}
+    for profile in PROFILES:
+        # a node runs the DaemonSet of its profile label, and only that one
+        assert selected({**gpu, PROFILE_LABEL: profile}, built) == [f"ccrhost-{profile}"]
+        ds = by_kind(built, "DaemonSet", f"ccrhost-{profile}")
+        # its own selector and pod labels, so no two DaemonSets claim the same pods
+        assert ds["spec"]["selector"]["matchLabels"][PROFILE_LABEL] == profile
+        assert ds["spec"]["template"]["metadata"]["labels"][PROFILE_LABEL] == profile
+        # and its own node data, declaring that profile, which the inventory's schema accepts
+        tune = by_name(daemonset(built, profile)["initContainers"], "tune")
+        name, key = configmap_file(built, tune, {e["name"]: e["value"] for e in tune["env"]}["CCRHOST_NODE_DATA"],
+                                   profile)
+        assert name == f"ccrhost-node-{profile}"
+        data = yaml.safe_load(by_kind(built, "ConfigMap", name)["data"][key])
+        assert validate_host("node", data).verify_profile == profile
+    # a GPU node without the label, or with a profile ccrhost does not know, runs none
+    assert selected(gpu, built) == []
+    assert selected({**gpu, PROFILE_LABEL: "hgx-h100-4x400"}, built) == []
+    # the label alone is not enough: the GPU operator's label says the node has GPUs
+    assert selected({PROFILE_LABEL: PROFILE}, built) == []
+
+
+def test_each_profile_overlay_builds_alone_and_names_the_label_it_selects(built):
+    kubectl = shutil.which("kubectl")
+    on_disk = sorted(p.name for p in (K8S / "profiles").iterdir() if p.is_dir())
+    assert on_disk == sorted(PROFILES)  # one overlay per profile ccrhost knows, no more
+    root = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert sorted(root["bases"]) == [f"profiles/{p}" for p in sorted(PROFILES)]
+    for profile in PROFILES:
+        out = subprocess.run([kubectl, "kustomize", str(K8S / "profiles" / profile)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        alone = [d for d in yaml.safe_load_all(out.stdout) if d]
+        assert sorted((d["kind"], d["metadata"]["name"]) for d in alone) == [
+            ("ConfigMap", f"ccrhost-node-{profile}"), ("DaemonSet", f"ccrhost-{profile}")]
+        assert f"kubectl label node NODE {PROFILE_LABEL}={profile}" in (
+            K8S / "profiles" / profile / "node-selector.yaml").read_text()
 
 
 def test_built_documents_validate_against_the_kubernetes_schemas(built):
@@ -83,41 +147,155 @@ def test_built_documents_validate_against_the_kubernetes_schemas(built):
     for doc in built:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     # the validator is live: a wrong type and an unknown field are refused
-    bad = copy.deepcopy(by_kind(built, "DaemonSet"))
+    bad = copy.deepcopy(by_kind(built, "DaemonSet", f"ccrhost-{PROFILE}"))
     bad["spec"]["template"]["spec"]["hostNetwork"] = "yes"
     with pytest.raises(kubernetes_validate.ValidationError, match="'yes' is not of type 'boolean'"):
         kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
-    bad = copy.deepcopy(by_kind(built, "DaemonSet"))
+    bad = copy.deepcopy(by_kind(built, "DaemonSet", f"ccrhost-{PROFILE}"))
     bad["spec"]["template"]["spec"]["hostNetworking"] = True
     with pytest.raises(kubernetes_validate.ValidationError, match="hostNetworking"):
         kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
 
 
-def test_daemonset_is_privileged_on_the_hosts_network_pids_and_sys(built):
+def test_init_container_is_privileged_on_the_hosts_network_pids_and_sys(built):
     spec = daemonset(built)
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", PROFILE_LABEL: PROFILE}
     assert spec["hostNetwork"] is True and spec["hostPID"] is True
     assert spec["serviceAccountName"] == by_kind(built, "ServiceAccount")["metadata"]["name"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     for container in spec["initContainers"] + spec["containers"]:
-        assert container["securityContext"] == {"privileged": True}, container["name"]
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         assert volumes[mounts["/sys"]]["hostPath"]["path"] == "/sys", container["name"]
         assert volumes[mounts["/lib/modules"]]["hostPath"]["path"] == "/lib/modules", container["name"]
     tune = by_name(spec["initContainers"], "tune")
+    assert tune["securityContext"] == {"privileged": True}  # it writes /sys, /etc, QoS and loads modules
     mounts = {m["mountPath"]: m["name"] for m in tune["volumeMounts"]}
     # the managed files and the boot unit's systemctl are the host's
     assert volumes[mounts["/etc"]]["hostPath"]["path"] == "/etc"
     assert volumes[mounts["/run/systemd"]]["hostPath"]["path"] == "/run/systemd"
 
 
+# what the check needs beyond an unprivileged root, and the reason code a node
+# gets without it (docs/kubernetes.md, "What the check needs")
+NPD_CAPABILITIES = {"SYS_ADMIN": "acs_unreadable", "SYSLOG": "gpu_health_unreadable"}
+
+
+def test_npd_container_reads_unprivileged_with_two_capabilities_and_a_read_only_sys(built):
+    from ccrhost.model import reasons
+
+    for profile in PROFILES:
+        spec = daemonset(built, profile)
+        npd = by_name(spec["containers"], "node-problem-detector")
+        context = npd["securityContext"]
+        assert set(context) == {"privileged", "capabilities"} and context["privileged"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert sorted(context["capabilities"]["add"]) == sorted(NPD_CAPABILITIES)
+        # every mount read-only but the check's own state (its counters, its report)
+        writable = [m["mountPath"] for m in npd["volumeMounts"] if not m.get("readOnly")]
+        assert writable == ["/run/ccrhost"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        state = next(m for m in npd["volumeMounts"] if m["mountPath"] == "/run/ccrhost")
+        assert volumes[state["name"]]["hostPath"]["path"] == "/run/ccrhost"
+        assert "/etc" not in {m["mountPath"] for m in npd["volumeMounts"]}
+    page = (REPO / "docs" / "kubernetes.md").read_text()
+    needs = page[page.index("### What the check needs"):]
+    for capability, code in NPD_CAPABILITIES.items():
+        assert code in reasons.REGISTRY
+        assert f"`{capability}`" in needs and f"`{code}`" in needs, capability
+
+
+def with_capabilities(capabilities, argv: list[str]) -> subprocess.CompletedProcess:
+    """``argv`` as root holding only ``capabilities``, as in a container that
+    drops ALL and adds them (setpriv: for root, the bounding set is what it
+    keeps)."""
+    bounding = "-all" + "".join(f",+{c.lower()}" for c in capabilities)
+    return subprocess.run(["setpriv", "--inh-caps=-all", f"--bounding-set={bounding}", *argv],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_npd_capabilities_are_what_this_kernel_asks_for(built):
+    """On this machine's own kernel (no lab: the lab's setpci and dmesg are
+    shims), the check's reads succeed with the NPD container's capabilities
+    and fail without each one."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (util-linux) to drop capabilities")
+    npd = by_name(daemonset(built)["containers"], "node-problem-detector")
+    granted = npd["securityContext"]["capabilities"]["add"]
+    assert sorted(granted) == sorted(NPD_CAPABILITIES)
+
+    # SYS_ADMIN: PCI config space past its first 64 bytes (ACS is an extended
+    # capability, at 0x100 or later; Device Control sits in the PCIe capability, past 0x40)
+    config = next((c for c in sorted(Path("/sys/bus/pci/devices").glob("*/config")) if c.stat().st_size > 64), None)
+    if config is None:
+        pytest.skip("no PCI function with more than 64 bytes of config space here")
+    size = [int(with_capabilities(caps, ["sh", "-c", f"wc -c < {config}"]).stdout)
+            for caps in (granted, [c for c in granted if c != "SYS_ADMIN"])]
+    assert size == [config.stat().st_size, 64], size
+
+    # SYSLOG: the check's own kernel-log probe, parsed as the check parses it
+    if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
+        pytest.skip("kernel.dmesg_restrict is 0 here: anyone may read the kernel log")
+    if Path("/run/systemd/system").is_dir():
+        pytest.skip("systemd runs here, so the probe reads the journal; the NPD container has no /run/systemd")
+    from ccrhost.probes import gpu_health as probe
+
+    def log_error(caps):
+        out = with_capabilities(caps, ["sh", "-c", probe.COMMAND_LOG])
+        reading = probe.parse_command_output(out.stdout.splitlines())
+        assert reading.log_source == "dmesg"
+        return reading.log_error
+
+    assert log_error(granted) is None
+    assert log_error([c for c in granted if c != "SYSLOG"]) == \
+        "dmesg: dmesg: read kernel buffer failed: Operation not permitted"
+
+
+def tolerated(taint: dict, tolerations: list[dict]) -> bool:
+    """Kubernetes' matching (core/v1 Toleration.ToleratesTaint): an empty key
+    with Exists matches every key, an empty effect every effect."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("key", "") == "" and t.get("operator") == "Exists":
+            return True
+        if t.get("key") != taint["key"]:
+            continue
+        if t.get("operator", "Equal") == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def test_tolerations_are_the_gpu_nodes_taint_and_nothing_else(built):
+    for profile in PROFILES:
+        tolerations = daemonset(built, profile)["tolerations"]
+        assert tolerations == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        # GKE's taint on GPU nodes, and the same by hand
+        assert tolerated({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}, tolerations)
+        # not a NoExecute taint, which evicts (a drain, a maintenance taint), nor a taint of another owner
+        for taint in ({"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"},
+                      {"key": "example.com/maintenance", "value": "true", "effect": "NoExecute"},
+                      {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}):
+            assert not tolerated(taint, tolerations), taint
+    # the helper is live: the old "tolerate everything" matched them all
+    assert tolerated({"key": "example.com/maintenance", "effect": "NoExecute"}, [{"operator": "Exists"}])
+
+
+def test_every_container_requests_cpu_and_memory_and_has_a_memory_limit(built):
+    for profile in PROFILES:
+        spec = daemonset(built, profile)
+        for container in spec["initContainers"] + spec["containers"]:
+            resources = container.get("resources", {})
+            assert set(resources.get("requests", {})) == {"cpu", "memory"}, container["name"]
+            assert "memory" in resources.get("limits", {}), container["name"]
+
+
 def by_name(items, name):
     return next(i for i in items if i["name"] == name)
 
 
-def configmap_file(built, container, env_path) -> tuple[str, str]:
+def configmap_file(built, container, env_path, profile: str = PROFILE) -> tuple[str, str]:
     """(ConfigMap name, key) the container sees at ``env_path``."""
-    spec = daemonset(built)
+    spec = daemonset(built, profile)
     volumes = {v["name"]: v for v in spec["volumes"]}
     directory, key = env_path.rsplit("/", 1)
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == directory)
@@ -129,7 +307,7 @@ def test_node_data_is_what_both_containers_read(built):
     tune = by_name(spec["initContainers"], "tune")
     data_path = {e["name"]: e["value"] for e in tune["env"]}["CCRHOST_NODE_DATA"]
     name, key = configmap_file(built, tune, data_path)
-    assert (name, key) == ("ccrhost-node", "node.yaml")
+    assert (name, key) == (f"ccrhost-node-{PROFILE}", "node.yaml")
     data = yaml.safe_load(by_kind(built, "ConfigMap", name)["data"][key])
     from ccrhost.settings import validate_host
 
@@ -198,6 +376,7 @@ def test_dockerfile_copies_only_what_exists_and_runs_the_cli(built):
     assert {"pyproject.toml", "ccrhost", "deploy/kubernetes"} <= set(copied)
     assert ["WORKDIR", IMAGE_WORKDIR] in steps
     assert any(kw == "RUN" and "pip install --no-cache-dir ." in args for kw, args in steps)
+    assert "deploy/image-constraints.txt" in copied
     assert ["ENTRYPOINT", '["ccrhost"]'] in steps
     scripts = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli").loads(
         (REPO / "pyproject.toml").read_text())["project"]["scripts"]
@@ -212,6 +391,73 @@ def test_dockerfile_copies_only_what_exists_and_runs_the_cli(built):
     npd = by_name(spec["containers"], "node-problem-detector")
     npd_copy = next(args for kw, args in steps if kw == "COPY" and args.startswith("--from=npd"))
     assert npd_copy.split()[-1] == npd["command"][0]
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def constraints() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "deploy/image-constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and re.fullmatch(r"[0-9][0-9A-Za-z.+!]*", version), f"not pinned exactly: {line}"
+            pins[canonical(name)] = version
+    return pins
+
+
+def test_image_pins_every_input():
+    steps = dockerfile()
+    for kw, args in steps:
+        if kw == "FROM":
+            image = args.split()[0]
+            # a full version tag (x.y.z), not a moving one like 3.12 or latest
+            assert re.search(r":v?\d+\.\d+\.\d+[^:/]*$", image) or "@sha256:" in image, image
+    [install] = [args for kw, args in steps if kw == "RUN" and "apt-get install" in args]
+    packages = [w for w in install.split("apt-get install", 1)[1].split("&&")[0].split() if not w.startswith("-")]
+    assert packages and all(re.fullmatch(r"[a-z0-9.+-]+=[0-9][\w.:+~-]*", p) for p in packages), packages
+    [pip] = [args for kw, args in steps if kw == "RUN" and "pip install" in args]
+    # by environment, so that pip's isolated build of ccrhost is held to the pins too
+    assert f"PIP_CONSTRAINT={IMAGE_WORKDIR}/deploy/image-constraints.txt pip install" in pip
+    assert "[" not in pip.split("pip install", 1)[1]  # no extras in a node agent
+
+    pins = constraints()
+    assert "matplotlib" not in pins and "numpy" not in pins
+    toml = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli").loads((REPO / "pyproject.toml").read_text())
+    from packaging.requirements import Requirement
+
+    wanted = [Requirement(r) for r in toml["project"]["dependencies"] + toml["build-system"]["requires"]]
+    for req in wanted:
+        assert canonical(req.name) in pins, req.name
+        assert req.specifier.contains(pins[canonical(req.name)], prereleases=True), (req, pins[canonical(req.name)])
+
+
+def test_image_constraints_are_closed_for_python_312_on_linux():
+    """Each pinned runtime package's own requirements are pinned too (read from
+    the installed distributions' metadata), so pip in the image resolves
+    nothing unpinned."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+
+    env = {"python_version": "3.12", "python_full_version": "3.12.11", "sys_platform": "linux",
+           "platform_system": "Linux", "os_name": "posix", "platform_machine": "x86_64",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    pins = constraints()
+    toml = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli").loads((REPO / "pyproject.toml").read_text())
+    todo = [Requirement(r) for r in toml["project"]["dependencies"]]
+    seen = set()
+    while todo:
+        req = todo.pop()
+        name = canonical(req.name)
+        if (req.marker and not req.marker.evaluate(env)) or name in seen:
+            continue
+        seen.add(name)
+        assert name in pins, f"{name} is installed in the image but not pinned in deploy/image-constraints.txt"
+        todo += [Requirement(r) for r in metadata.distribution(req.name).requires or []]
+    assert seen | {"setuptools"} == set(pins)  # nothing pinned that the image does not install
 
 
 # --- the NPD line, from verdicts ----------------------------------------------

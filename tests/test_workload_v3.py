@@ -297,7 +297,7 @@ def test_json_states_defaults_widths_and_the_literal_beta_figure():
     assert any(n.startswith("no framework named: gradient reduce at the conservative fp32 width") for n in w["notes"])
     assert any(n.startswith("reduction: ring (default") for n in w["notes"])
     assert w["literal_beta_ccr"] == pytest.approx(4e11 / (4 * 7.916e15))
-    assert "[the guide's literal beta 4: CCR 1.263e-05, no band]" in w["statement"]
+    assert "[the CCR guide's literal beta 4: CCR 1.263e-05, no band]" in w["statement"]
     named = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", "--tokens", "8192", "--dp", "1024",
                                       "--framework", "deepspeed", "--format", "json"])
     notes = json.loads(named.output)["workload"]["notes"]

@@ -63,7 +63,7 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
                      "per token; counted full, 12 x ..., as PaLM and Megatron-LM publish, it is in the JSON)")
     bands = {v.ccr.band for v in verdicts.values() if v.ccr}
     if bands == {None}:
-        lines.append("beta is the seed's literal 4 bytes/FLOP, so the 0.5/2 bands do not apply; "
+        lines.append("beta is the CCR guide's literal 4 bytes/FLOP, so the 0.5/2 bands do not apply; "
                      "set verify_workload to classify hosts.")
     counts = {s: sum(v.status == s for v in verdicts.values()) for s in (OK, WARN, FAIL, UNKNOWN)}
     lines.append("  ".join(f"{s}: {n}" for s, n in counts.items()))

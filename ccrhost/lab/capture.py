@@ -479,7 +479,7 @@ HEADER = """\
 #                     or:  ccrhost ci run INVENTORY.py --profile GROUP=THIS_FILE
 # capture.not_replayed lists what the node showed that the lab does not reproduce.
 # GIDs and GPU UUIDs are the first lab node's; each further node booted from this
-# file adds its position to their last 16 bits. Fields: README, "Lab profiles".
+# file adds its position to their last 16 bits. Fields: docs/lab.md, "Lab profiles".
 """
 
 

@@ -255,7 +255,7 @@ class Profile(_Model):
     description: str = ""
     capture: CaptureInfo | None = None
     ofed: bool
-    credit_threshold_attr: bool = False  # a driver with the seed's per-port credit_threshold file
+    credit_threshold_attr: bool = False  # a driver with the CCR guide's per-port credit_threshold file
     configfs_mounted: bool = True
     modules: Modules
     nic_defaults: NicDefaults = NicDefaults()

@@ -3,9 +3,9 @@
     CCR = B / (beta * F)
 
 B is the node's network bandwidth in bytes/s, F its GPU compute in FLOP/s
-at the chosen precision, beta the bytes each FLOP needs moved (the seed
+at the chosen precision, beta the bytes each FLOP needs moved (the CCR
 guide assumes 4; with a workload, ccrhost/model/workload.py gives the
-node's). The seed's own pseudo-code turns Gb/s into GB/s and then divides
+node's). The CCR guide's own pseudo-code turns Gb/s into GB/s and then divides
 by TFLOPS, so its figures are 1000x these.
 """
 
@@ -45,8 +45,8 @@ def ccr(bandwidth_gbps: float, tflops: float, beta: float = SEED_BETA) -> float:
     return (bandwidth_gbps * 1e9 / 8) / (beta * tflops * 1e12)
 
 
-def seed_ccr(bandwidth_gbps: float, tflops: float) -> float:
-    """The seed guide's calculate_ccr(), kept to show the factor of 1000."""
+def guide_ccr(bandwidth_gbps: float, tflops: float) -> float:
+    """The CCR guide's calculate_ccr(), kept to show the factor of 1000."""
     return (bandwidth_gbps * 0.125) / SEED_BETA / tflops
 
 
@@ -65,7 +65,7 @@ class CcrResult:
     tflops: float
     beta: float
     model: str
-    band: str | None  # None when beta is the seed's literal default or given as --beta/verify_beta
+    band: str | None  # None when beta is the CCR guide's literal default or given as --beta/verify_beta
     workload: dict | None = None  # the workload model's figures and assumptions, when one was given
 
     def to_dict(self) -> dict:

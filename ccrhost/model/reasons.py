@@ -391,7 +391,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "verification.md#the-connection-to-compute-ratio"),
     _doc("ccr_high", WARN,
          "With `verify_workload`, the node CCR is above 2: for this job the network has bandwidth to spare and "
-         "compute is the bound (the seed guide's compute under-used band).",
+         "compute is the bound (the CCR guide's compute under-used band).",
          "The node CCR from the workload model, against the upper band 2.",
          ["a job with little traffic per FLOP (large tokens per step, few nodes)",
           "more network than the job needs: a cheaper fabric, or a faster GPU per node, would balance it"],
@@ -403,14 +403,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "With `verify_workload`, the node CCR is below 0.5: this job waits on the network (the message gives the "
          "exposed share of the step).",
          "The node CCR from the workload model, against the lower band 0.5.",
-         ["a bottleneck in the network topology (the seed guide's first cause of slow training)",
+         ["a bottleneck in the network topology (the CCR guide's first cause of slow training)",
           "gradient traffic neither compressed nor overlapped with compute",
           "mixed precision not configured, so gradients travel at fp32"],
          ["ccrhost calc --workload JOB.yaml --gpu 'H100 SXM' --gpus 8 --nics 8 --nic-gbps 400",
           "ccrhost calc --workload JOB.yaml --gpu 'H100 SXM' --sweep compression=1,0.5,0.125 --sweep overlap=0,0.5"],
          ["locate the bottleneck with a network performance tool (`ccrhost slurm verify --measure`)",
           "compare training time with and without gradient compression",
-          "check tensor-core utilization and train in bf16 (the guide's troubleshooting steps)"],
+          "check tensor-core utilization and train in bf16 (the CCR guide's troubleshooting steps)"],
          "ccr-model.md"),
     _doc("workload_invalid", UNKNOWN,
          "`verify_workload` does not fit this node (no GPU count was declared, so it is checked against the GPUs "

@@ -79,7 +79,7 @@ def framework_widths(framework: str | None, precision: str) -> tuple[float, floa
     - deepspeed: deepspeed/runtime/engine.py lines 939-950 (microsoft/DeepSpeed
       38327e07): communication_data_type is fp16 with fp16, bf16 with bf16, else fp32.
     - ddp-amp: torch.autocast over an fp32 model with GradScaler (PyTorch's AMP
-      examples, the guide's step 4): parameters and so .grad stay fp32, DDP reduces
+      examples, the CCR guide's step 4): parameters and so .grad stay fp32, DDP reduces
       the .grad dtype; autocast's matmul outputs are 16-bit.
     - none named: the conservative fp32 gradient reduce (what Megatron and
       torchtitan do by default), parameters and activations at 16 bits.
@@ -550,7 +550,7 @@ class NodeModel:
                    f"of the step, slowdown x{self.slowdown:.3f}")
                 + (f", pipeline bubble {self.bubble_fraction:.1%}" if self.bubble_s else "")
                 + f"; end-to-end MFU {self.mfu('causal'):.1%} (causal attention) / {self.mfu('full'):.1%} (full)"
-                + f" [the guide's literal beta 4: CCR {literal:.4g}, no band]")
+                + f" [the CCR guide's literal beta 4: CCR {literal:.4g}, no band]")
 
     def to_dict(self) -> dict:
         gb, pb, ab = self.spec.widths
@@ -637,7 +637,7 @@ def data_parallel_bytes(spec: WorkloadSpec, g: int, stage_nodes: int, params: fl
     (ZeRO-1/2), a reduce-scatter of gradients (backward) and an all-gather
     of updated parameters (before the next forward); full (ZeRO-3/FSDP), the
     reduce-scatter, an all-gather before forward and another before backward.
-    ``compression`` scales the gradient part only (the guide's step 3).
+    ``compression`` scales the gradient part only (the CCR guide's step 3).
     """
     gb, pb, _ = spec.widths
     ranks = spec.dp_size * spec.cp_size

@@ -1,4 +1,4 @@
-"""``ccrhost monitor``: the seed's step-5 figures from the node itself.
+"""``ccrhost monitor``: the CCR guide's step-5 figures from the node itself.
 
 GPU utilization (NVML, else nvidia-smi), per-port RDMA throughput from the
 port counters (iftop cannot see RDMA, which bypasses the kernel), PFC/ECN

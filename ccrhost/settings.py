@@ -154,6 +154,15 @@ def _written_file(path: str, example: str) -> str:
     return path
 
 
+# Every setting naming a file ccrhost replaces (the state files on each
+# check): one validator (_written_file) and one distinctness rule against
+# every other path setting; a new one is added here and nowhere else.
+STATE_PATHS = ("verify_link_state", "verify_gpu_state")
+WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS)
+PATH_SETTINGS = (*WRITTEN_PATHS, "slurm_ccrhost", "slurm_conf")
+_STATE_EXAMPLE = "/run/ccrhost/counters.json"
+
+
 # slurm.conf's HealthCheckNodeState: a comma list of these (slurm.conf(5)).
 HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
@@ -579,10 +588,10 @@ class HostSettings(BaseModel):
     def _fragment_is_ours(cls, value):
         return _written_file(value, "/etc/slurm/ccrhost.conf")
 
-    @field_validator("verify_link_state")
+    @field_validator(*STATE_PATHS)
     @classmethod
-    def _link_state_is_ours(cls, value):
-        return _written_file(value, "/run/ccrhost/counters.json")
+    def _state_is_ours(cls, value):
+        return _written_file(value, _STATE_EXAMPLE)
 
     @field_validator("slurm_ccrhost", "slurm_conf")
     @classmethod
@@ -647,11 +656,11 @@ class HostSettings(BaseModel):
                     f"verify_precision is {self.verify_precision} and {exc}: every host would be UNKNOWN; "
                     f"add its {self.verify_precision} figure to verify_gpu_tflops"
                 ) from None
-        for key in ("slurm_fragment", "verify_link_state"):
+        for key in WRITTEN_PATHS:
             path = getattr(self, key)
             if path == (self.slurm_conf or "/etc/slurm/slurm.conf"):
                 raise ValueError(f"[{key}] {path} is Slurm's own slurm.conf (slurm_conf)")
-            for other in ("slurm_fragment", "verify_link_state", "slurm_ccrhost", "slurm_conf"):
+            for other in PATH_SETTINGS:
                 if other != key and path == getattr(self, other):
                     raise ValueError(f"[{key}] {path} is also {other}: each file has one use")
         if self.verify_beta is not None and self.verify_workload is not None:

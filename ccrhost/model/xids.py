@@ -262,8 +262,8 @@ def _entry(code: int, resolution: str, name: str) -> XidEntry:
     source = "NVIDIA"
     if code in _OVERRIDES:
         new_level, new_action, source = _OVERRIDES[code]
-        if new_level == level and new_action in (None, action):
-            source = "NVIDIA"  # an override that agrees changes nothing
+        if new_level == level and new_action in (None, action) and source == "Azure":
+            source = "NVIDIA"  # Azure agreeing with the catalogue changes nothing; gcm's three settle a disagreement
         level, action = new_level, new_action or action
     return XidEntry(code, name, resolution, level, action, source)
 

@@ -494,7 +494,10 @@ class HostSettings(BaseModel):
     verify_gpu_state: str = Field(
         "/run/ccrhost/gpu-counters.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
         description="Where `ccrhost check` keeps the GPU error counters (NVLink, PCIe replay) between runs, for "
-        "their rates; under /run it starts afresh at boot, as the counters do.",
+        "their rates; under /run it starts afresh at boot, as the counters do. A file of ccrhost's own, by the "
+        "rules of verify_link_state, and no other path setting's file; replaced through a new temporary file "
+        "and a rename, never written through a link. A stored reading that is corrupt or out of range is "
+        "discarded and replaced, with a note.",
     )
     verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
     verify_required_mlx5: VersionText | None = Field(

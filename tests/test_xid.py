@@ -260,3 +260,28 @@ def test_text_nhc_and_drain_stay_within_fixed_sizes_whatever_the_log_holds():
     assert len(text) < 40_000 and "... and 1356 more gpu_xid_critical reasons" in text
     assert len(nhc) <= SUMMARY_MAX + 60 and nhc.rstrip().endswith("more")
     assert len(drained) <= 255
+
+
+# --- docs/gpu-health.md and ccrhost explain show the table --------------------------
+
+def test_the_docs_list_every_code_with_its_level_and_source():
+    from ccrhost.model import xids as table
+
+    page = (Path(__file__).parent.parent / "docs/gpu-health.md").read_text()
+    for e in table.XIDS.values():
+        assert f"| {e.code} | {e.name.replace('|', '/')} | {e.level} | `{e.action}` |" in page
+    assert table.CATALOG_VERSION in page
+
+
+def test_explain_shows_the_codes_of_a_level_and_one_code():
+    from click.testing import CliRunner
+
+    from ccrhost.cli import main
+
+    out = CliRunner().invoke(main, ["explain", "gpu_xid_critical"]).output
+    assert "XID codes at FAIL (NVIDIA Xid catalog" in out
+    assert "   95  Uncontained memory error" in out and "   13  " not in out
+    one = CliRunner().invoke(main, ["explain", "xid-140"])
+    assert one.exit_code == 0 and one.output == (
+        "Xid 140: ECC Unrecovered Error - FAIL, action reset_gpu (NVIDIA: RESET_GPU; level from NVIDIA catalogue)\n")
+    assert "WARN, action investigate" in CliRunner().invoke(main, ["explain", "xid-4242"]).output

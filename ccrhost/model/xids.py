@@ -306,3 +306,44 @@ def xid154_action(text: str) -> tuple[str, str, str | None]:
 # the driver says which; a fatal one needs the switch and its GPUs reset
 # (NVIDIA Fabric Manager user guide).
 SXID_LEVELS = {"fatal": (FAIL, "reset_gpu"), "non-fatal": (WARN, "investigate")}
+
+
+# --- the table as ccrhost explain and docs/gpu-health.md print it -----------------
+
+def _source(e: XidEntry) -> str:
+    if e.source == "Azure":
+        return "Azure (fails on it; the catalogue alone: WARN)"
+    if e.source == "gcm":
+        return "gcm (non-critical; Azure fails on it)"
+    if e.source == "ccrhost":
+        return "ccrhost (the catalogue gives no resolution)" if e.code in XIDS else "ccrhost (not in the catalogue)"
+    return "NVIDIA catalogue"
+
+
+def entry_line(e: XidEntry) -> str:
+    """One code on one line (``ccrhost explain xid-95``)."""
+    resolution = e.resolution or "none given"
+    extra = "; its text names the action: GPU Reset Required, Drain and Reset, Drain P2P FAIL (reset_gpu), " \
+            "Node Reboot Required FAIL (reboot), None WARN" if e.code == XID_RECOVERY else ""
+    return (f"Xid {e.code}: {e.name} - {e.level}, action {e.action} (NVIDIA: {resolution}; level from "
+            f"{_source(e)}){extra}")
+
+
+def table_text(level: str) -> str:
+    """The codes at ``level``, for ``ccrhost explain gpu_xid_critical`` / ``gpu_xid``."""
+    rows = [e for e in XIDS.values() if e.level == level]
+    out = [f"XID codes at {level} ({CATALOG_VERSION}; any code not listed: WARN, investigate):"]
+    out += [f"  {e.code:>3}  {e.name[:44]:<44}  {e.action:<11}  {_source(e).split(' (')[0]}" for e in rows]
+    return "\n".join(out) + "\n"
+
+
+def table_md() -> str:
+    """Every code's level, action, NVIDIA's resolution and the source of the level (docs/gpu-health.md)."""
+    out = [f"Source: {CATALOG_VERSION}. A code this table does not list WARNs (action `investigate`).", "",
+           "| Xid | Catalogue description | Level | Action | NVIDIA's resolution | Level from |",
+           "|---|---|---|---|---|---|"]
+    for e in XIDS.values():
+        name = e.name.replace("|", "/")
+        out.append(f"| {e.code} | {name} | {e.level} | `{e.action}` | {e.resolution or 'none given'} | "
+                   f"{_source(e)} |")
+    return "\n".join(out) + "\n"

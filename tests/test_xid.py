@@ -285,3 +285,11 @@ def test_explain_shows_the_codes_of_a_level_and_one_code():
     assert one.exit_code == 0 and one.output == (
         "Xid 140: ECC Unrecovered Error - FAIL, action reset_gpu (NVIDIA: RESET_GPU; level from NVIDIA catalogue)\n")
     assert "WARN, action investigate" in CliRunner().invoke(main, ["explain", "xid-4242"]).output
+
+
+def test_the_xid_metric_counts_lines_not_records():
+    from ccrhost.node.check import gpu_health_metrics
+
+    xids, _ = probe.parse_log("dmesg", "101000", storm(1000))
+    health = GpuHealthReading(gpus=[GpuHealth(2, pci="00000000:18:00.0")], xids=xids)
+    assert 'ccrhost_gpu_xids{gpu="2",code="13"} 1000' in gpu_health_metrics(health)

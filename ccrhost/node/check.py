@@ -360,9 +360,11 @@ def gpu_health_metrics(health) -> list[str]:
             out += [f'ccrhost_gpu_{name}{{gpu="{i}"}} {v}' for i, v in rows]
     index = {g.pci[:10] if g.pci else None: g.index for g in health.gpus}
     counts: dict[tuple[str, int], int] = {}
-    for x in health.xids:
+    for x in health.xids:  # one record per device, instance and code: its count is the lines'
+        if x.sxid:
+            continue
         gpu = str(index.get(x.pci[:10], x.pci))
-        counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + 1
+        counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + x.count
     out += ["# HELP ccrhost_gpu_xids XID lines in the kernel log since boot, per GPU and code.",
             "# TYPE ccrhost_gpu_xids gauge"]
     out += [f'ccrhost_gpu_xids{{gpu="{_label(g)}",code="{c}"}} {n}' for (g, c), n in sorted(counts.items())]

@@ -358,12 +358,14 @@ def gpu_health_metrics(health) -> list[str]:
         if rows:
             out += [f"# HELP ccrhost_gpu_{name} {text}", f"# TYPE ccrhost_gpu_{name} gauge"]
             out += [f'ccrhost_gpu_{name}{{gpu="{i}"}} {v}' for i, v in rows]
-    index = {g.pci[:10] if g.pci else None: g.index for g in health.gpus}
+    from ccrhost.model.gpu_health import pci_key
+
+    index = {pci_key(g.pci): g.index for g in health.gpus}
     counts: dict[tuple[str, int], int] = {}
     for x in health.xids:  # one record per device, instance and code: its count is the lines'
         if x.sxid:
             continue
-        gpu = str(index.get(x.pci[:10], x.pci))
+        gpu = str(index.get(pci_key(x.pci), x.pci))
         counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + x.count
     out += ["# HELP ccrhost_gpu_xids XID lines in the kernel log since boot, per GPU and code.",
             "# TYPE ccrhost_gpu_xids gauge"]

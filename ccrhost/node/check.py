@@ -436,10 +436,9 @@ def current_reason(node: str, scontrol: str) -> str | None:
 
 def drain_reason(verdict: Verdict) -> str:
     """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
-    if verdict.status == UNKNOWN:
-        return f"{DRAIN_PREFIX} UNKNOWN: {bounded_summary(verdict, 255)}"[:255]
     prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
-    return f"{prefix} {bounded_summary(verdict, 255)}"[:255]
+    prefix = f"{DRAIN_PREFIX} UNKNOWN:" if verdict.status == UNKNOWN else prefix
+    return f"{prefix} {bounded_summary(verdict, 255 - len(prefix) - 1)}"[:255]
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,

@@ -5,7 +5,6 @@ corrupt or out of range is discarded, replaced and noted, never raised on."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest

@@ -411,17 +411,3 @@ def join(gpus: GpuHealthReading, log: list[str] | None) -> GpuHealthReading:
     reading = parse_command_output(log if log is not None else ["@@logerror", "the kernel log probe did not finish"])
     reading.gpus, reading.error, reading.source, reading.lost = gpus.gpus, gpus.error, gpus.source, gpus.lost
     return reading
-
-
-def read_local(nvml=None, timeout: float = 20) -> GpuHealthReading:
-    """This node's GPU health. The kernel log is read first, in a thread of
-    its own, so a hung NVML or nvidia-smi never costs it; the check waits
-    for the slower."""
-    import threading
-
-    log: list[list[str]] = []
-    reader = threading.Thread(target=lambda: log.append(read_log(timeout)), daemon=True)
-    reader.start()
-    gpus = read_gpus(nvml, timeout)
-    reader.join(timeout + 1)
-    return join(gpus, log[0] if log else None)

@@ -207,6 +207,8 @@ def _when(age_s: float | None) -> str:
 def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell: set) -> list[Reason]:
     """One reason per device and code (and MIG instance): its level and
     action from the XID table, how many lines since boot and the latest."""
+    if not xids:  # the table is loaded only when a node logged one (each check would pay its import)
+        return []
     from ccrhost.model.xids import SXID_LEVELS, XID_RECOVERY, xid154_action, xid_entry
 
     merged: dict[tuple, Xid] = {}

@@ -172,8 +172,10 @@ def test_nvml_reads_the_gpus_it_can_and_names_the_lost_one():
     assert [g.pci for g in reading.gpus] == ["0000:18:00.0"] and reading.lost == ["GPU 1 (NVML: GPU is lost)"]
     reading.pci_gpus = ["0000:18:00.0", "0000:28:00.0"]
     assert [x.message for x in check_gpu_health(reading, [], GpuHealthPolicy())] == [
-        "GPU GPU 1 (NVML: GPU is lost) fell off the bus: NVML cannot reach it",
-        "GPU at 0000:28:00.0 fell off the bus: the PCI bus lists it, NVML does not see it"]
+        "GPU at 0000:28:00.0 fell off the bus: the PCI bus lists it, NVML does not see it (GPU 1 (NVML: GPU is lost))"]
+    reading.pci_gpus = []  # no bus listing: the index alone names it
+    assert [x.message for x in check_gpu_health(reading, [], GpuHealthPolicy())] == [
+        "GPU 1 (NVML: GPU is lost) fell off the bus: NVML cannot reach it"]
 
 
 # --- the kernel log first, apart from NVML ------------------------------------------

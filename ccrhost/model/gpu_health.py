@@ -263,28 +263,33 @@ _LOST_ADDRESS = re.compile(r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:
 
 
 def _lost_reasons(reading: GpuHealthReading, fell: set) -> list[Reason]:
-    """GPUs that fell off the bus without (or before) an Xid 79: listed on
-    the PCI bus and not seen by NVML or nvidia-smi, or named unreachable by
-    them. Judged whatever else failed to read: a lost GPU is what makes
+    """GPUs that fell off the bus without (or before) an Xid 79: named
+    unreachable by NVML or nvidia-smi, or listed on the PCI bus and not seen
+    by them. Judged whatever else failed to read: a lost GPU is what makes
     NVML and nvidia-smi fail."""
     reasons = []
     tool = "NVML" if reading.source == "nvml" else "nvidia-smi"
+    unnamed = []  # "GPU 1 (NVML: ...)": an index, no address; the bus comparison names it
     for what in reading.lost:
         m = _LOST_ADDRESS.search(what)
-        key = pci_key(m.group(0)) if m else what
-        if key in fell:
+        if not m:
+            unnamed.append(what)
             continue
-        fell.add(key)
-        reasons.append(Reason(FAIL, "gpu_fell_off_bus",
-                              f"GPU {'at ' + key if m else what} fell off the bus: {tool} cannot reach it"))
+        key = pci_key(m.group(0))
+        if key not in fell:
+            fell.add(key)
+            reasons.append(Reason(FAIL, "gpu_fell_off_bus", f"GPU at {key} fell off the bus: {tool} cannot reach it"))
     if reading.gpus or not reading.error:  # which GPUs it sees is known: every GPU the bus lists must be there
         seen = {pci_key(g.pci) for g in reading.gpus}
         for address in reading.pci_gpus:
             key = pci_key(address)
             if key not in seen and key not in fell:
                 fell.add(key)
-                reasons.append(Reason(FAIL, "gpu_fell_off_bus",
-                                      f"GPU at {address} fell off the bus: the PCI bus lists it, {tool} does not see it"))
+                also = f" ({unnamed.pop(0)})" if unnamed else ""
+                reasons.append(Reason(FAIL, "gpu_fell_off_bus", f"GPU at {address} fell off the bus: the PCI bus "
+                                                                f"lists it, {tool} does not see it{also}"))
+    reasons += [Reason(FAIL, "gpu_fell_off_bus", f"{what} fell off the bus: {tool} cannot reach it")
+                for what in unnamed]
     return reasons
 
 

@@ -19,6 +19,7 @@ import threading
 
 _running: set = set()  # the Popen objects whose groups are still ours to end
 _lock = threading.Lock()
+_ended = False  # end_all ran: a snippet started after it (a thread mid-Popen) is killed at once
 
 
 class ProbeTimeout(RuntimeError):
@@ -31,6 +32,8 @@ def run(command: str, timeout: float, what: str) -> str:
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     with _lock:
         _running.add(proc)
+        if _ended:
+            _kill(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -54,7 +57,9 @@ def end_all() -> None:
     """Kill the process group of every snippet still running (not yet
     reaped, so its group id is still its own): called as the command
     exits, however it exits (ccrhost.console; atexit otherwise)."""
+    global _ended
     with _lock:
+        _ended = True
         procs = list(_running)
         _running.clear()
     for proc in procs:

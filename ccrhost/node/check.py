@@ -187,6 +187,7 @@ def local_gpu_health(settings: HostSettings, gather_health, now=None):
 # characters of a drain reason).
 MESSAGE_MAX = 400
 PER_CODE_MAX = 20
+REASONS_MAX = 100
 SUMMARY_MAX = 1000
 
 
@@ -226,13 +227,17 @@ def format_text(verdict: Verdict) -> str:
         if c.workload:
             lines.append(f"  workload model: {c.workload['statement']}")
     shown: dict[str, int] = {}
+    printed = 0
     for r in verdict.reasons:
         shown[r.code] = shown.get(r.code, 0) + 1
-        if shown[r.code] <= PER_CODE_MAX:
+        if shown[r.code] <= PER_CODE_MAX and printed < REASONS_MAX:
             lines.append(f"  {r.level}: {_cut(r.message, MESSAGE_MAX)}")
-    for code, n in shown.items():
-        if n > PER_CODE_MAX:
-            lines.append(f"  ... and {n - PER_CODE_MAX} more {code} reasons (--format json lists them all)")
+            printed += 1
+    left = len(verdict.reasons) - printed
+    if left:
+        more = ", ".join(f"{n - min(n, PER_CODE_MAX)} {code}" for code, n in shown.items() if n > PER_CODE_MAX)
+        lines.append(f"  ... and {left} more reasons{f' ({more} among them)' if more else ''} "
+                     "(--format json lists them all)")
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         lines.append(f"  note: {_cut(fabric.window.note, MESSAGE_MAX)}")

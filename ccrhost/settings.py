@@ -470,7 +470,8 @@ class HostSettings(BaseModel):
     # GPU health (model/gpu_health.py; docs/gpu-health.md): defaults from the anchors named there
     verify_gpu_xid_lookback_hours: float = Field(
         2, ge=0, le=720, description="XIDs logged longer ago than this are not judged (Azure check_gpu_xid: 2 h); "
-        "a log line without a time counts since boot.",
+        "a log line without a time counts since boot. Those whose action is a reboot (Xid 79 fell off the bus, "
+        "151, 168, an Xid 154 naming Node Reboot Required) count for the whole boot.",
     )
     verify_gpu_xid_ignore: tuple[Annotated[int, Field(ge=1, le=65535)], ...] = Field(
         (), description="XID codes never judged (still shown in the readings).",

@@ -226,17 +226,26 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
 def explain(code):
     """Explain a reason code: what it means, what is read, the likely
     causes, and the commands that confirm and fix it (the handbook's entry).
+    ``xid-CODE`` (``xid-95``) gives one XID code's level, action and source.
 
     An unknown CODE exits 2 and lists the codes closest to it.
     """
-    from ccrhost.model import reasons
+    import re
 
+    from ccrhost.model import reasons, xids
+
+    xid = re.fullmatch(r"(?i)xid[-: ]?(\d{1,5})", code.strip())
+    if xid:  # one XID code: its level, action and source (the table in ccrhost/model/xids.py)
+        click.echo(xids.entry_line(xids.xid_entry(int(xid.group(1)))))
+        return
     doc = reasons.REGISTRY.get(code.strip())
     if doc is None:
         close = reasons.close_matches(code.strip())
         hint = f"; did you mean: {', '.join(close)}?" if close else f"; known codes: {', '.join(sorted(reasons.REGISTRY))}"
         raise click.UsageError(f"unknown reason code {code!r}{hint}")
     click.echo(reasons.entry_text(doc), nl=False)
+    if doc.code in ("gpu_xid_critical", "gpu_xid"):
+        click.echo("\n" + xids.table_text(doc.level) + "One code: ccrhost explain xid-CODE", nl=True)
 
 
 @main.command("nccl-env")

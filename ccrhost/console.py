@@ -28,6 +28,11 @@ def entry(argv=None) -> None:
         code = exc.code
     else:
         code = 0
+    finally:
+        if check:  # the reads started above end with the check, however it ends (os._exit skips atexit)
+            from ccrhost.probes import local
+
+            local.end_all()
     # The check has written and closed all it writes: tearing the interpreter
     # down (every module's objects freed one by one) would add some 10 ms to
     # each prolog, for nothing. An output that cannot be flushed exits the

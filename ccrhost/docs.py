@@ -204,7 +204,21 @@ def reasons_handbook() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-PAGES = {"settings.md": settings_reference, "reasons.md": reasons_handbook}
+_XID_START, _XID_END = "<!-- xid-table:start -->", "<!-- xid-table:end -->"
+
+
+def gpu_health_page() -> str:
+    """docs/gpu-health.md as written, its XID table regenerated from ccrhost/model/xids.py."""
+    from ccrhost.model import xids
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "gpu-health.md").read_text()
+    head, _, rest = text.partition(_XID_START)
+    _, _, tail = rest.partition(_XID_END)
+    table = GENERATED.format(source="ccrhost/model/xids.py") + "\n" + xids.table_md()
+    return f"{head}{_XID_START}\n{table}{_XID_END}{tail}"
+
+
+PAGES = {"settings.md": settings_reference, "reasons.md": reasons_handbook, "gpu-health.md": gpu_health_page}
 
 
 def main(argv=None) -> int:

@@ -148,3 +148,45 @@ def write_output(output: str | Path, text: str) -> None:
         sys.stdout.flush()
         return
     write_atomic(output, text)
+
+
+# --- state files: what a root check replaces on every run ------------------------
+# A state file (verify_link_state, verify_gpu_state) is replaced, never
+# written through: the new reading goes to a temporary name of its own
+# (O_EXCL | O_NOFOLLOW, random: never a file or link someone planted in the
+# folder, which may be /tmp where fs.protected_symlinks is 0), then is
+# renamed over the path. rename(2) replaces a link at the path itself and
+# never follows it.
+
+def write_state(path: str | Path, text: str) -> None:
+    """Replace the state file ``path`` with ``text`` (folders created)."""
+    path = os.path.abspath(path)
+    folder, name = os.path.split(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, _FLAGS, 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_state_command(path: str, value: str) -> str:
+    """:func:`write_state`'s shell twin (the deploy's snapshot): the shell
+    words ``value`` (e.g. ``"$r"``) into ``path``; fails (non-zero) when it
+    cannot. mktemp creates the temporary name exclusively (O_EXCL, mode
+    0600); ``mv -T`` renames it over the path, never into a folder or
+    through a link the path names."""
+    import shlex
+
+    q = shlex.quote(path)
+    folder, name = os.path.split(path)
+    d = shlex.quote(folder or "/")
+    return (f"{{ mkdir -p {d} && t=$(mktemp {d}/{shlex.quote('.' + name)}.XXXXXXXX) && "
+            f"{{ printf '%s\\n' {value} > \"$t\" && mv -fT \"$t\" {q} || {{ rm -f \"$t\"; false; }}; }}; }}")

@@ -154,6 +154,15 @@ def _written_file(path: str, example: str) -> str:
     return path
 
 
+# Every setting naming a file ccrhost replaces (the state files on each
+# check): one validator (_written_file) and one distinctness rule against
+# every other path setting; a new one is added here and nowhere else.
+STATE_PATHS = ("verify_link_state", "verify_gpu_state")
+WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS)
+PATH_SETTINGS = (*WRITTEN_PATHS, "slurm_ccrhost", "slurm_conf")
+_STATE_EXAMPLE = "/run/ccrhost/counters.json"
+
+
 # slurm.conf's HealthCheckNodeState: a comma list of these (slurm.conf(5)).
 HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
@@ -492,7 +501,8 @@ class HostSettings(BaseModel):
     # GPU health (model/gpu_health.py; docs/gpu-health.md): defaults from the anchors named there
     verify_gpu_xid_lookback_hours: float = Field(
         2, ge=0, le=720, description="XIDs logged longer ago than this are not judged (Azure check_gpu_xid: 2 h); "
-        "a log line without a time counts since boot.",
+        "a log line without a time counts since boot. Those whose action is a reboot (Xid 79 fell off the bus, "
+        "151, 168, an Xid 154 naming Node Reboot Required) count for the whole boot.",
     )
     verify_gpu_xid_ignore: tuple[Annotated[int, Field(ge=1, le=65535)], ...] = Field(
         (), description="XID codes never judged (still shown in the readings).",
@@ -516,7 +526,10 @@ class HostSettings(BaseModel):
     verify_gpu_state: str = Field(
         "/run/ccrhost/gpu-counters.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
         description="Where `ccrhost check` keeps the GPU error counters (NVLink, PCIe replay) between runs, for "
-        "their rates; under /run it starts afresh at boot, as the counters do.",
+        "their rates; under /run it starts afresh at boot, as the counters do. A file of ccrhost's own, by the "
+        "rules of verify_link_state, and no other path setting's file; replaced through a new temporary file "
+        "and a rename, never written through a link. A stored reading that is corrupt or out of range is "
+        "discarded and replaced, with a note.",
     )
     verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
     verify_required_mlx5: VersionText | None = Field(
@@ -610,10 +623,10 @@ class HostSettings(BaseModel):
     def _fragment_is_ours(cls, value):
         return _written_file(value, "/etc/slurm/ccrhost.conf")
 
-    @field_validator("verify_link_state")
+    @field_validator(*STATE_PATHS)
     @classmethod
-    def _link_state_is_ours(cls, value):
-        return _written_file(value, "/run/ccrhost/counters.json")
+    def _state_is_ours(cls, value):
+        return _written_file(value, _STATE_EXAMPLE)
 
     @field_validator("slurm_ccrhost", "slurm_conf")
     @classmethod
@@ -678,11 +691,11 @@ class HostSettings(BaseModel):
                     f"verify_precision is {self.verify_precision} and {exc}: every host would be UNKNOWN; "
                     f"add its {self.verify_precision} figure to verify_gpu_tflops"
                 ) from None
-        for key in ("slurm_fragment", "verify_link_state"):
+        for key in WRITTEN_PATHS:
             path = getattr(self, key)
             if path == (self.slurm_conf or "/etc/slurm/slurm.conf"):
                 raise ValueError(f"[{key}] {path} is Slurm's own slurm.conf (slurm_conf)")
-            for other in ("slurm_fragment", "verify_link_state", "slurm_ccrhost", "slurm_conf"):
+            for other in PATH_SETTINGS:
                 if other != key and path == getattr(self, other):
                     raise ValueError(f"[{key}] {path} is also {other}: each file has one use")
         if self.verify_beta is not None and self.verify_workload is not None:

@@ -747,7 +747,9 @@ NVLINK = lines_of((_GPU_FIX / "nvlink_status_h100pcie.txt").read_text()) + lines
     (_GPU_FIX / "nvlink_status_a6000.txt").read_text())
 NVLINK_E = lines_of((_GPU_FIX / "nvlink_errors_h100.txt").read_text())
 KLOG = lines_of((_GPU_FIX / "dmesg_ctime_gpud.txt").read_text()) + lines_of(
-    (_GPU_FIX / "syslog_old_driver.txt").read_text()) + [
+    (_GPU_FIX / "syslog_old_driver.txt").read_text()) + lines_of(
+    (_GPU_FIX / "xid_forms_open_modules.txt").read_text()) + lines_of(
+    (_GPU_FIX / "xid_forms_driver_format.txt").read_text()) + [
     "[ 7000.250000] NVRM: Xid (PCI:0000:2a:00): 48, pid=1, name=python, An uncorrectable double bit error",
     "1733300000.500000 gpu01 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has "
     "fallen off the bus.", "dmesg: read kernel buffer failed: Operation not permitted", "No journal files were found."]
@@ -789,6 +791,63 @@ def test_kernel_log_xids(tag, arg, lines):
     assert error is None or isinstance(error, str)
     for x in xids:
         assert x.code >= 0 and x.pci.count(":") == 2 and (x.age_s is None or x.age_s >= 0)
+
+
+# Driver lines generated from the printers' own format strings (issue 36):
+# krcReportXid's "NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, [pid=%s, name=%s, ]%s",
+# older drivers' form without "PCI:" and with the function, and
+# NVSWITCH_PRINT_SXID's "nvidia-%s: SXid (PCI:%04x:%02x:%02x.%x): %05d, <Fatal|Non-fatal>, ...",
+# under a dmesg or journalctl stamp; the parser must give back what was printed.
+_XID_TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=80).filter(
+    lambda t: "Xid (" not in t and "\x85" not in t)
+
+
+@st.composite
+def driver_line(draw, tag: str):
+    pci = "%04x:%02x:%02x" % (draw(st.integers(0, 0xFFFF)), draw(st.integers(0, 255)), draw(st.integers(0, 31)))
+    code = draw(st.integers(0, 99999))
+    text = draw(_XID_TEXT)
+    if draw(st.booleans()):  # an NVSwitch SXid
+        fatal = draw(st.sampled_from(["Fatal", "Non-fatal"]))
+        body = f"nvidia-nvswitch{draw(st.integers(0, 15))}: SXid (PCI:{pci}.{draw(st.integers(0, 7))}): " \
+               f"{code:05d}, {fatal}, {text}"
+        key = (True, pci, None, code)
+    else:
+        mig = draw(st.sampled_from(["", "gi", "gi+ci"]))
+        gi, ci = draw(st.integers(0, 99)), draw(st.integers(0, 99))
+        instance = {"": None, "gi": f"GPU-I:{gi:02d}", "gi+ci": f"GPU-I:{gi:02d} GPU-CI:{ci:02d}"}[mig]
+        prefix, function = draw(st.sampled_from([("PCI:", ""), ("", ""), ("", ".0")])) if not mig else ("PCI:", "")
+        code = code % 65536
+        proc = draw(st.sampled_from(["", "pid=4242, name=python, ", "pid='<unknown>', name=<unknown>, "]))
+        body = f"NVRM: Xid ({prefix}{pci}{function}{' ' + instance if instance else ''}): {code}, {proc}{text}"
+        key = (False, pci, instance, code)
+    seconds = draw(st.floats(0, 9000, allow_nan=False))
+    stamp = f"[{seconds:12.6f}] " if tag == "dmesg" else f"{1733300000 + seconds:.6f} gpu01 kernel: "
+    return stamp + body, key
+
+
+@given(st.sampled_from(["dmesg", "journal"]).flatmap(
+    lambda tag: st.tuples(st.just(tag), st.lists(driver_line(tag), max_size=40))))
+def test_xid_parser_reads_every_driver_form_it_is_given(case):
+    from collections import Counter
+
+    from ccrhost.model.gpu_health import GpuHealthPolicy, check_gpu_health
+    from ccrhost.model.xids import XIDS
+
+    tag, generated = case
+    now = "9000.5" if tag == "dmesg" else "1733309000.5"
+    xids, error = gpu_health.parse_log(tag, now, [line for line, _ in generated])
+    assert error is None
+    want = Counter(key for _, key in generated)
+    assert {(x.sxid, x.pci, x.instance, x.code): x.count for x in xids} == dict(want)
+    assert all(x.age_s is not None and x.age_s >= 0 for x in xids)
+    reasons = check_gpu_health(gpu_health.GpuHealthReading(xids=xids), [], GpuHealthPolicy(xid_lookback_s=1e9))
+    # one reason per device, instance and code, never none; a FAIL code of the table always FAILs
+    lost = {k[1] for k in want if k[3] == 79 and not k[0]}  # a lost GPU is named once, whatever its instances
+    assert len(reasons) == len([k for k in want if not (k[3] == 79 and not k[0])]) + len(lost)
+    failing = {(x.pci, x.instance, x.code) for x in xids if not x.sxid and x.code in XIDS
+               and XIDS[x.code].level == "FAIL" and x.code != 154}
+    assert len([r for r in reasons if r.level == "FAIL"]) >= len(failing)
 
 
 @given(output(HEALTH_OUT, 150))

@@ -79,8 +79,9 @@ def test_nvlink_samples():
 def test_xid_lines_new_and_old_driver_format():
     xids, error = probe.parse_log("dmesg", "100", lines("dmesg_ctime_gpud.txt"))
     assert error is None
-    assert [(x.code, x.pci, x.age_s) for x in xids] == [(13, "0000:cb:00", None)] * 3  # --ctime: no uptime stamp
-    assert xids[0].text.endswith("Illegal Instruction Parameter")
+    # three lines of one code on one GPU: one record, counted, with the latest line (--ctime: no uptime stamp)
+    assert [(x.code, x.pci, x.age_s, x.count) for x in xids] == [(13, "0000:cb:00", None, 3)]
+    assert xids[0].text.startswith("pid='<unknown>', name=<unknown>, Graphics Exception: ESR")
     old, _ = probe.parse_log("dmesg", "0", lines("syslog_old_driver.txt"))
     assert [(x.code, x.pci) for x in old] == [(13, "0000:03:00")]
     assert old[0].text == "0003 00000000 00008297 00001098 00000000 00000044"
@@ -121,7 +122,8 @@ def test_command_output_sections():
     # the fallen GPU is named once, by its XID; the fabric manager is not judged without a fabric
     assert codes(reasons) == [("FAIL", "gpu_fell_off_bus")]
     assert reasons[0].message == ("GPU at 0000:52:00 fell off the bus: Xid 79 2 min ago "
-                                  "(pid='<unknown>', name=<unknown>, GPU has fallen off the bus.)")
+                                  "(pid='<unknown>', name=<unknown>, GPU has fallen off the bus.); "
+                                  "lost until the node reboots")
     error = probe.parse_command_output(["@@error", "nvidia-smi not found", "@@logerror", "neither journalctl nor "
                                         "dmesg found"])
     assert codes(check_gpu_health(error, [], GpuHealthPolicy())) == [("UNKNOWN", "gpu_health_unreadable")] * 2
@@ -236,13 +238,21 @@ def test_xid_levels_lookback_and_ignore():
     reading = GpuHealthReading(gpus=[gpu(0)], xids=xids)
     reasons = check_gpu_health(reading, [h100()], GpuHealthPolicy())
     assert [(r.level, r.code, r.message) for r in reasons] == [
-        ("FAIL", "gpu_xid_critical", "GPU 0 (0000:18:00) Xid 48 1 min ago: double bit"),
-        ("WARN", "gpu_xid", "GPU 0 (0000:18:00) Xid 13 1 min ago: app"),
-        ("WARN", "gpu_xid", "GPU 0 (0000:18:00) Xid 63 1 min ago: remap"),
-        ("WARN", "gpu_xid", "GPU at 0000:99:00 Xid 45 since boot: preempt")]
-    ignored = check_gpu_health(reading, [h100()], GpuHealthPolicy(xid_ignore=(13, 63, 45), xid_lookback_s=4 * 3600))
-    assert [r.message for r in ignored] == ["GPU 0 (0000:18:00) Xid 48 1 min ago: double bit",
-                                            "GPU 0 (0000:18:00) Xid 74 180 min ago: old nvlink"]
+        ("FAIL", "gpu_xid_critical", "GPU 0 (0000:18:00) Xid 48 (Double Bit ECC Error) 1 min ago: double bit "
+                                     "[NVIDIA: WORKFLOW_XID_48; action: reset_gpu]"),
+        ("WARN", "gpu_xid", "GPU 0 (0000:18:00) Xid 13 (Graphics Engine Exception) 1 min ago: app "
+                            "[NVIDIA: RESTART_APP; action: restart_job]"),
+        # a code neither Azure nor gcm lists is judged by NVIDIA's catalogue, never left out
+        ("WARN", "gpu_xid", "GPU 0 (0000:18:00) Xid 94 (Contained memory error) 1 min ago: contained "
+                            "[NVIDIA: RESTART_APP; action: restart_job]"),
+        ("WARN", "gpu_xid", "GPU 0 (0000:18:00) Xid 63 (GPU memory remapping event) 1 min ago: remap "
+                            "[NVIDIA: IGNORE; action: none]"),
+        ("WARN", "gpu_xid", "GPU at 0000:99:00 Xid 45 (Preemptive cleanup, due to previous errors) since boot: "
+                            "preempt [NVIDIA: WORKFLOW_XID_45; action: restart_job]")]
+    ignored = check_gpu_health(reading, [h100()], GpuHealthPolicy(xid_ignore=(13, 63, 45, 94),
+                                                                  xid_lookback_s=4 * 3600))
+    assert [r.message.split(": ")[0] for r in ignored] == ["GPU 0 (0000:18:00) Xid 48 (Double Bit ECC Error) 1 min ago",
+                                                          "GPU 0 (0000:18:00) Xid 74 (NVLINK Error) 180 min ago"]
 
 
 def test_a_gpu_the_bus_lists_but_nvidia_smi_does_not_see_fell_off():

@@ -68,6 +68,11 @@ def test_live_faults_come_and_go_and_rates_come_from_the_last_check(fleet):
     doc, rc = check(fleet, "node1")
     assert (doc["status"], rc, [r["code"] for r in doc["reasons"]]) == ("WARN", 1, ["gpu_xid"])
     assert doc["reasons"][0]["message"].startswith("GPU 2 (0000:") and "Xid 13" in doc["reasons"][0]["message"]
+    fleet.fault("node1", "xid=95:1:5:0")  # an uncontained ECC error in a MIG instance (main read no such line)
+    mig, rc = check(fleet, "node1")
+    assert (mig["status"], rc, {r["code"] for r in mig["reasons"]}) == ("FAIL", 2, {"gpu_xid", "gpu_xid_critical"})
+    critical = next(r["message"] for r in mig["reasons"] if r["code"] == "gpu_xid_critical")
+    assert critical.startswith("GPU 1 (0000:") and " GPU-I:05 GPU-CI:00 Xid 95 (Uncontained memory error)" in critical
 
     fleet.fault("node1", "pcie_replay=4")  # the check above stored GPU 4's replays (0) with its time and boot id
     rising, _ = check(fleet, "node1")
@@ -95,7 +100,7 @@ def test_a_fault_value_the_node_cannot_have_changes_nothing(fleet):
     from ccrhost.lab.profile import ProfileError
 
     before = fleet.node("node1").faults
-    for spec in ("xid=48:9", "nvlink_down=0:18", "row_remap_pending=x", "xid=0"):
+    for spec in ("xid=48:9", "nvlink_down=0:18", "row_remap_pending=x", "xid=0", "xid=48:3:100", "xid=48:3:1:x"):
         with pytest.raises(ProfileError, match=r"fault .*: need "):
             fleet.fault("node1", spec)
     assert fleet.node("node1").faults == before

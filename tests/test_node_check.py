@@ -5,6 +5,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 from test_checks import H100, gpu, healthy, port
@@ -335,3 +336,41 @@ def test_a_prolog_asks_slurmctld_nothing_when_the_node_is_fit(scontrol, monkeypa
     monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "health_check")
     node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script))
     assert calls.read_text() == "show\nupdate\nshow\n"  # the health check asks (and finds no drain of ours)
+
+
+# --- issue 36: every process the check starts ends with it ---------------------
+
+def _alive(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][:1] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("case", ["usage error", "bad config", "unreadable RDMA"])
+def test_a_check_that_ends_early_leaves_no_nvidia_smi_behind(tmp_path, case):
+    # nvidia-smi hangs (a wedged driver) far past the check: whichever way the
+    # check ends first, the probes it started end with it, not re-parented to init
+    pids = tmp_path / "pids"
+    tools = {"nvidia-smi": f"echo $$ >> {pids}\nexec sleep 600\n"}
+    args = ["check", "--format", "nhc", "--probe-timeout", "60"]
+    if case == "usage error":
+        args += ["--format-typo"]
+    elif case == "bad config":
+        (tmp_path / "check.yaml").write_text("verify_gpu_count: lots\n")
+        args += ["--config", str(tmp_path / "check.yaml")]
+    else:  # a sysfs value no kernel prints: the RDMA probe's format error
+        tools["awk"] = "echo @@ib\necho 'mlx5_0/ports/1/rate:fast'\n"
+    env = fake_tools(tmp_path, **tools)
+    # the check reads before it parses its arguments: wait until nvidia-smi runs
+    proc = subprocess.Popen([sys.executable, "-m", "ccrhost", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    out, err = proc.communicate(timeout=50)
+    assert proc.returncode == 3, (out, err)
+    started = pids.read_text().split() if pids.exists() else []
+    assert started, "nvidia-smi never ran: the test proves nothing"
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in started if _alive(p)]

@@ -50,14 +50,16 @@ def refused(data: dict) -> str:
     ("/sys/class/infiniband/mlx5_0/ports/1/rate", "is a system file (under /sys)"),
 ])
 @pytest.mark.parametrize("key, example", [("slurm_fragment", "/etc/slurm/ccrhost.conf"),
-                                          ("verify_link_state", "/run/ccrhost/counters.json")])
+                                          ("verify_link_state", "/run/ccrhost/counters.json"),
+                                          # issue 36: it accepted every one of these
+                                          ("verify_gpu_state", "/run/ccrhost/counters.json")])
 def test_a_written_file_may_not_be_one_ccrhost_does_not_own(key, example, path, why):
     assert refused({key: path}) == f"gpu01: {key} = {path!r}: {why}; {OURS}{example}"
 
 
-@pytest.mark.parametrize("key", ["slurm_fragment", "verify_link_state"])
+@pytest.mark.parametrize("key", ["slurm_fragment", "verify_link_state", "verify_gpu_state"])
 @pytest.mark.parametrize("path", ["/etc/slurm/../passwd", "/etc/slurm/./ccrhost.conf", "/etc//passwd",
-                                  "/run/ccrhost/"])
+                                  "/run/ccrhost/", "/run/../etc/shadow"])
 def test_a_written_file_is_named_plainly(key, path):
     why = ("names a folder; allowed: the path of a file" if path.endswith("/") else
            "has an empty, '.' or '..' component; allowed: a plain absolute path")
@@ -92,6 +94,25 @@ def test_the_fragment_may_not_be_the_slurm_conf_the_site_names():
     assert refused({"slurm_conf": conf, "slurm_fragment": conf}) == f"gpu01: slurm_fragment = {conf!r}: {message}"
     assert refused({"slurm_conf": conf, "verify_link_state": conf}) == (
         f"gpu01: verify_link_state = {conf!r}: {message}")
+
+
+def test_the_two_state_files_are_never_one():
+    # issue 36: the two writers overwrote each other and no rate was judged again
+    path = "/run/ccrhost/state.json"
+    assert refused({"verify_link_state": path, "verify_gpu_state": path}) == (
+        f"gpu01: verify_link_state = {path!r}: {path} is also verify_gpu_state: each file has one use")
+    assert refused({"verify_gpu_state": "/etc/slurm/ccrhost.conf"}) == (
+        "gpu01: slurm_fragment = '/etc/slurm/ccrhost.conf': /etc/slurm/ccrhost.conf is also verify_gpu_state: "
+        "each file has one use")
+
+
+def test_every_path_setting_is_in_the_one_rule():
+    from ccrhost.settings import PATH_SETTINGS, HostSettings
+
+    # a new setting naming a file on the node joins the rule, or this fails
+    named = {k for k in HostSettings.model_fields if k.startswith("verify_") and k.endswith("_state")}
+    assert named == {"verify_link_state", "verify_gpu_state"}
+    assert named <= set(PATH_SETTINGS)
 
 
 def test_two_path_keys_never_name_one_file():

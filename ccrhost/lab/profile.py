@@ -381,7 +381,8 @@ FAULT_KINDS = {
                 "(default: the first NIC's netdev)",
     "route_multipath": "[DEV]: the default route has a second nexthop through DEV (default: the second NIC's netdev)",
     # GPU health (shims nvidia-smi -q / nvlink, dmesg, journalctl; docs/gpu-health.md)
-    "xid": "CODE[:INDEX]: the kernel log has an NVIDIA XID CODE for GPU INDEX (default 0)",
+    "xid": "CODE[:INDEX[:GI[:CI]]]: the kernel log has an NVIDIA XID CODE for GPU INDEX (default 0), attributed "
+           "to MIG GPU instance GI (and compute instance CI) when given, as the driver prints it",
     "gpu_fell_off": "[INDEX]: GPU INDEX (default: the last) fell off the bus: Xid 79 logged, the bus lists it, "
                     "nvidia-smi does not see it",
     "row_remap_pending": "[INDEX]: GPU INDEX (default 0) has a row remapping pending",
@@ -909,9 +910,10 @@ def _gpu_health_faults(profile: Profile, faults: list[Fault]) -> None:
             continue
         parts = (f.value or "").split(":") if f.value is not None else []
         if f.kind == "xid":
-            ok = len(parts) in (1, 2) and parts[0].isdigit() and 1 <= int(parts[0]) <= 65535 and \
-                (len(parts) == 1 or (parts[1].isdigit() and int(parts[1]) <= last))
-            want = f"CODE[:INDEX] with a code 1..65535 and a GPU 0..{last}"
+            ok = 1 <= len(parts) <= 4 and parts[0].isdigit() and 1 <= int(parts[0]) <= 65535 and \
+                (len(parts) == 1 or (parts[1].isdigit() and int(parts[1]) <= last)) and \
+                all(p.isascii() and p.isdigit() and int(p) <= 99 for p in parts[2:])
+            want = f"CODE[:INDEX[:GI[:CI]]] with a code 1..65535, a GPU 0..{last} and MIG instances 0..99"
         elif f.kind == "nvlink_down":
             ok = len(parts) <= 2 and all(p.isdigit() for p in parts) and (not parts or int(parts[0]) <= last) and \
                 (len(parts) < 2 or int(parts[1]) < 18)

@@ -64,6 +64,44 @@ class FabricReading:
 
 # --- the window, from the node's last stored reading ----------------------------
 
+# What a stored reading may hold (anything else is corrupt: discarded, and
+# the reading now replaces it): hardware counters are at most 64 bits; a
+# time is epoch seconds before the year 5000; a boot id is a UUID. Counters
+# are 64-bit, the GPU state keeps sums of a few dozen of them: 2**70.
+COUNTER_MAX = 1 << 70
+TIME_MAX = 1e11
+_BOOT_ID_MAX = 64
+DISCARDED = "the stored reading was corrupt or out of range"
+
+
+def _number_in(value, hi) -> bool:
+    # compared before any float(): float(10**400) raises
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= hi and (
+        isinstance(value, int) or math.isfinite(value))
+
+
+def stored_problem(previous) -> str | None:
+    """Why a stored reading (as :func:`window_from_state` takes it) is no
+    reading at all, or None. Short: it goes into a note."""
+    if not isinstance(previous, dict):
+        return f"a {type(previous).__name__}, not a mapping"
+    boot = previous.get("boot_id")
+    if boot is not None and not (isinstance(boot, str) and len(boot) <= _BOOT_ID_MAX):
+        return "its boot_id is not a boot id"
+    if not _number_in(previous.get("time"), TIME_MAX):
+        return "its time is not a time"
+    counters = previous.get("counters")
+    if not isinstance(counters, dict):
+        return "it has no counters"
+    for key, values in counters.items():
+        if not isinstance(key, str) or not isinstance(values, dict):
+            return "its counters are not per device"
+        for name, value in values.items():
+            if not isinstance(name, str) or not (isinstance(value, int) and _number_in(value, COUNTER_MAX)):
+                return f"counter {str(name)[:40]!r} of {key[:40]!r} is not a count"
+    return None
+
+
 def window_from_state(previous: dict | None, counters: dict, boot: str | None, now: float,
                       max_age: float | None = None) -> LinkWindow:
     """The window since the node's last stored reading. ``previous``: that
@@ -73,8 +111,12 @@ def window_from_state(previous: dict | None, counters: dict, boot: str | None, n
     no baseline; one older than ``max_age`` seconds (0: rates are not judged)
     would average a burst away, so it is none either."""
     none = "no earlier reading of the counters: rates are judged from the next reading on"
-    if not isinstance(previous, dict) or not isinstance(previous.get("counters"), dict):
+    if previous is None:
         return LinkWindow({}, counters, None, none)
+    why = stored_problem(previous)
+    if why:
+        return LinkWindow({}, counters, None, f"{DISCARDED} ({why}): discarded and replaced by this reading; "
+                                              "rates are judged from the next reading on")
     if previous.get("boot_id") != boot:
         return LinkWindow({}, counters, None, "first reading since boot: rates are judged from the next "
                                               "reading on")
@@ -86,8 +128,7 @@ def window_from_state(previous: dict | None, counters: dict, boot: str | None, n
     if max_age is not None and seconds > max_age:
         return LinkWindow({}, counters, None, f"the stored reading is {seconds:.0f} s old, over the {max_age:g} s "
                                               "limit (verify_window_max_age): rates start from now")
-    before = {key: {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
-              for key, values in previous["counters"].items() if isinstance(values, dict)}
+    before = {key: dict(values) for key, values in previous["counters"].items()}
     return LinkWindow(before, counters, round(seconds, 1))
 
 

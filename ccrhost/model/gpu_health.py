@@ -8,27 +8,17 @@ of the thresholds and lists: /work/shared/reference/gpu-fabric-health.md
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 
-# --- which XIDs mean what ----------------------------------------------------
-# Azure azurehpc-health-checks check_gpu_xid: the critical list it fails a node on.
-AZURE_CRITICAL = frozenset({48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120})
-# Meta gcm health_checks: XIDs it treats as non-critical (application or recoverable).
-GCM_NON_CRITICAL = frozenset({13, 31, 43, 45, 63, 68, 92, 109})
-# The two disagree on 63, 68 and 92; we follow gcm (WARN) for all three because
-# each has a direct reading that FAILs when the hardware is really bad:
-# - 63 (a row remap / page retirement was recorded): the remap itself worked;
-#   a pending remap (reset needed) or a failed one (64) FAILs via the row-remap
-#   reading, a retirement still pending via retired_pages.pending.
-# - 68 (video decoder exception): raised by an application's NVDEC use; a
-#   training job does not use the engine, and the GPU keeps working.
-# - 92 (high single-bit ECC rate): corrected errors; the correctable-count
-#   threshold judges them, an uncorrectable one FAILs on its own.
-XID_FAIL = AZURE_CRITICAL - {63, 68, 92}
-XID_WARN = GCM_NON_CRITICAL
+# --- which XIDs mean what: one table, ccrhost/model/xids.py -------------------
 XID_FELL_OFF = 79  # "GPU has fallen off the bus"
+# Codes judged for the whole boot whatever the lookback: what they ask for
+# (a reboot) is still owed until the node restarts, as a lost GPU stays lost.
+_WHOLE_BOOT_ACTIONS = ("reboot",)
+_XID_TEXT_MAX = 160  # characters of a logged line's text a reason quotes
 
 # NVLinks per GPU model (NVML names, as model/gpus.py keys them): every one
 # must be up. Sources: NVIDIA H100/H200/B200 SXM datasheets (18 NVLink 4/5
@@ -80,10 +70,13 @@ class GpuHealth:
 
 @dataclass
 class Xid:
-    code: int                 # NVRM: Xid (PCI:<pci>): <code>, ...
+    code: int                 # NVRM: Xid (PCI:<pci>[ GPU-I:nn[ GPU-CI:nn]]): <code>, ... / SXid (PCI:...): <code>, ...
     pci: str                  # as logged: "0000:18:00" (bus, no function)
-    age_s: float | None       # seconds before the reading (None: the log line had no time)
-    text: str                 # the rest of the line, as logged
+    age_s: float | None       # seconds before the reading of the latest such line (None: it had no time)
+    text: str                 # the rest of the latest such line, as logged
+    count: int = 1            # lines of this code for this device (and MIG instance) since boot
+    instance: str | None = None  # "GPU-I:01 GPU-CI:00": the MIG instance the driver attributed it to
+    sxid: bool = False        # an NVSwitch SXid (nvidia-nvswitchN: SXid ...), not a GPU's Xid
 
 
 @dataclass
@@ -103,6 +96,8 @@ class GpuHealthReading:
     log_source: str | None = None                      # "journalctl" | "dmesg"
     log_error: str | None = None                       # why the kernel log could not be read
     fabric_manager: str | None = None                  # systemctl is-active nvidia-fabricmanager; None: no systemd
+    lost: list[str] = field(default_factory=list)      # GPUs NVML or nvidia-smi could not reach ("Unable to
+                                                       # determine the device handle for GPU0000:18:00.0"): PCI or index
     error: str | None = None                           # why the GPUs' health could not be read
     source: str = "nvidia-smi"                         # "nvml" | "nvidia-smi"
     window: CounterWindow | None = None                # None: rates not judged on this path
@@ -152,32 +147,10 @@ def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPol
     if reading.log_error:
         reasons.append(Reason(UNKNOWN, "gpu_health_unreadable",
                               f"cannot read XIDs from the kernel log: {reading.log_error}"))
-    seen = {pci_key(g.pci) for g in reading.gpus}
     index_of = {pci_key(g.pci): g.index for g in reading.gpus}
-    fell = set()
-    for x in reading.xids:
-        if x.code in policy.xid_ignore or (x.age_s is not None and x.age_s > policy.xid_lookback_s):
-            continue
-        key = pci_key(x.pci)
-        gpu = f"GPU {index_of[key]} ({x.pci})" if key in index_of else f"GPU at {x.pci}"
-        when = f"{x.age_s / 60:.0f} min ago" if x.age_s is not None else "since boot"
-        if x.code == XID_FELL_OFF:
-            if key not in fell:
-                fell.add(key)
-                reasons.append(Reason(FAIL, "gpu_fell_off_bus",
-                                      f"{gpu} fell off the bus: Xid 79 {when} ({x.text.strip()})"))
-        elif x.code in XID_FAIL:
-            reasons.append(Reason(FAIL, "gpu_xid_critical", f"{gpu} Xid {x.code} {when}: {x.text.strip()}"))
-        elif x.code in XID_WARN:
-            reasons.append(Reason(WARN, "gpu_xid", f"{gpu} Xid {x.code} {when}: {x.text.strip()}"))
-    if not reading.error:
-        for address in reading.pci_gpus:
-            key = pci_key(address)
-            if key not in seen and key not in fell:
-                fell.add(key)
-                reasons.append(Reason(FAIL, "gpu_fell_off_bus",
-                                      f"GPU at {address} fell off the bus: the PCI bus lists it, "
-                                      f"{'NVML' if reading.source == 'nvml' else 'nvidia-smi'} does not see it"))
+    fell: set = set()
+    reasons += _xid_reasons(reading.xids, index_of, policy, fell)
+    reasons += _lost_reasons(reading, fell)
     fabric_seen = False
     for g in reading.gpus:
         where = _where(g)
@@ -224,6 +197,99 @@ def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPol
             reasons.append(Reason(FAIL, "gpu_hw_slowdown",
                                   f"{_where(h) if h else f'GPU {g.index}'} clocks held down by "
                                   f"{', '.join(bits)} (clock event reasons {g.clock_reasons:#x})"))
+    return reasons
+
+
+def _when(age_s: float | None) -> str:
+    return f"{age_s / 60:.0f} min ago" if age_s is not None else "since boot"
+
+
+def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell: set) -> list[Reason]:
+    """One reason per device and code (and MIG instance): its level and
+    action from the XID table, how many lines since boot and the latest."""
+    if not xids:  # the table is loaded only when a node logged one (each check would pay its import)
+        return []
+    from ccrhost.model.xids import SXID_LEVELS, XID_RECOVERY, xid154_action, xid_entry
+
+    merged: dict[tuple, Xid] = {}
+    for x in xids:  # the probe merges already; readings from elsewhere may not
+        key = (x.sxid, pci_key(x.pci), x.instance, x.code)
+        have = merged.get(key)
+        if have is None:
+            merged[key] = Xid(x.code, x.pci, x.age_s, x.text, x.count, x.instance, x.sxid)
+        else:
+            have.count += x.count
+            if x.age_s is None or (have.age_s is not None and x.age_s <= have.age_s):
+                have.age_s, have.text = x.age_s, x.text
+    reasons = []
+    for (sxid, key, instance, code), x in merged.items():
+        text = " ".join(x.text.split())
+        text = text if len(text) <= _XID_TEXT_MAX else text[:_XID_TEXT_MAX - 3] + "..."
+        times = f"{x.count} times since boot, latest " if x.count > 1 else ""
+        if sxid:
+            level, _ = SXID_LEVELS.get(text.split(",")[0].strip().lower(), (WARN, "investigate"))
+            if code in policy.xid_ignore or (x.age_s is not None and x.age_s > policy.xid_lookback_s):
+                continue
+            message = f"NVSwitch at {x.pci} SXid {code} {times}{_when(x.age_s)}: {text}"
+            reasons.append(Reason(FAIL, "gpu_sxid_fatal", message) if level == FAIL else
+                           Reason(WARN, "gpu_sxid", message))
+            continue
+        entry = xid_entry(code)
+        level, action, words = entry.level, entry.action, None
+        if code == XID_RECOVERY:
+            level, action, words = xid154_action(x.text)
+        whole_boot = action in _WHOLE_BOOT_ACTIONS or code == XID_FELL_OFF
+        if code in policy.xid_ignore or (not whole_boot and x.age_s is not None and x.age_s > policy.xid_lookback_s):
+            continue
+        gpu = f"GPU {index_of[key]} ({x.pci})" if key in index_of else f"GPU at {x.pci}"
+        if instance:
+            gpu += f" {instance}"
+        if code == XID_FELL_OFF:
+            if key in fell:
+                continue
+            fell.add(key)
+            reasons.append(Reason(FAIL, "gpu_fell_off_bus", f"{gpu} fell off the bus: Xid 79 {times}"
+                                  f"{_when(x.age_s)} ({text}); lost until the node reboots"))
+            continue
+        what = f"recovery action {words!r}" if words else entry.name
+        message = (f"{gpu} Xid {code} ({what}) {times}{_when(x.age_s)}: {text} "
+                   f"[NVIDIA: {entry.resolution or 'no resolution given'}; action: {action}]")
+        reasons.append(Reason(FAIL, "gpu_xid_critical", message) if level == FAIL else
+                       Reason(WARN, "gpu_xid", message))
+    return reasons
+
+
+_LOST_ADDRESS = re.compile(r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
+
+
+def _lost_reasons(reading: GpuHealthReading, fell: set) -> list[Reason]:
+    """GPUs that fell off the bus without (or before) an Xid 79: named
+    unreachable by NVML or nvidia-smi, or listed on the PCI bus and not seen
+    by them. Judged whatever else failed to read: a lost GPU is what makes
+    NVML and nvidia-smi fail."""
+    reasons = []
+    tool = "NVML" if reading.source == "nvml" else "nvidia-smi"
+    unnamed = []  # "GPU 1 (NVML: ...)": an index, no address; the bus comparison names it
+    for what in reading.lost:
+        m = _LOST_ADDRESS.search(what)
+        if not m:
+            unnamed.append(what)
+            continue
+        key = pci_key(m.group(0))
+        if key not in fell:
+            fell.add(key)
+            reasons.append(Reason(FAIL, "gpu_fell_off_bus", f"GPU at {key} fell off the bus: {tool} cannot reach it"))
+    if reading.gpus or not reading.error:  # which GPUs it sees is known: every GPU the bus lists must be there
+        seen = {pci_key(g.pci) for g in reading.gpus}
+        for address in reading.pci_gpus:
+            key = pci_key(address)
+            if key not in seen and key not in fell:
+                fell.add(key)
+                also = f" ({unnamed.pop(0)})" if unnamed else ""
+                reasons.append(Reason(FAIL, "gpu_fell_off_bus", f"GPU at {address} fell off the bus: the PCI bus "
+                                                                f"lists it, {tool} does not see it{also}"))
+    reasons += [Reason(FAIL, "gpu_fell_off_bus", f"{what} fell off the bus: {tool} cannot reach it")
+                for what in unnamed]
     return reasons
 
 

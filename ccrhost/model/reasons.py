@@ -217,24 +217,49 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "verification.md#the-connection-to-compute-ratio"),
     # --- GPU health (model/gpu_health.py) -----------------------------------------
     _doc("gpu_xid_critical", FAIL,
-         "The NVIDIA driver logged an XID within `verify_gpu_xid_lookback_hours` that Azure's health checks treat "
-         "as critical (48, 56, 57, 58, 62, 64, 65, 69, 73, 74, 80, 81, 119, 120): the GPU needs a reset or service.",
-         "`NVRM: Xid (PCI:...): N, ...` lines of the kernel log since boot (`journalctl -k -b`, else `dmesg`), mapped "
-         "to the GPU by PCI address; codes in `verify_gpu_xid_ignore` are skipped.",
-         ["a hardware fault of the GPU or its memory (double-bit ECC 48, GSP/firmware errors 119/120)",
-          "an NVLink fault (74) or a PCIe/bus problem", "a driver fault"],
+         "The NVIDIA driver logged an XID whose level in the XID table is FAIL (NVIDIA's catalogue asks for a GPU "
+         "reset or a reboot, or Azure's health checks fail a node on it; Xid 154 when its text names GPU Reset "
+         "Required, Drain and Reset, Drain P2P or Node Reboot Required): the GPU needs a reset or service. One "
+         "reason per GPU (and MIG instance) and code, with the count since boot, the latest line and NVIDIA's "
+         "resolution and action. Codes whose action is a reboot count for the whole boot, others within "
+         "`verify_gpu_xid_lookback_hours`.",
+         "`NVRM: Xid (PCI:...[ GPU-I:nn[ GPU-CI:nn]]): N, ...` lines of the kernel log since boot (`journalctl -k "
+         "-b`, else `dmesg`), mapped to the GPU by PCI address; codes in `verify_gpu_xid_ignore` are skipped. "
+         "The table of every code: `ccrhost explain gpu_xid_critical` and docs/gpu-health.md.",
+         ["a hardware fault of the GPU or its memory (double-bit ECC 48, uncontained 95, unrecovered 140)",
+          "firmware or GSP errors (62, 119, 120), a context-switch timeout (109)",
+          "an NVLink fault (74, 136) or a PCIe/bus problem", "a driver fault"],
          ["journalctl -k -b | grep 'NVRM: Xid'", "dmesg | grep 'NVRM: Xid'", "nvidia-smi -q -d ECC,ROW_REMAPPER"],
-         ["reset the GPU (nvidia-smi -r -i <index>) or reboot the node; replace the GPU if the XID returns",
-          "look the code up in NVIDIA's XID catalog", _CHECK + "   # after the fix"],
+         ["do what the reason's action says: reset the GPU (nvidia-smi -r -i <index>) or reboot the node; replace "
+          "the GPU if the XID returns", _CHECK + "   # after the fix"],
          "gpu-health.md#xid-errors"),
     _doc("gpu_xid", WARN,
-         "The NVIDIA driver logged an XID within the lookback that gcm treats as non-critical (13, 31, 43, 45, 63, 68, "
-         "92, 109): usually an application fault or a recovered error; worth a look when it repeats.",
+         "The NVIDIA driver logged an XID whose level in the XID table is WARN: NVIDIA's catalogue asks for no "
+         "more than restarting the application, or ignores it, or gcm treats it as non-critical (13, 31, 43, 45, "
+         "63, 68, 92); a code the table does not list (a driver newer than the catalogue) WARNs too. One reason "
+         "per GPU and code, with the count since boot and the latest line.",
          "The kernel log's `NVRM: Xid` lines, as for `gpu_xid_critical`.",
-         ["an application fault (13 graphics exception, 31 MMU fault, 43 stopped channel, 109 context switch timeout)",
-          "a recovered memory event (63 row remap recorded, 92 high single-bit ECC rate)"],
+         ["an application fault (13 graphics exception, 31 MMU fault, 43 stopped channel, 94 contained ECC error)",
+          "a recovered memory event (63 row remap recorded, 92 high single-bit ECC rate)",
+          "a code newer than the catalogue ccrhost carries"],
          ["journalctl -k -b | grep 'NVRM: Xid'", "nvidia-smi -q -d ECC,ROW_REMAPPER"],
          ["check the job that ran at that time; add a code to `verify_gpu_xid_ignore` only when it is known harmless"],
+         "gpu-health.md#xid-errors"),
+    _doc("gpu_sxid_fatal", FAIL,
+         "An NVSwitch logged a fatal SXid (`nvidia-nvswitchN: SXid (PCI:...): NNNNN, Fatal, ...`): the switch and "
+         "the GPUs its links serve need a reset before NVLink traffic can be trusted.",
+         "The kernel log's `SXid` lines (journalctl -k -b, else dmesg), within `verify_gpu_xid_lookback_hours`.",
+         ["an NVSwitch or NVLink hardware fault", "a Fabric Manager or driver fault"],
+         ["journalctl -k -b | grep SXid", "systemctl status nvidia-fabricmanager"],
+         ["reset the GPUs and switches (or reboot the node); contact the vendor if it returns",
+          _CHECK + "   # after the fix"],
+         "gpu-health.md#xid-errors"),
+    _doc("gpu_sxid", WARN,
+         "An NVSwitch logged a non-fatal SXid: the fabric recovered, but a repeating one points at a link.",
+         "The kernel log's `SXid` lines, as for `gpu_sxid_fatal`.",
+         ["NVLink signal errors between a GPU and a switch"],
+         ["journalctl -k -b | grep SXid", "nvidia-smi nvlink -e"],
+         ["watch whether it repeats; reseat or service the link when it does"],
          "gpu-health.md#xid-errors"),
     _doc("gpu_fell_off_bus", FAIL,
          "A GPU fell off the bus: Xid 79 was logged for it, or the PCI bus lists an NVIDIA GPU that NVML or "

@@ -21,7 +21,6 @@ from ccrhost.model.fabric import FabricReading, window_from_state
 from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
 from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
-from ccrhost.output import write_atomic
 
 if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without the settings model
     from ccrhost.settings import HostSettings
@@ -124,32 +123,98 @@ def boot_id() -> str | None:
         return None
 
 
+# a stored GPU reading is a few hundred bytes per GPU; a bigger file is no reading of ours
+_STATE_MAX_BYTES = 1 << 20
+
+
+def read_stored(path: Path) -> tuple[object, str | None]:
+    """The JSON a check stored at ``path`` (None: none), and why it was
+    discarded when it cannot be parsed (too big, not JSON, nested past the
+    parser's depth): never raises, so a corrupt file is replaced, not kept."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_STATE_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read {path} ({exc.strerror or exc})"
+    try:
+        if len(raw) > _STATE_MAX_BYTES:
+            raise ValueError(f"over {_STATE_MAX_BYTES} bytes")
+        return json.loads(raw), None
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[...", deeper than json can go
+        return None, f"it is not a reading ({str(exc)[:80] or type(exc).__name__})"
+
+
 def local_gpu_health(settings: HostSettings, gather_health, now=None):
     """Read GPU health here, with the rates' window since the last check's
     reading (``verify_gpu_state``, as the link window keeps its counters:
-    a reading from another boot is no baseline)."""
+    a reading from another boot is no baseline). A stored reading that is
+    corrupt or out of range is discarded, replaced and noted."""
+    from ccrhost.model.fabric import DISCARDED
     from ccrhost.model.gpu_health import CounterWindow, counters
+    from ccrhost.output import write_state
 
     reading = gather_health()
-    if reading.error:
+    if reading.error and not reading.gpus:
         return reading
     now = time.time() if now is None else now
     current = counters(reading)
     path = Path(settings.verify_gpu_state)
-    try:
-        previous = json.loads(path.read_text())
-    except (OSError, ValueError):
-        previous = None
+    previous, why = read_stored(path)
     boot = boot_id()
     link = window_from_state(previous, current, boot, now, settings.verify_window_max_age)
-    reading.window = CounterWindow(link.seconds, link.before) if link.note is None else CounterWindow(
-        None, {}, "no earlier reading of the GPU counters this boot: their rates are judged from the next check on")
+    if why is not None:
+        note = (f"{DISCARDED} in {path} ({why}): discarded and replaced by this reading; the GPU counters' rates "
+                "are judged from the next check on")
+    elif link.note is not None and link.note.startswith(DISCARDED):
+        note = f"GPU counters in {path}: {link.note}"
+    elif link.note is not None:
+        note = "no earlier reading of the GPU counters this boot: their rates are judged from the next check on"
+    else:
+        note = None
+    reading.window = CounterWindow(link.seconds, link.before) if note is None else CounterWindow(None, {}, note)
     try:
-        write_atomic(path, json.dumps({"boot_id": boot, "time": now, "counters": current}) + "\n")
+        write_state(path, json.dumps({"boot_id": boot, "time": now, "counters": current}) + "\n")
     except OSError as exc:
         reading.window.note = (f"cannot keep the GPU counters in {path} ({exc.strerror or exc}): "
                                "the next check cannot judge their rates")
     return reading
+
+
+# Fixed sizes, whatever the log holds: a reason's message, the reasons of one
+# code in the text report, and the one-line forms (NHC; Slurm keeps 255
+# characters of a drain reason).
+MESSAGE_MAX = 400
+PER_CODE_MAX = 20
+REASONS_MAX = 100
+SUMMARY_MAX = 1000
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def bounded_summary(verdict: Verdict, limit: int = SUMMARY_MAX) -> str:
+    """The verdict's reasons on one line, worst first, within ``limit``
+    characters; what does not fit is counted ("+N more")."""
+    from ccrhost.model.status import _RANK
+
+    bad = sorted((r for r in verdict.reasons if r.level != OK), key=lambda r: -_RANK[r.level])
+    if not bad:
+        return "all checks passed"
+    out = ""
+    for i, r in enumerate(bad):
+        part = _cut(r.message, 200)
+        candidate = f"{out}; {part}" if out else part
+        rest = len(bad) - i - 1
+        if len(candidate) + len(f"; +{rest} more" if rest else "") > limit:
+            if not out:  # the worst alone does not fit: cut it
+                tail = f"; +{rest} more" if rest else ""
+                return _cut(part, limit - len(tail)) + tail
+            return f"{out}; +{rest + 1} more"  # fits: checked when ``out`` was taken
+        out = candidate
+    return out
 
 
 def format_text(verdict: Verdict) -> str:
@@ -161,11 +226,24 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  expected {verdict.expected_ccr:.3e} from the declared hardware")
         if c.workload:
             lines.append(f"  workload model: {c.workload['statement']}")
+    shown: dict[str, int] = {}
+    printed = 0
     for r in verdict.reasons:
-        lines.append(f"  {r.level}: {r.message}")
+        shown[r.code] = shown.get(r.code, 0) + 1
+        if shown[r.code] <= PER_CODE_MAX and printed < REASONS_MAX:
+            lines.append(f"  {r.level}: {_cut(r.message, MESSAGE_MAX)}")
+            printed += 1
+    left = len(verdict.reasons) - printed
+    if left:
+        more = ", ".join(f"{n - min(n, PER_CODE_MAX)} {code}" for code, n in shown.items() if n > PER_CODE_MAX)
+        lines.append(f"  ... and {left} more reasons{f' ({more} among them)' if more else ''} "
+                     "(--format json lists them all)")
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
-        lines.append(f"  note: {fabric.window.note}")
+        lines.append(f"  note: {_cut(fabric.window.note, MESSAGE_MAX)}")
+    health = verdict.readings.gpu_health
+    if health is not None and health.window is not None and health.window.note:
+        lines.append(f"  note: {_cut(health.window.note, MESSAGE_MAX)}")
     return "\n".join(lines) + "\n"
 
 
@@ -174,8 +252,8 @@ def format_nhc(verdict: Verdict) -> str:
     if verdict.status == OK:
         return ""
     if verdict.status in (FAIL, UNKNOWN):
-        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {verdict.summary()}\n"
-    return f"WARNING: ccrhost: {verdict.summary()}\n"
+        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {bounded_summary(verdict)}\n"
+    return f"WARNING: ccrhost: {bounded_summary(verdict)}\n"
 
 
 # Node Problem Detector's custom-plugin contract (kubernetes/node-problem-detector
@@ -200,9 +278,11 @@ def format_npd(verdict: Verdict, warn_unhealthy: bool = False) -> tuple[str, int
         code = NPD_UNKNOWN
     else:
         code = NPD_OK
-    codes: list[str] = []
+    codes: list[str] = []  # each code once, worst level first (a code per port would hide the rest)
     for level in (FAIL, UNKNOWN, WARN):
-        codes += [r.code for r in verdict.reasons if r.level == level and r.code not in codes]
+        for r in verdict.reasons:
+            if r.level == level and r.code not in codes:
+                codes.append(r.code)
     line = f"{status}: " + (",".join(codes) if codes else "all checks passed")
     shown = len(codes)
     while len(line.encode()) > NPD_MAX_OUTPUT and shown > 1:
@@ -283,11 +363,15 @@ def gpu_health_metrics(health) -> list[str]:
         if rows:
             out += [f"# HELP ccrhost_gpu_{name} {text}", f"# TYPE ccrhost_gpu_{name} gauge"]
             out += [f'ccrhost_gpu_{name}{{gpu="{i}"}} {v}' for i, v in rows]
-    index = {g.pci[:10] if g.pci else None: g.index for g in health.gpus}
+    from ccrhost.model.gpu_health import pci_key
+
+    index = {pci_key(g.pci): g.index for g in health.gpus}
     counts: dict[tuple[str, int], int] = {}
-    for x in health.xids:
-        gpu = str(index.get(x.pci[:10], x.pci))
-        counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + 1
+    for x in health.xids:  # one record per device, instance and code: its count is the lines'
+        if x.sxid:
+            continue
+        gpu = str(index.get(pci_key(x.pci), x.pci))
+        counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + x.count
     out += ["# HELP ccrhost_gpu_xids XID lines in the kernel log since boot, per GPU and code.",
             "# TYPE ccrhost_gpu_xids gauge"]
     out += [f'ccrhost_gpu_xids{{gpu="{_label(g)}",code="{c}"}} {n}' for (g, c), n in sorted(counts.items())]
@@ -357,10 +441,9 @@ def current_reason(node: str, scontrol: str) -> str | None:
 
 def drain_reason(verdict: Verdict) -> str:
     """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
-    if verdict.status == UNKNOWN:
-        return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255]
     prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
-    return f"{prefix} {verdict.summary()}"[:255]
+    prefix = f"{DRAIN_PREFIX} UNKNOWN:" if verdict.status == UNKNOWN else prefix
+    return f"{prefix} {bounded_summary(verdict, 255 - len(prefix) - 1)}"[:255]
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,

@@ -81,8 +81,12 @@ class Started:
         self.rdma = _start(rdma.read_local, timeout, management=False)
         from ccrhost.probes import gpu, gpu_health
 
+        # the kernel log before anything that touches the driver, in a read
+        # of its own: a wedged NVML (in this process, not killable) or
+        # nvidia-smi never costs the XIDs that explain it
+        self.gpu_log = _start(gpu_health.read_log, timeout)
         self.gpus = _start(gpu.read_local, nvml, timeout=timeout)
-        self.gpu_health = _start(gpu_health.read_local, nvml, timeout=timeout)
+        self.gpu_health = _start(gpu_health.read_gpus, nvml, timeout=timeout)
 
     def gpu_health_result(self):
         """The GPU health probe's reading, or its error once the deadline
@@ -90,11 +94,17 @@ class Started:
         import time
 
         from ccrhost.model.gpu_health import GpuHealthReading
+        from ccrhost.probes import gpu_health
 
         try:
-            return self.gpu_health.result(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+            gpus = self.gpu_health.result(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
         except TimeoutError:
-            return GpuHealthReading(error=f"the GPU health probe did not answer within {self.timeout:g} s (abandoned)")
+            gpus = GpuHealthReading(error=f"the GPU health probe did not answer within {self.timeout:g} s (abandoned)")
+        try:  # bounded by its own process group's kill
+            log = self.gpu_log.result(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+        except TimeoutError:
+            log = None
+        return gpu_health.join(gpus, log)
 
     def gpus_result(self):
         """The GPU probe's reading, or its error once the deadline (plus a

@@ -27,7 +27,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 
 from ccrhost.model import datapath
-from ccrhost.model.fabric import TRANSPORT_COUNTERS, FabricReading, PauseSetting, kept, window_from_state
+from ccrhost.model.fabric import DISCARDED, TRANSPORT_COUNTERS, FabricReading, PauseSetting, kept, window_from_state
 from ccrhost import numbers
 from ccrhost.probes.sections import split
 from ccrhost.probes.sysfs import split_dump
@@ -75,13 +75,14 @@ def command(state: str, keep: bool = True) -> str:
     """The stored reading (``@@previous``, lines prefixed ``=``), then the
     reading now; with ``keep``, the reading now replaces the stored one
     (atomically: written aside, then renamed)."""
+    from ccrhost.output import write_state_command
+
     path = shlex.quote(state)
-    directory = shlex.quote(state.rsplit("/", 1)[0] or "/")
     read = reading_command()
     out = f"echo @@previous; sed 's/^/{PREVIOUS}/' {path} 2>/dev/null; r=$( ( {read}\n) 2>/dev/null ); printf '%s\\n' \"$r\""
-    if keep:
-        out += (f"; {{ mkdir -p {directory} && printf '%s\\n' \"$r\" > {path}.new && mv -f {path}.new {path}; }} "
-                f"2>/dev/null || echo \"@@unkept cannot write {state}\"")
+    if keep:  # the one safe state writer's shell twin (ccrhost.output)
+        write = write_state_command(state, '"$r"')
+        out += f"; {write} 2>/dev/null || echo \"@@unkept cannot write {state}\""
     return out + "; true"
 
 
@@ -106,6 +107,7 @@ class FabricDump:
     previous: Counters | None    # the stored reading (None: none kept, or not readable)
     now: Counters
     unkept: str | None = None    # why the reading could not be stored
+    discarded: str | None = None  # why the stored reading could not be read (it is replaced all the same)
 
 
 _STAT_LINE = re.compile(r"^\s+([A-Za-z0-9_.\[\]-]+): (-?\d+)\s*$")
@@ -123,6 +125,8 @@ def parse_stats(lines: list[str]) -> dict[str, int] | None:
         m = _STAT_LINE.match(line)
         if m:
             if kept(m.group(1)):
+                if len(m.group(2)) > 21:  # over 64 bits (and int() refuses 4,300 digits and more)
+                    raise FabricFormatError(f"ethtool -S {m.group(1)}: {m.group(2)[:24]}... is not a 64-bit count")
                 out[m.group(1)] = int(m.group(2))
             continue
         if any(u in line for u in _UNSUPPORTED) or line.startswith("no stats available"):
@@ -172,6 +176,8 @@ def parse_reading(lines: list[str]) -> Counters:
                     continue
                 if parts[3] not in ("counters", "hw_counters") or not (text.isascii() and text.isdigit()):
                     continue  # "N/A (no PMA)": unreadable, not a reading
+                if len(text) > 20:  # over 64 bits (and int() refuses 4,300 digits and more)
+                    raise FabricFormatError(f"{path}: {text[:24]}... is not a 64-bit count")
                 c.counters.setdefault(f"{parts[0]}/{int(parts[2])}", {})[parts[4]] = int(text)
         elif s.tag in ("stats", "pause"):
             dev, _, netdev = s.arg.partition(" ")
@@ -210,17 +216,18 @@ def parse_fabric_dump(lines: list[str]) -> FabricDump:
             continue
         rest += [f"@@{s.tag}" + (f" {s.arg}" if s.arg else ""), *s.lines]
     previous = None
+    discarded = None
     if prev_lines:
         try:
             previous = parse_reading(prev_lines)
-        except FabricFormatError:
-            previous = None
+        except FabricFormatError as exc:
+            previous, discarded = None, str(exc)[:160]
         if previous is not None and previous.time is None:
-            previous = None
+            previous, discarded = None, "no '@@t' time"
     now = parse_reading(rest)
     if now.time is None:
         raise FabricFormatError("the fabric probe printed no '@@t' time")
-    return FabricDump(previous, now, unkept)
+    return FabricDump(previous, now, unkept, discarded)
 
 
 WHAT = "the fabric probe (ethtool, sysfs)"
@@ -241,7 +248,6 @@ def with_stored(state: str, now: str, keep: bool) -> list[str]:
     """:func:`command`'s output for the reading ``now``, done in Python: the
     stored reading (lines prefixed), the reading now, and ``@@unkept`` when
     it cannot be kept (written aside, then renamed, as the shell does)."""
-    import os
 
     lines = ["@@previous"]
     try:
@@ -252,11 +258,10 @@ def with_stored(state: str, now: str, keep: bool) -> list[str]:
     body = now.rstrip("\n")  # what $( ) keeps of it
     lines += body.splitlines()
     if keep:
+        from ccrhost.output import write_state
+
         try:
-            os.makedirs(os.path.dirname(state) or "/", exist_ok=True)
-            with open(f"{state}.new", "w") as f:
-                f.write(body + "\n")
-            os.replace(f"{state}.new", state)
+            write_state(state, body + "\n")
         except OSError:
             lines.append(f"@@unkept cannot write {state}")
     return lines
@@ -286,6 +291,9 @@ def fabric_reading(first: FabricDump, latest: FabricDump | None = None, exclude:
     now = _compute(first.now, exclude)
     previous = _compute(first.previous, exclude).state() if first.previous is not None else None
     window = window_from_state(previous, now.counters, now.boot_id, now.time or 0.0, max_age)
+    if first.discarded:
+        window = replace(window, note=f"{DISCARDED} ({first.discarded}): discarded and replaced by this reading; "
+                                      "rates are judged from the next reading on")
     if latest.unkept:
         window = replace(window, warning=f"{latest.unkept}: the next reading cannot measure rates")
     last = _compute(latest.now, exclude)

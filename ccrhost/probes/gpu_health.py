@@ -8,14 +8,21 @@ Formats (verbatim samples in tests/fixtures/gpu/):
 - ``nvidia-smi nvlink -s``: ``GPU 0: <name> (UUID: ...)`` then ``\\t Link 0: 26.562 GB/s`` or ``<inactive>``
   (siboehm/bench gpu/nvlink/README.md); ``nvidia-smi nvlink -e``: ``\\t Link 0: Replay Errors: 0``, ``Recovery
   Errors``, ``CRC Errors`` (stas00/ml-engineering, network/README.md).
-- Kernel log: ``NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, text`` (drivers >= ~460,
-  lines quoted in leptonai/gpud's xid component docs); older drivers ``NVRM: Xid (0000:03:00): 13, 0003 ...``
-  (no ``PCI:``, no pid/name). ``journalctl -k -b -o short-unix`` prefixes epoch seconds; ``dmesg`` prefixes
-  ``[seconds since boot]``.
+- Kernel log: the driver's krcReportXid (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c)
+  prints ``NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s`` or, with no process, ``...): %d, %s``; a
+  MIG-attributed one adds `` GPU-I:%02u`` and `` GPU-CI:%02u`` inside the parentheses
+  (``NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: ...``, NVIDIA's A100 memory-error guide and
+  kernel_rc_watchdog comments). Older drivers: ``NVRM: Xid (0000:03:00): 13, 0003 ...`` (no ``PCI:``), some
+  with the function (``0000:03:00.0``). NVSwitch errors (src/common/nvswitch/kernel/inc/error_nvswitch.h
+  NVSWITCH_PRINT_SXID): ``nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 20009, Non-fatal, Link 28 ...``.
+  ``journalctl -k -b -o short-unix`` prefixes epoch seconds; ``dmesg`` prefixes ``[seconds since boot]``.
+- A GPU nvidia-smi cannot reach: ``Unable to determine the device handle for GPU0000:18:00.0: Unknown Error``
+  (newer: ``for GPU1: 0000:34:00.0: Unknown Error``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from ccrhost.model.gpu_health import GpuHealth, GpuHealthReading, NvLink, Xid
@@ -38,9 +45,9 @@ COMMAND_LOG = (
     " systemctl is-active nvidia-fabricmanager 2>/dev/null | head -n1; fi;"
     " if [ -d /run/systemd/system ] && command -v journalctl >/dev/null 2>&1; then"
     " echo \"@@journal $(date +%s)\"; timeout -k 2 10 journalctl -k -b -q --no-pager -o short-unix 2>&1 |"
-    " grep -E 'NVRM: Xid|^[^0-9]'; "
+    " grep -E 'NVRM: Xid|SXid \\(|^[^0-9]'; "
     " elif command -v dmesg >/dev/null 2>&1; then"
-    " read -r up _ < /proc/uptime; echo \"@@dmesg $up\"; timeout -k 2 10 dmesg 2>&1 | grep -E 'NVRM: Xid|^dmesg:';"
+    " read -r up _ < /proc/uptime; echo \"@@dmesg $up\"; timeout -k 2 10 dmesg 2>&1 | grep -E 'NVRM: Xid|SXid \\(|^dmesg:';"
     " else echo '@@logerror'; echo 'neither journalctl nor dmesg found'; fi"
 )
 
@@ -55,12 +62,15 @@ def nvsmi_command(bound: bool = True) -> str:
         f" echo '@@nvlinkstatus'; {smi} nvlink -s 2>&1; echo '@@nvlinkerrors'; {smi} nvlink -e 2>&1;"
         # a driver that stopped answering: one 20 s wait, not three
         f" elif [ -z \"$out\" ]; then echo '@@error'; echo 'nvidia-smi -q {silent}';"
-        " else echo '@@error'; echo \"$out\" | head -n 5; fi"
+        " else echo '@@error'; echo \"$out\" | head -n 5;"
+        # the GPUs it could not reach, each by name (a lost GPU fails every nvidia-smi -q)
+        " echo '@@lost'; echo \"$out\" | grep 'Unable to determine the device handle' | head -n 64; fi"
     )
 
 
 COMMAND_NVSMI = nvsmi_command()
-COMMAND = f"{COMMAND_NVSMI}; {COMMAND_LOG}"
+# the kernel log first: a hung nvidia-smi (bounded, but 20 s) never delays or costs it
+COMMAND = f"{COMMAND_LOG}; {COMMAND_NVSMI}"
 
 _KV = re.compile(r"^( *)(\S[^:]*?)\s*: ?(.*)$")
 _GPU_HEAD = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
@@ -192,34 +202,62 @@ def parse_nvlink(status: list[str], errors: list[str]) -> dict[int, list[NvLink]
     return {gpu: [by[n] for n in sorted(by)] for gpu, by in links.items()}
 
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\): (\d{1,5}),(.*)$")
-_DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
-_JOURNAL_TIME = re.compile(r"^(\d+\.\d+) ")
+_HEX4 = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+# krcReportXid's three attributions (device; GPU instance; GPU and compute
+# instance); the ".N" function and a missing "PCI:" of older drivers
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(" + _HEX4 + r")(?:\.[0-7])?((?: GPU-I:\d{1,5})(?: GPU-CI:\d{1,5})?)?\): "
+                  r"(\d{1,5}),(.*)$")
+_SXID = re.compile(r"nvidia-nvswitch\d{0,4}: SXid \((?:PCI:)?(" + _HEX4 + r")(?:\.[0-7])?\): (\d{1,6}),(.*)$")
+_DMESG_TIME = re.compile(r"^\[\s*(\d{1,12}\.\d{1,9})\]")
+_JOURNAL_TIME = re.compile(r"^(\d{1,12}\.\d{1,9}) ")
+_LOG_ERROR_MAX = 300
 
 
 def parse_log(tag: str, arg: str, lines: list[str]) -> tuple[list[Xid], str | None]:
-    """XIDs in ``journalctl -k -b -o short-unix`` (``arg``: the node's epoch
-    seconds) or ``dmesg`` (``arg``: seconds since boot) lines, with their
-    age. A line cut by a wrapped ring buffer that no longer holds a whole
-    XID is not one; a line that is no log line is the tool's error."""
+    """XIDs (and NVSwitch SXids) in ``journalctl -k -b -o short-unix``
+    (``arg``: the node's epoch seconds) or ``dmesg`` (``arg``: seconds since
+    boot) lines, with their age; lines of one code for one device (and MIG
+    instance) merge into one record with their count and the latest line,
+    so a storm of 100,000 lines is one record. A line cut by a wrapped ring
+    buffer that no longer holds a whole XID is not one; a line that is no
+    log line is the tool's error."""
     try:
         now = float(arg)
     except ValueError:
         now = None
-    xids, errors = [], []
+    if now is not None and not math.isfinite(now):
+        now = None
+    merged: dict[tuple, Xid] = {}
+    errors: list[str] = []
+    size = 0
     stamp = _JOURNAL_TIME if tag == "journal" else _DMESG_TIME
     for line in lines:
         m = _XID.search(line)
-        if m:
+        s = None if m else _SXID.search(line)
+        if m or s:
             t = stamp.match(line)
             age = round(max(0.0, now - float(t.group(1))), 1) if t and now is not None else None
-            xids.append(Xid(int(m.group(2)), m.group(1).lower(), age, m.group(3).strip()))
-        elif tag == "dmesg" and line.startswith("dmesg:"):
-            errors.append(line.strip())  # "dmesg: read kernel buffer failed: Operation not permitted"
-        elif (tag == "journal" and line.strip() and not stamp.match(line) and "NVRM" not in line
-              and not line.startswith("-- ")):
-            errors.append(line.strip())  # "No journal files were found.", "Hint: ... not seeing messages ..."
-    return xids, ("; ".join(errors)[:300] or None)
+            if m:
+                instance = m.group(2).strip() if m.group(2) else None
+                key = (False, m.group(1).lower(), instance, int(m.group(3)))
+                text = m.group(4).strip()
+            else:
+                key = (True, s.group(1).lower(), None, int(s.group(2)))
+                text = s.group(3).strip()
+            have = merged.get(key)
+            if have is None:
+                merged[key] = Xid(key[3], key[1], age, text, 1, key[2], key[0])
+            else:
+                have.count += 1
+                if age is None or have.age_s is None or age <= have.age_s:  # the log runs oldest first
+                    have.age_s, have.text = age, text
+        elif size < _LOG_ERROR_MAX and (
+                (tag == "dmesg" and line.startswith("dmesg:"))  # "dmesg: read kernel buffer failed: ..."
+                or (tag == "journal" and line.strip() and not stamp.match(line) and "NVRM" not in line
+                    and "SXid" not in line and not line.startswith("-- "))):  # "No journal files were found."
+            errors.append(line.strip()[:_LOG_ERROR_MAX])
+            size += len(errors[-1]) + 2
+    return list(merged.values()), ("; ".join(errors)[:_LOG_ERROR_MAX] or None)
 
 
 def parse_command_output(lines: list[str]) -> GpuHealthReading:
@@ -245,6 +283,7 @@ def parse_command_output(lines: list[str]) -> GpuHealthReading:
         reading.error = "no nvidia-smi output"
     if "nvml" in parts:
         reading.source = "nvml"
+    reading.lost = [x.strip()[:200] for x in parts.get("lost", _EMPTY).lines if x.strip()][:64]
     reading.pci_gpus = [x.strip().lower() for x in parts.get("pcigpus", _EMPTY).lines if x.strip()]
     if "fabricmanager" in parts:
         reading.fabric_manager = next((x.strip() for x in parts["fabricmanager"].lines if x.strip()), "unknown")
@@ -273,9 +312,11 @@ _EMPTY = _Empty()
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}  # nvml.h NVML_GPU_FABRIC_STATE_*
 
 
-def read_nvml(nvml) -> list[GpuHealth]:
+def read_nvml(nvml, lost: list[str] | None = None) -> list[GpuHealth]:
     """The same record through a loaded ``pynvml`` (passed in so tests can
-    fake it); a call the GPU does not support leaves its field None."""
+    fake it); a call the GPU does not support leaves its field None. A GPU
+    whose handle NVML cannot get (NVML_ERROR_GPU_IS_LOST, Unknown Error) is
+    added to ``lost`` and the others are still read."""
 
     def call(function, *args):
         try:
@@ -287,7 +328,13 @@ def read_nvml(nvml) -> list[GpuHealth]:
     try:
         gpus = []
         for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+            except Exception as exc:  # a GPU that fell off the bus: the rest are still read
+                if lost is None:
+                    raise
+                lost.append(f"GPU {i} (NVML: {str(exc)[:120] or type(exc).__name__})")
+                continue
             pci = call("nvmlDeviceGetPciInfo", h)
             bus = getattr(pci, "busId", None)
             bus = bus.decode() if isinstance(bus, bytes) else bus
@@ -327,41 +374,40 @@ def read_nvml(nvml) -> list[GpuHealth]:
         nvml.nvmlShutdown()
 
 
-def read_local(nvml=None, timeout: float = 20) -> GpuHealthReading:
-    """This node's GPU health: through pynvml where it loads (the kernel log,
-    PCI bus and service still from the shell), else the whole snippet."""
-    gpus = None
+def read_log(timeout: float = 20) -> list[str]:
+    """:data:`COMMAND_LOG`'s lines here (kernel log, PCI bus, Fabric Manager):
+    a shell of its own, bounded, independent of NVML and nvidia-smi."""
+    try:
+        return local.run(COMMAND_LOG, timeout, "the GPU health probe (kernel log, PCI bus)").splitlines()
+    except local.ProbeTimeout as exc:
+        return ["@@logerror", str(exc)]
+
+
+def read_gpus(nvml=None, timeout: float = 20) -> GpuHealthReading:
+    """The GPUs' own readings (no kernel log): through pynvml where it
+    loads, else ``nvidia-smi -q`` and ``nvlink`` (bounded)."""
+    lost: list[str] = []
     try:
         if nvml is None:
             import ctypes
 
             ctypes.CDLL("libnvidia-ml.so.1")
             import pynvml as nvml
-        gpus = read_nvml(nvml)
+        gpus = read_nvml(nvml, lost)
     except Exception:  # NVML cannot load: nvidia-smi answers instead
         gpus = None
-    # the kernel log in a process of its own, at the same time: a wedged
-    # nvidia-smi leaves the XIDs readable, and the check waits for the slower
-    import threading
-
-    log: list[str] = []
-
-    def read_log():
-        try:
-            log.extend(local.run(COMMAND_LOG, timeout, "the GPU health probe (kernel log, PCI bus)").splitlines())
-        except local.ProbeTimeout as exc:
-            log.extend(["@@logerror", str(exc)])
-
-    reader = threading.Thread(target=read_log, daemon=True)
-    reader.start()
-    smi = ["@@nvml"]
-    if gpus is None:
-        try:
-            smi = local.run(nvsmi_command(bound=False), timeout, "the GPU health probe (nvidia-smi -q)").splitlines()
-        except local.ProbeTimeout as exc:
-            smi = ["@@error", str(exc)]
-    reader.join(timeout + 1)
-    reading = parse_command_output(smi + (log or ["@@logerror", "the kernel log probe did not finish"]))
     if gpus is not None:
-        reading.gpus = gpus
+        return GpuHealthReading(gpus=gpus, source="nvml", lost=lost)
+    try:
+        lines = local.run(nvsmi_command(bound=False), timeout, "the GPU health probe (nvidia-smi -q)").splitlines()
+    except local.ProbeTimeout as exc:
+        lines = ["@@error", str(exc)]
+    return parse_command_output(lines)
+
+
+def join(gpus: GpuHealthReading, log: list[str] | None) -> GpuHealthReading:
+    """One reading from the GPUs' part and :data:`COMMAND_LOG`'s lines
+    (None: the log read did not finish)."""
+    reading = parse_command_output(log if log is not None else ["@@logerror", "the kernel log probe did not finish"])
+    reading.gpus, reading.error, reading.source, reading.lost = gpus.gpus, gpus.error, gpus.source, gpus.lost
     return reading

@@ -4,14 +4,22 @@ bounded in time.
 ``subprocess.run(timeout=)`` kills only the shell; a hung child (an
 ``nvidia-smi`` stuck in the driver) keeps the pipes open and the wait goes
 on. The snippet runs in its own process group, and the whole group is
-killed when the time is up.
+killed when the time is up, or when the command ends first (:func:`end_all`:
+a check that exits early, on a usage error or a bad config, leaves no
+nvidia-smi behind, re-parented to init, on a node whose driver is wedged).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
+import threading
+
+_running: set = set()  # the Popen objects whose groups are still ours to end
+_lock = threading.Lock()
+_ended = False  # end_all ran: a snippet started after it (a thread mid-Popen) is killed at once
 
 
 class ProbeTimeout(RuntimeError):
@@ -22,13 +30,40 @@ def run(command: str, timeout: float, what: str) -> str:
     """stdout of ``sh -c command``; raises ProbeTimeout after ``timeout`` s."""
     proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    with _lock:
+        _running.add(proc)
+        if _ended:
+            _kill(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(proc)
         proc.communicate()
         raise ProbeTimeout(f"{what} did not answer within {timeout:g} s (killed)") from None
+    finally:
+        with _lock:
+            _running.discard(proc)
     return out
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def end_all() -> None:
+    """Kill the process group of every snippet still running (not yet
+    reaped, so its group id is still its own): called as the command
+    exits, however it exits (ccrhost.console; atexit otherwise)."""
+    global _ended
+    with _lock:
+        _ended = True
+        procs = list(_running)
+        _running.clear()
+    for proc in procs:
+        _kill(proc)
+
+
+atexit.register(end_all)

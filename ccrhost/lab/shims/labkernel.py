@@ -217,9 +217,9 @@ def gpu_health() -> dict:
     out: dict = {}
     for fault in node()["faults"]:
         kind, eq, value = fault.partition("=")
-        if kind == "xid":
-            code, _, index = value.partition(":")
-            out.setdefault(kind, {}).setdefault(int(index or 0), []).append(int(code))
+        if kind == "xid":  # CODE[:INDEX[:GI[:CI]]]
+            code, index, *mig = value.split(":") + ([] if ":" in value else ["0"])
+            out.setdefault(kind, {}).setdefault(int(index or 0), []).append((int(code), *map(int, mig)))
         elif kind == "nvlink_down":
             index, _, link = value.partition(":")
             out.setdefault(kind, {}).setdefault(int(index or 0), set()).add(int(link or 0))
@@ -252,6 +252,9 @@ def xid_lines() -> list[tuple[float, str]]:
         lines.append((2.0, f"NVRM: Xid (PCI:{gpu_bus(i)}): 79, pid='<unknown>', name=<unknown>, "
                            "GPU has fallen off the bus."))
     for i, codes in faults.get("xid", {}).items():
-        for code in codes:
-            lines.append((1.0, f"NVRM: Xid (PCI:{gpu_bus(i)}): {code}, pid=4242, name=python, lab fault xid={code}"))
+        for code, *mig in codes:
+            # krcReportXid's attributions: "PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]"
+            attr = "".join(f" {name}:{n:02d}" for name, n in zip(("GPU-I", "GPU-CI"), mig))
+            lines.append((1.0, f"NVRM: Xid (PCI:{gpu_bus(i)}{attr}): {code}, pid=4242, name=python, "
+                               f"lab fault xid={code}"))
     return lines

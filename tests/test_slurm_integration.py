@@ -39,7 +39,7 @@ EVERY_KEY = {
     "nccl_extra": {"NCCL_DEBUG": "WARN"}, "verify_profile": "hgx-h100-8x400",
     "verify_gpu_model": "NVIDIA H100 80GB HBM3", "verify_gpu_count": 8, "verify_ports": 8, "verify_port_gbps": 200.0,
     "verify_precision": "fp8", "verify_beta": None,
-    "verify_workload": {"grad_bytes_per_param": 2, "tokens_per_gpu_step": 4096, "dp_size": 64},
+    "verify_workload": {"grad_bytes_per_param": 2, "tokens_per_gpu_step": 4096, "dp_size": 64, "precision": "fp8"},
     "verify_bandwidth_model": "sum", "verify_min_ccr": 1e-5, "verify_min_ccr_fraction": 0.8,
     "verify_gpu_tflops": {"fp8": 1900.0}, "verify_fleet_tolerance": 0.2, "verify_measure": True,
     "verify_measure_seconds": 5, "verify_measure_retries": 1, "verify_measure_min_fraction": 0.8,

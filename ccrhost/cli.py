@@ -222,30 +222,39 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
 
 
 @main.command()
-@click.argument("code")
-def explain(code):
-    """Explain a reason code: what it means, what is read, the likely
+@click.argument("text", nargs=-1, required=True)
+def explain(text):
+    """Explain reason codes: what each means, what is read, the likely
     causes, and the commands that confirm and fix it (the handbook's entry).
     ``xid-CODE`` (``xid-95``) gives one XID code's level, action and source.
 
-    An unknown CODE exits 2 and lists the codes closest to it.
+    TEXT is a code, or any line that names codes, pasted whole: a drain
+    reason, a line of `sinfo -R`, `ccrhost check` output. Every code found
+    in it (any case) is explained, each once. A code that `sinfo -R` cut at
+    its 20 characters is found by its start when only one code starts so.
+    Exits 2 only when no code is found, listing the codes closest to it.
     """
     import re
 
     from ccrhost.model import reasons, xids
 
-    xid = re.fullmatch(r"(?i)xid[-: ]?(\d{1,5})", code.strip())
+    line = " ".join(text)
+    xid = re.fullmatch(r"(?i)xid[-: ]?(\d{1,5})", line.strip())
     if xid:  # one XID code: its level, action and source (the table in ccrhost/model/xids.py)
         click.echo(xids.entry_line(xids.xid_entry(int(xid.group(1)))))
         return
-    doc = reasons.REGISTRY.get(code.strip())
-    if doc is None:
-        close = reasons.close_matches(code.strip())
+    found = reasons.codes_in(line)
+    if not found:
+        words = line.strip()
+        close = reasons.close_matches(words) if " " not in words else []
         hint = f"; did you mean: {', '.join(close)}?" if close else f"; known codes: {', '.join(sorted(reasons.REGISTRY))}"
-        raise click.UsageError(f"unknown reason code {code!r}{hint}")
-    click.echo(reasons.entry_text(doc), nl=False)
-    if doc.code in ("gpu_xid_critical", "gpu_xid"):
-        click.echo("\n" + xids.table_text(doc.level) + "One code: ccrhost explain xid-CODE", nl=True)
+        raise click.UsageError(f"unknown reason code {words!r}{hint}" if " " not in words
+                               else f"no reason code found in {words!r}{hint}")
+    for i, code in enumerate(found):
+        click.echo(("\n" if i else "") + reasons.entry_text(reasons.REGISTRY[code]), nl=False)
+        if code in ("gpu_xid_critical", "gpu_xid"):
+            click.echo("\n" + xids.table_text(reasons.REGISTRY[code].level) + "One code: ccrhost explain xid-CODE",
+                       nl=True)
 
 
 @main.command("nccl-env")

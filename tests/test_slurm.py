@@ -111,7 +111,9 @@ def test_port_down_drains_the_node_and_clearing_it_resumes_it(cluster):
     (st, reason), elapsed = wait_for(lab, "node2", lambda s, r: "drain" in s)
     assert elapsed <= 2 * INTERVAL + took, f"drained after {elapsed:.1f} s, interval {INTERVAL} s"
     assert st == "drained"
-    assert reason.startswith("ccrhost: port mlx5_0/1 is DOWN/Disabled; 7 active compute ports, expected 8")
+    # the codes first (all `sinfo -R` shows of a reason is its first 20 characters), then the messages
+    assert reason.startswith("ccrhost: port_down,port_count")
+    assert ": port mlx5_0/1 is DOWN/Disabled; 7 active compute ports, expected 8" in reason
 
     two = slurm(lab, "srun", "-N2", "-I10", "hostname")
     assert two.returncode == 0, two.stderr
@@ -184,7 +186,7 @@ def test_prolog_keeps_jobs_off_a_fail_or_unknown_node_and_lets_warn_through(clus
     assert unknown.returncode != 0 and "ran on" not in unknown.stdout
     # the prolog's own drain says what could not be judged; Slurm keeps it rather than its bare 'Prolog error'
     st, reason = state(lab, "node3")
-    assert st == "draining" and reason.startswith("ccrhost: UNKNOWN: "), reason
+    assert st == "draining" and reason.startswith("ccrhost: check_config: UNKNOWN: "), reason
     assert "verify_min_ccr_fraction = 2" in reason, reason
     slurm(lab, "scontrol", "update", "NodeName=node3", "State=RESUME")
     wait_for(lab, "node3", lambda s, r: s == "mixed")
@@ -195,7 +197,7 @@ def test_prolog_keeps_jobs_off_a_fail_or_unknown_node_and_lets_warn_through(clus
     st, reason = state(lab, "node3")
     assert st == "draining"
     # the prolog's own drain names the problem; Slurm keeps it rather than 'Prolog error'
-    assert reason.startswith("ccrhost: port mlx5_0/1 is DOWN/Disabled"), reason
+    assert reason.startswith("ccrhost: port_down,") and ": port mlx5_0/1 is DOWN/Disabled" in reason, reason
     assert job_state(lab, holder) == "RUNNING"  # a drain lets running jobs finish
 
     lab.clear("node3", "port_down")
@@ -220,9 +222,11 @@ def test_verify_in_an_allocation_drains_exactly_the_faulty_nodes(cluster, tmp_pa
     states = lab_slurm.node_states(lab)
     assert states["node1"] == ("allocated", "none")
     assert states["node2"][0] == states["node3"][0] == "draining"
-    assert states["node2"][1].startswith("ccrhost: port mlx5_0/1 is DOWN/Disabled")
+    assert states["node2"][1].startswith("ccrhost: port_down,")
+    assert ": port mlx5_0/1 is DOWN/Disabled" in states["node2"][1]
     # the lab's missing GPU is still on the PCI bus: it fell off too (docs/gpu-health.md)
-    assert states["node3"][1].startswith("ccrhost: 7 GPUs, expected 8; GPU at 0000:")
+    assert states["node3"][1].startswith("ccrhost: gpu_count,gpu_fell_off_bus")
+    assert ": 7 GPUs, expected 8; GPU at 0000:" in states["node3"][1]
     assert "fell off the bus: the PCI bus lists it, nvidia-smi does not see it" in states["node3"][1]
 
     report = tmp_path / "report"
@@ -260,7 +264,7 @@ def test_verify_measure_drains_the_slow_node_and_the_health_check_leaves_it(clus
     assert queue == []
 
     st, reason = state(lab, "node3")
-    assert st == "drained" and reason.startswith("ccrhost: measured: ports mlx5_0/1 measured below 90%")
+    assert st == "drained" and reason.startswith("ccrhost: measured_slow,ccr_below_expected: ports mlx5_0/1 measured below 90%")
     assert state(lab, "node1") == state(lab, "node2") == ("idle", "none")
     lab.clear("node3", "link_slow")
     time.sleep(2 * INTERVAL + took)

@@ -134,7 +134,7 @@ def test_three_paths_agree_node_by_node_and_only_fail_nodes_drain(cluster, tmp_p
     states = lab_slurm.node_states(lab)
     for node in ("node2", "node3", "node4", "node5"):
         assert "drain" in states[node][0] and states[node][1].startswith("ccrhost: "), (node, states[node])
-    assert states["node5"][1].startswith("ccrhost: NIC mlx5_0, mlx5_1")
+    assert states["node5"][1].startswith("ccrhost: fw_required: NIC mlx5_0, mlx5_1")
     assert "99.0.0" in states["node5"][1]
     assert states["node1"] == ("allocated", "none")
     assert states["node6"] == ("allocated", "none")  # UNKNOWN: nobody saw a cause, so no drain
@@ -152,7 +152,7 @@ def test_an_unreadable_node_drains_in_its_prolog_with_the_reason_and_verify_goes
     assert run.returncode == 3, run.stdout + run.stderr
     st, reason = lab_slurm.node_states(lab)["node6"]
     assert "drain" in st
-    assert reason.startswith("ccrhost: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
+    assert reason.startswith("ccrhost: rdma_unreadable: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
                              f"{RATE}: "), reason
     assert "node6 drained" in run.stderr or "node6 draining" in run.stderr
     hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import click
 import yaml
@@ -347,12 +347,30 @@ class _Drained(Exception):
 def drained_verdict(node: SlurmNode) -> Verdict:
     """A node that left the job before its check step ran, by its drain
     reason: ccrhost's own prolog or health check said FAIL or UNKNOWN there
-    and named why; any other reason is not a verdict of ours."""
+    and named the codes, which become the verdict's reasons (each at its
+    registry level), so the node reads as its check read it. A ccrhost
+    reason without codes (an older ccrhost) is ``drained_fail`` or
+    ``drained_unknown``; any other reason is not a verdict of ours."""
+    from ccrhost.model.reasons import REGISTRY
+    from ccrhost.model.status import Reason
+    from ccrhost.node.check import parse_drain_reason
+
     reason = node.reason or ""
+    said = f"drained by its own check before the check step: {reason}"
+    parsed = parse_drain_reason(reason)
+    if parsed is not None:
+        docs = [REGISTRY[code] for code in parsed.codes]
+        reasons = [Reason(doc.level, doc.code, said if i == 0 else "named in the same drain reason")
+                   for i, doc in enumerate(docs)]
+        if parsed.more:
+            more = f"and {parsed.more} more code(s) the drain reason had no room for"
+            reasons.append(Reason(FAIL, "drained_fail", more) if parsed.status == FAIL
+                           else Reason(UNKNOWN, "drained_unknown", more))
+        return replace(_unknown("drained_unknown", said), status=parsed.status, reasons=reasons)
     if reason.startswith(f"{DRAIN_PREFIX} UNKNOWN:"):
-        return _unknown("drained_unknown", f"drained by its own check before the check step: {reason}")
+        return _unknown("drained_unknown", said)
     if reason.startswith(DRAIN_PREFIX):
-        return unjudged(FAIL, "drained_fail", f"drained by its own check before the check step: {reason}")
+        return unjudged(FAIL, "drained_fail", said)
     return _unknown("not_checked", f"not checked: {node.state}" + (f" ({node.reason})" if node.reason else ""))
 
 

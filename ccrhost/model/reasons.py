@@ -887,6 +887,24 @@ def close_matches(code: str, n: int = 5) -> list[str]:
     return difflib.get_close_matches(code, REGISTRY, n=n, cutoff=0.5)
 
 
+def codes_in(text: str) -> list[str]:
+    """The codes ``text`` names (any case), each once, in order. A pasted
+    ``sinfo -R`` line shows a reason's first 20 characters only, so when
+    no whole code is found, a word with an underscore that starts exactly
+    one code stands for it."""
+    import re
+
+    words = re.findall(r"[a-z0-9_]+", text.lower())
+    found = list(dict.fromkeys(w for w in words if w in REGISTRY))
+    if found:
+        return found
+    for word in words:
+        starts = [c for c in REGISTRY if c.startswith(word)] if "_" in word else []
+        if len(starts) == 1 and starts[0] not in found:
+            found.append(starts[0])
+    return found
+
+
 def entry_text(doc: ReasonDoc, width: int = 78) -> str:
     """The entry as ``ccrhost explain`` prints it (plain text)."""
     import textwrap  # only for explain and the handbook

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 
 # A drain that rests on a fleet measurement (ib_write_bw between nodes): the
 # node-local check cannot see what it found, so only another measurement or
-# an operator lifts it.
+# an operator lifts it. Its reason names the code; an older ccrhost's began
+# with this prefix instead.
 MEASURED_PREFIX = "ccrhost: measured:"
 MEASURED_CODES = ("measured_slow",)
 
@@ -231,7 +232,7 @@ def format_text(verdict: Verdict) -> str:
     for r in verdict.reasons:
         shown[r.code] = shown.get(r.code, 0) + 1
         if shown[r.code] <= PER_CODE_MAX and printed < REASONS_MAX:
-            lines.append(f"  {r.level}: {_cut(r.message, MESSAGE_MAX)}")
+            lines.append(f"  {r.level}: {r.code}: {_cut(r.message, MESSAGE_MAX)}")  # `ccrhost explain` takes the code
             printed += 1
     left = len(verdict.reasons) - printed
     if left:
@@ -251,9 +252,20 @@ def format_nhc(verdict: Verdict) -> str:
     """NHC's convention: silence when healthy, one ``ERROR:`` line otherwise."""
     if verdict.status == OK:
         return ""
+    codes = ",".join(reason_codes(verdict))
     if verdict.status in (FAIL, UNKNOWN):
-        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {bounded_summary(verdict)}\n"
-    return f"WARNING: ccrhost: {bounded_summary(verdict)}\n"
+        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {codes}: {bounded_summary(verdict)}\n"
+    return f"WARNING: ccrhost: {codes}: {bounded_summary(verdict)}\n"
+
+
+def reason_codes(verdict: Verdict) -> list[str]:
+    """The codes of the verdict's non-OK reasons, each once, worst first
+    (FAIL, UNKNOWN, WARN), in the order the reasons came (a code per port
+    would hide the rest)."""
+    codes: list[str] = []
+    for level in (FAIL, UNKNOWN, WARN):
+        codes += [r.code for r in verdict.reasons if r.level == level and r.code not in codes]
+    return codes
 
 
 # Node Problem Detector's custom-plugin contract (kubernetes/node-problem-detector
@@ -278,11 +290,7 @@ def format_npd(verdict: Verdict, warn_unhealthy: bool = False) -> tuple[str, int
         code = NPD_UNKNOWN
     else:
         code = NPD_OK
-    codes: list[str] = []  # each code once, worst level first (a code per port would hide the rest)
-    for level in (FAIL, UNKNOWN, WARN):
-        for r in verdict.reasons:
-            if r.level == level and r.code not in codes:
-                codes.append(r.code)
+    codes = reason_codes(verdict)
     line = f"{status}: " + (",".join(codes) if codes else "all checks passed")
     shown = len(codes)
     while len(line.encode()) > NPD_MAX_OUTPUT and shown > 1:
@@ -439,11 +447,70 @@ def current_reason(node: str, scontrol: str) -> str | None:
     return None if reason in (None, "", "(null)", "none") else reason
 
 
+# Slurm keeps a node's reason whole in slurmctld, but its accounting database
+# (slurmdbd) stores it as a MySQL TINYTEXT, 255 bytes (the event table's
+# "reason" column, src/plugins/accounting_storage/mysql/accounting_storage_mysql.c),
+# and `sinfo -R` shows its first 20 characters ("%20E %9u %19H %N", sinfo(1)).
+# So the codes come first, right after "ccrhost: ", and the reason is cut
+# at 255 bytes, never inside the codes.
+REASON_BYTES = 255
+
+
+def _fit(text: str, limit: int) -> str:
+    return text.encode()[:limit].decode(errors="ignore")
+
+
 def drain_reason(verdict: Verdict) -> str:
-    """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
-    prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
-    prefix = f"{DRAIN_PREFIX} UNKNOWN:" if verdict.status == UNKNOWN else prefix
-    return f"{prefix} {bounded_summary(verdict, 255 - len(prefix) - 1)}"[:255]
+    """The drain reason for ``verdict``: ``ccrhost: <codes>: <messages>``,
+    ``ccrhost: <codes>: UNKNOWN: <what could not be read>`` for UNKNOWN;
+    :func:`parse_drain_reason` reads it back."""
+    codes = reason_codes(verdict) or ["check_error"]
+    head = f"{DRAIN_PREFIX} {','.join(codes)}:"
+    shown = len(codes)
+    while len(head.encode()) > REASON_BYTES // 2 and shown > 1:  # room for a message too
+        shown -= 1
+        head = f"{DRAIN_PREFIX} {','.join(codes[:shown])} +{len(codes) - shown} more:"
+    marker = " UNKNOWN:" if verdict.status == UNKNOWN else ""
+    room = REASON_BYTES - len(f"{head}{marker} ".encode())
+    return _fit(f"{head}{marker} {bounded_summary(verdict, room)}", REASON_BYTES)
+
+
+_DRAIN = re.compile(r"^ccrhost: (?P<codes>[a-z0-9_]+(?:,[a-z0-9_]+)*)(?: \+(?P<more>[0-9]+) more)?:"
+                    r"(?P<unknown> UNKNOWN:)? ?(?P<text>.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class DrainReason:
+    """What a ccrhost drain reason says (:func:`drain_reason`)."""
+    status: str              # FAIL, or UNKNOWN
+    codes: tuple[str, ...]   # the codes it names, worst first
+    text: str                # the messages after them
+    more: int = 0            # codes left out for the length
+
+
+def parse_drain_reason(reason: str | None) -> DrainReason | None:
+    """The codes of a reason :func:`drain_reason` wrote (as Slurm shows it:
+    ``scontrol`` adds `` [user@time]``, which is dropped); None for another
+    reason, or one of an older ccrhost that named no codes, or one whose
+    codes the registry does not know."""
+    from ccrhost.model.reasons import REGISTRY
+
+    if not reason:
+        return None
+    match = _DRAIN.match(re.sub(r"\s+\[[^\]]*\]\s*$", "", reason.strip()))
+    if not match or not all(c in REGISTRY for c in match.group("codes").split(",")):
+        return None
+    return DrainReason(UNKNOWN if match.group("unknown") else FAIL, tuple(match.group("codes").split(",")),
+                       match.group("text"), int(match.group("more") or 0))
+
+
+def measured_drain(reason: str) -> bool:
+    """A drain that rests on a measurement (``measured_slow``; an older
+    ccrhost wrote ``ccrhost: measured: ...``)."""
+    parsed = parse_drain_reason(reason)
+    if parsed is None:
+        return reason.startswith(MEASURED_PREFIX)
+    return any(c in MEASURED_CODES for c in parsed.codes)
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,
@@ -474,7 +541,7 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
     if reason is not None and not ours:
         return f"{node} already has reason {reason!r} set by someone else; left alone"
-    if ours and reason.startswith(MEASURED_PREFIX) and not measured:
+    if ours and measured_drain(reason) and not measured:
         return f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat"
     if verdict.status == FAIL or (unknown_drains and verdict.status == UNKNOWN):
         text = drain_reason(verdict)

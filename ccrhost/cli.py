@@ -120,9 +120,13 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
 @click.option("--drain-unknown", is_flag=True,
               help="Prolog use, with --drain: UNKNOWN drains too (Slurm drains a node whose prolog fails anyway), "
                    "with a reason that says what could not be read.")
+@click.option("--hold", is_flag=True,
+              help="Prolog use, with --drain: where the drain cap (slurm_drain_cap_*) keeps the node from being "
+                   "drained, keep the job off it instead (requeue it, or cancel one that cannot be requeued) and "
+                   "exit 0, so slurmd does not drain the node either.")
 @click.option("--probe-timeout", type=click.FloatRange(1, 600), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds a probe (the RDMA snippet, nvidia-smi) may take before it counts as hung: UNKNOWN.")
-def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overrides):
+def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (--format
     npd: Node Problem Detector's codes).
 
@@ -155,9 +159,18 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         except Exception as exc:  # a bug must not read as WARN to the scheduler
             problem = f"internal error: {type(exc).__name__}: {exc}"
             verdict = node_check.unknown("check_error", problem)
+    held = None
     if drain:
-        try:
-            drained = node_check.drain(verdict, unknown_drains=drain_unknown)
+        from ccrhost.model.drain_cap import DrainCap
+
+        try:  # settings that could not be read still have a cap: a bad config pushed everywhere is a storm too
+            drained = node_check.drain(verdict, unknown_drains=drain_unknown,
+                                       cap=settings.drain_cap if settings else DrainCap())
+            job = os.environ.get("SLURM_JOB_ID")
+            if drained.held and hold and job and os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd":
+                import shutil
+
+                held = node_check.hold_job(job, shutil.which("scontrol") or "scontrol")
         except node_check.DrainError as exc:
             problem = f"--drain: {exc}"
             verdict = node_check.unknown("check_error", problem, verdict)
@@ -181,6 +194,9 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         click.echo(drained, err=True)
     if problem:
         click.echo(f"ccrhost check: UNKNOWN: {problem}", err=True)
+    if held:  # past the drain cap, in a prolog: the job is off the node, and a non-zero exit would drain it
+        click.echo(f"ccrhost check: {held}; exit 0 so that slurmd does not drain the node", err=True)
+        return 0
     return exit_code
 
 

@@ -158,3 +158,40 @@ def test_a_job_that_cannot_be_requeued_is_cancelled(tmp_path):
                                                      "else echo"))
     assert node_check.hold_job("42", str(scontrol)).startswith("cancelled job 42 (it cannot be requeued: ")
     assert log.read_text() == "scancel 42\n"
+
+
+# `scontrol show node -o` as Slurm 22.05.8 prints it on the lab (Comment only when set; Reason last)
+SHOWN_HELD = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=4.30 "
+              "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=198.18.200.11 NodeHostName=node1 "
+              "Version=22.05.8 OS=Linux 6.18.44-fc-v1272 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=100 AllocMem=0 "
+              "FreeMem=20568 Sockets=2 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+              "MCS_label=N/A Partitions=lab  BootTime=2026-12-05T07:02:51 SlurmdStartTime=2026-12-05T08:39:06 "
+              "LastBusyTime=2026-12-05T08:39:06 CfgTRES=cpu=2,mem=100M,billing=2 AllocTRES= CapWatts=n/a "
+              "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
+              "Comment=ccrhost: held: port_down,port_count: drain cap reached: port_down: 1 other node(s) drained")
+SHOWN_DRAINED = ("NodeName=node3 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 State=IDLE+DRAIN ThreadsPerCore=1 "
+                 "ExtSensorsTemp=n/s Reason=ccrhost: port_down,port_count: port mlx5_0/1 is DOWN/Disabled "
+                 "[root@2026-12-05T08:35:42]")
+
+
+def test_the_held_comment_reads_back_and_slurm_verify_reports_the_cap():
+    from ccrhost.fleet.slurm import SlurmNode, drained_verdict, held_nodes
+
+    held = held_nodes(SHOWN_HELD + "\n" + SHOWN_DRAINED + "\n")
+    assert held == {"node1": "ccrhost: held: port_down,port_count: drain cap reached: port_down: 1 other node(s) "
+                             "drained"}
+    node = SlurmNode("node1", "198.18.200.11", "idle", None, held["node1"])
+    assert not node.usable  # its prolog keeps every job off: verify does not wait on it
+    verdict = drained_verdict(node)
+    assert verdict.status == "FAIL"
+    assert [(r.level, r.code) for r in verdict.reasons] == [("FAIL", "port_down"), ("FAIL", "port_count"),
+                                                            ("WARN", "drain_capped")]
+
+
+def test_reason_and_comment_as_slurm_shows_them(tmp_path):
+    tool = tmp_path / "scontrol"
+    for shown, want in ((SHOWN_HELD, (None, SHOWN_HELD.split("Comment=", 1)[1])),
+                        (SHOWN_DRAINED, ("ccrhost: port_down,port_count: port mlx5_0/1 is DOWN/Disabled", None))):
+        tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{shown}\nEOF\n")
+        tool.chmod(0o755)
+        assert node_check._show_node("node1", str(tool)) == want

@@ -264,7 +264,9 @@ def reason_codes(verdict: Verdict) -> list[str]:
     would hide the rest)."""
     codes: list[str] = []
     for level in (FAIL, UNKNOWN, WARN):
-        codes += [r.code for r in verdict.reasons if r.level == level and r.code not in codes]
+        for r in verdict.reasons:
+            if r.level == level and r.code not in codes:
+                codes.append(r.code)
     return codes
 
 
@@ -679,6 +681,8 @@ def cap_textfile(cap, decision) -> None:
         lines += [f'ccrhost_drain_cap_drained{{code="{c.code}"}} {c.rank - 1}' for c in decision.counts]
         lines += ["# HELP ccrhost_drain_cap_limit The cap for the code.", "# TYPE ccrhost_drain_cap_limit gauge"]
         lines += [f'ccrhost_drain_cap_limit{{code="{c.code}"}} {c.limit}' for c in decision.counts]
+    from ccrhost.output import write_atomic  # only where the cap holds or did: every check would pay its import
+
     try:
         write_atomic(cap.textfile, "\n".join(lines) + "\n")
     except OSError:

@@ -120,9 +120,13 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
 @click.option("--drain-unknown", is_flag=True,
               help="Prolog use, with --drain: UNKNOWN drains too (Slurm drains a node whose prolog fails anyway), "
                    "with a reason that says what could not be read.")
+@click.option("--hold", is_flag=True,
+              help="Prolog use, with --drain: where the drain cap (slurm_drain_cap_*) keeps the node from being "
+                   "drained, keep the job off it instead (requeue it, or cancel one that cannot be requeued) and "
+                   "exit 0, so slurmd does not drain the node either.")
 @click.option("--probe-timeout", type=click.FloatRange(1, 600), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds a probe (the RDMA snippet, nvidia-smi) may take before it counts as hung: UNKNOWN.")
-def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overrides):
+def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (--format
     npd: Node Problem Detector's codes).
 
@@ -155,9 +159,18 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         except Exception as exc:  # a bug must not read as WARN to the scheduler
             problem = f"internal error: {type(exc).__name__}: {exc}"
             verdict = node_check.unknown("check_error", problem)
+    held = None
     if drain:
-        try:
-            drained = node_check.drain(verdict, unknown_drains=drain_unknown)
+        from ccrhost.model.drain_cap import DrainCap
+
+        try:  # settings that could not be read still have a cap: a bad config pushed everywhere is a storm too
+            drained = node_check.drain(verdict, unknown_drains=drain_unknown,
+                                       cap=settings.drain_cap if settings else DrainCap())
+            job = os.environ.get("SLURM_JOB_ID")
+            if drained.held and hold and job and os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd":
+                import shutil
+
+                held = node_check.hold_job(job, shutil.which("scontrol") or "scontrol")
         except node_check.DrainError as exc:
             problem = f"--drain: {exc}"
             verdict = node_check.unknown("check_error", problem, verdict)
@@ -181,6 +194,9 @@ def check(config_path, fmt, output, drain, drain_unknown, probe_timeout, **overr
         click.echo(drained, err=True)
     if problem:
         click.echo(f"ccrhost check: UNKNOWN: {problem}", err=True)
+    if held:  # past the drain cap, in a prolog: the job is off the node, and a non-zero exit would drain it
+        click.echo(f"ccrhost check: {held}; exit 0 so that slurmd does not drain the node", err=True)
+        return 0
     return exit_code
 
 
@@ -222,30 +238,39 @@ def monitor(config_path, interval, duration, gpu_target, net_target, fmt, output
 
 
 @main.command()
-@click.argument("code")
-def explain(code):
-    """Explain a reason code: what it means, what is read, the likely
+@click.argument("text", nargs=-1, required=True)
+def explain(text):
+    """Explain reason codes: what each means, what is read, the likely
     causes, and the commands that confirm and fix it (the handbook's entry).
     ``xid-CODE`` (``xid-95``) gives one XID code's level, action and source.
 
-    An unknown CODE exits 2 and lists the codes closest to it.
+    TEXT is a code, or any line that names codes, pasted whole: a drain
+    reason, a line of `sinfo -R`, `ccrhost check` output. Every code found
+    in it (any case) is explained, each once. A code that `sinfo -R` cut at
+    its 20 characters is found by its start when only one code starts so.
+    Exits 2 only when no code is found, listing the codes closest to it.
     """
     import re
 
     from ccrhost.model import reasons, xids
 
-    xid = re.fullmatch(r"(?i)xid[-: ]?(\d{1,5})", code.strip())
+    line = " ".join(text)
+    xid = re.fullmatch(r"(?i)xid[-: ]?(\d{1,5})", line.strip())
     if xid:  # one XID code: its level, action and source (the table in ccrhost/model/xids.py)
         click.echo(xids.entry_line(xids.xid_entry(int(xid.group(1)))))
         return
-    doc = reasons.REGISTRY.get(code.strip())
-    if doc is None:
-        close = reasons.close_matches(code.strip())
+    found = reasons.codes_in(line)
+    if not found:
+        words = line.strip()
+        close = reasons.close_matches(words) if " " not in words else []
         hint = f"; did you mean: {', '.join(close)}?" if close else f"; known codes: {', '.join(sorted(reasons.REGISTRY))}"
-        raise click.UsageError(f"unknown reason code {code!r}{hint}")
-    click.echo(reasons.entry_text(doc), nl=False)
-    if doc.code in ("gpu_xid_critical", "gpu_xid"):
-        click.echo("\n" + xids.table_text(doc.level) + "One code: ccrhost explain xid-CODE", nl=True)
+        raise click.UsageError(f"unknown reason code {words!r}{hint}" if " " not in words
+                               else f"no reason code found in {words!r}{hint}")
+    for i, code in enumerate(found):
+        click.echo(("\n" if i else "") + reasons.entry_text(reasons.REGISTRY[code]), nl=False)
+        if code in ("gpu_xid_critical", "gpu_xid"):
+            click.echo("\n" + xids.table_text(reasons.REGISTRY[code].level) + "One code: ccrhost explain xid-CODE",
+                       nl=True)
 
 
 @main.command("nccl-env")

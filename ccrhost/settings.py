@@ -565,6 +565,27 @@ class HostSettings(BaseModel):
     slurm_healthcheck_node_state: str = Field(
         "ANY", description=f"HealthCheckNodeState: a comma list of {', '.join(HEALTHCHECK_STATES)}."
     )
+    # --- the drain cap (issue 35): no drain storm; see ccrhost/model/drain_cap.py
+    slurm_drain_cap_nodes: int | None = Field(
+        None, ge=1, description="At most this many nodes drained by ccrhost for one reason code within "
+        "slurm_drain_cap_window; past it the prolog keeps jobs off a failing node without draining it "
+        "(none: only the share caps).",
+    )
+    slurm_drain_cap_share: float | None = Field(
+        0.1, gt=0, le=1, description="At most this share of the node's partitions drained by ccrhost for one "
+        "FAIL code within slurm_drain_cap_window (always at least one node; none: only the count caps).",
+    )
+    slurm_drain_cap_unknown_share: float | None = Field(
+        0.05, gt=0, le=1, description="The same for an UNKNOWN code (a node that cannot be read), capped first: "
+        "at most slurm_drain_cap_share.",
+    )
+    slurm_drain_cap_window: int = Field(
+        3600, ge=60, le=30 * 86400, description="Seconds a ccrhost drain counts against the cap after it was set.",
+    )
+    slurm_drain_cap_textfile: AbsPath | None = Field(
+        None, description="A node_exporter textfile the check writes when the drain cap holds on this node "
+        "(ccrhost_drain_cap_held 1, per code) and clears when it no longer does; none: log and Slurm only.",
+    )
     verify_report_dir: str = Field(
         "ccrhost-report", pattern=r"^[A-Za-z0-9_./-]{1,255}$",
         description="Where the controller writes the fleet report (JSON, JUnit, text, HTML).",
@@ -627,6 +648,11 @@ class HostSettings(BaseModel):
     @classmethod
     def _state_is_ours(cls, value):
         return _written_file(value, _STATE_EXAMPLE)
+
+    @field_validator("slurm_drain_cap_textfile")
+    @classmethod
+    def _cap_textfile_is_ours(cls, value):
+        return None if value is None else _written_file(value, "/var/lib/node_exporter/textfile/ccrhost-drain-cap.prom")
 
     @field_validator("slurm_ccrhost", "slurm_conf")
     @classmethod
@@ -691,6 +717,10 @@ class HostSettings(BaseModel):
                     f"verify_precision is {self.verify_precision} and {exc}: every host would be UNKNOWN; "
                     f"add its {self.verify_precision} figure to verify_gpu_tflops"
                 ) from None
+        if (self.slurm_drain_cap_unknown_share and self.slurm_drain_cap_share
+                and self.slurm_drain_cap_unknown_share > self.slurm_drain_cap_share):
+            raise ValueError(f"[slurm_drain_cap_unknown_share] {self.slurm_drain_cap_unknown_share} is above "
+                             f"slurm_drain_cap_share {self.slurm_drain_cap_share}: UNKNOWN drains are capped first")
         for key in WRITTEN_PATHS:
             path = getattr(self, key)
             if path == (self.slurm_conf or "/etc/slurm/slurm.conf"):
@@ -734,7 +764,14 @@ class HostSettings(BaseModel):
 
         return CheckSettings(tuple(self.rdma_exclude_devices), self.verify_link_state, self.verify_gpu_state,
                              self.verify_window_max_age, self.verify_npd_warn_unhealthy, self.expectation(),
-                             self.policy())
+                             self.policy(), self.drain_cap())
+
+    def drain_cap(self):
+        """The drain cap (``slurm_drain_cap_*``)."""
+        from ccrhost.model.drain_cap import DrainCap
+
+        return DrainCap(self.slurm_drain_cap_nodes, self.slurm_drain_cap_share, self.slurm_drain_cap_unknown_share,
+                        self.slurm_drain_cap_window, self.slurm_drain_cap_textfile)
 
     def workload_problems(self) -> list[wl.Problem]:
         """The workload against the declared GPUs per node; when none is

@@ -27,7 +27,7 @@ def failing():
 def test_nhc_format_is_silent_when_healthy_and_one_line_when_not():
     assert node_check.format_nhc(evaluate(healthy(), H100)) == ""
     line = node_check.format_nhc(failing())
-    assert line.startswith("ERROR: ccrhost: Health check failed: FAIL: port mlx5_3/1 is DOWN/Disabled")
+    assert line.startswith("ERROR: ccrhost: Health check failed: FAIL: port_down,port_count,ccr_below_expected: port mlx5_3/1 is DOWN/Disabled")
     assert line.count("\n") == 1
 
 
@@ -79,8 +79,8 @@ fi
 def test_drain_on_fail_with_our_prefix(scontrol):
     script, state, log = scontrol
     msg = node_check.drain(failing(), node="gpu01", scontrol=str(script))
-    assert msg.startswith("drained gpu01: ccrhost: port mlx5_3/1 is DOWN/Disabled")
-    assert log.read_text().startswith("update NodeName=gpu01 State=DRAIN Reason=ccrhost: port mlx5_3/1")
+    assert msg.startswith("drained gpu01: ccrhost: port_down,port_count,ccr_below_expected: port mlx5_3/1 is DOWN/Disabled")
+    assert log.read_text().startswith("update NodeName=gpu01 State=DRAIN Reason=ccrhost: port_down,port_count,ccr_below_expected: port mlx5_3/1")
 
 
 def test_drain_never_touches_someone_elses_reason(scontrol):
@@ -156,7 +156,7 @@ def test_a_hung_probe_is_unknown_with_one_line_and_is_killed(tmp_path):
     assert out.returncode == 3
     line = ("cannot read /sys/class/infiniband and rdma_cm configfs: the RDMA probe (reading /sys/class/infiniband) did not answer within 1 s "
             "(killed)")
-    assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: {line}\n"
+    assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: rdma_unreadable: {line}\n"
     assert out.stderr == f"ccrhost check: UNKNOWN: {line}\n"
     for pid in pids.read_text().split():
         assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split(") ")[1][:1]
@@ -208,7 +208,7 @@ def test_warn_lifts_our_own_drain_too(scontrol):
 def test_unchanged_reason_is_not_rewritten(scontrol):
     script, state, log = scontrol
     verdict = failing()
-    state.write_text(f"ccrhost: {verdict.summary()} [root@2026-12-01T10:00:00]")
+    state.write_text(f"{node_check.drain_reason(verdict)} [root@2026-12-01T10:00:00]")
     assert node_check.drain(verdict, node="gpu01", scontrol=str(script)).startswith("gpu01 stays drained")
     assert not log.exists()
 
@@ -225,7 +225,7 @@ def test_a_measured_drain_is_lifted_only_by_a_measurement(scontrol):
     script, state, log = scontrol
     slow = evaluate(healthy(ports=[replace(port(i), measured_gbps=150.0) for i in range(8)]), H100)
     assert node_check.drain(slow, node="gpu01", scontrol=str(script), measured=True).startswith(
-        "drained gpu01: ccrhost: measured: ports mlx5_0/1, ")
+        "drained gpu01: ccrhost: measured_slow,ccr_below_expected: ports mlx5_0/1, ")
     state.write_text(log.read_text().split("Reason=", 1)[1].strip() + " [root@2026-12-01T10:00:00]")
     log.unlink()
     ok = evaluate(healthy(), H100)
@@ -234,6 +234,9 @@ def test_a_measured_drain_is_lifted_only_by_a_measurement(scontrol):
     assert "rests on a measurement" in node_check.drain(failing(), node="gpu01", scontrol=str(script))
     assert not log.exists()
     assert node_check.drain(ok, node="gpu01", scontrol=str(script), measured=True).startswith("resumed gpu01")
+    # an older ccrhost's measured drain named no code: its prefix still marks it
+    state.write_text("ccrhost: measured: ports mlx5_0/1 measured below 90% [root@2026-12-01T10:00:00]")
+    assert "rests on a measurement" in node_check.drain(ok, node="gpu01", scontrol=str(script))
 
 
 def test_a_blocking_nvml_call_is_abandoned_at_the_deadline():
@@ -286,7 +289,7 @@ def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontro
     assert not log.exists()
     # the prolog: Slurm drains the node anyway; the reason says why
     msg = node_check.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True)
-    reason = ("ccrhost: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
+    reason = ("ccrhost: rdma_unreadable: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
               "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', got 'garbage'")
     assert msg == f"drained gpu01: {reason}"
     assert log.read_text() == f"update NodeName=gpu01 State=DRAIN Reason={reason}\n"

@@ -111,7 +111,9 @@ def test_port_down_drains_the_node_and_clearing_it_resumes_it(cluster):
     (st, reason), elapsed = wait_for(lab, "node2", lambda s, r: "drain" in s)
     assert elapsed <= 2 * INTERVAL + took, f"drained after {elapsed:.1f} s, interval {INTERVAL} s"
     assert st == "drained"
-    assert reason.startswith("ccrhost: port mlx5_0/1 is DOWN/Disabled; 7 active compute ports, expected 8")
+    # the codes first (all `sinfo -R` shows of a reason is its first 20 characters), then the messages
+    assert reason.startswith("ccrhost: port_down,port_count")
+    assert ": port mlx5_0/1 is DOWN/Disabled; 7 active compute ports, expected 8" in reason
 
     two = slurm(lab, "srun", "-N2", "-I10", "hostname")
     assert two.returncode == 0, two.stderr
@@ -184,7 +186,7 @@ def test_prolog_keeps_jobs_off_a_fail_or_unknown_node_and_lets_warn_through(clus
     assert unknown.returncode != 0 and "ran on" not in unknown.stdout
     # the prolog's own drain says what could not be judged; Slurm keeps it rather than its bare 'Prolog error'
     st, reason = state(lab, "node3")
-    assert st == "draining" and reason.startswith("ccrhost: UNKNOWN: "), reason
+    assert st == "draining" and reason.startswith("ccrhost: check_config: UNKNOWN: "), reason
     assert "verify_min_ccr_fraction = 2" in reason, reason
     slurm(lab, "scontrol", "update", "NodeName=node3", "State=RESUME")
     wait_for(lab, "node3", lambda s, r: s == "mixed")
@@ -195,7 +197,7 @@ def test_prolog_keeps_jobs_off_a_fail_or_unknown_node_and_lets_warn_through(clus
     st, reason = state(lab, "node3")
     assert st == "draining"
     # the prolog's own drain names the problem; Slurm keeps it rather than 'Prolog error'
-    assert reason.startswith("ccrhost: port mlx5_0/1 is DOWN/Disabled"), reason
+    assert reason.startswith("ccrhost: port_down,") and ": port mlx5_0/1 is DOWN/Disabled" in reason, reason
     assert job_state(lab, holder) == "RUNNING"  # a drain lets running jobs finish
 
     lab.clear("node3", "port_down")
@@ -220,9 +222,11 @@ def test_verify_in_an_allocation_drains_exactly_the_faulty_nodes(cluster, tmp_pa
     states = lab_slurm.node_states(lab)
     assert states["node1"] == ("allocated", "none")
     assert states["node2"][0] == states["node3"][0] == "draining"
-    assert states["node2"][1].startswith("ccrhost: port mlx5_0/1 is DOWN/Disabled")
+    assert states["node2"][1].startswith("ccrhost: port_down,")
+    assert ": port mlx5_0/1 is DOWN/Disabled" in states["node2"][1]
     # the lab's missing GPU is still on the PCI bus: it fell off too (docs/gpu-health.md)
-    assert states["node3"][1].startswith("ccrhost: 7 GPUs, expected 8; GPU at 0000:")
+    assert states["node3"][1].startswith("ccrhost: gpu_count,gpu_fell_off_bus")
+    assert ": 7 GPUs, expected 8; GPU at 0000:" in states["node3"][1]
     assert "fell off the bus: the PCI bus lists it, nvidia-smi does not see it" in states["node3"][1]
 
     report = tmp_path / "report"
@@ -260,7 +264,7 @@ def test_verify_measure_drains_the_slow_node_and_the_health_check_leaves_it(clus
     assert queue == []
 
     st, reason = state(lab, "node3")
-    assert st == "drained" and reason.startswith("ccrhost: measured: ports mlx5_0/1 measured below 90%")
+    assert st == "drained" and reason.startswith("ccrhost: measured_slow,ccr_below_expected: ports mlx5_0/1 measured below 90%")
     assert state(lab, "node1") == state(lab, "node2") == ("idle", "none")
     lab.clear("node3", "link_slow")
     time.sleep(2 * INTERVAL + took)
@@ -311,9 +315,10 @@ def test_failing_gpus_drain_by_the_health_check_and_clearing_resumes(cluster):
     took = max(health_check_seconds(lab, n) for n in ("node2", "node3"))
     lab.fault("node2", "xid=48:3")
     lab.fault("node3", "row_remap_failure=1")
-    for node, start in (("node2", "ccrhost: GPU 3 (0000:"), ("node3", "ccrhost: GPU 1 (0000:")):
+    for node, start, text in (("node2", "ccrhost: gpu_xid_critical", ": GPU 3 (0000:"),
+                              ("node3", "ccrhost: gpu_row_remap_failure", ": GPU 1 (0000:")):
         (st, reason), elapsed = wait_for(lab, node, lambda s, r: "drain" in s, timeout=2 * INTERVAL + took + 30)
-        assert reason.startswith(start), (node, reason)
+        assert reason.startswith(start) and text in reason, (node, reason)
     assert " Xid 48 " in state(lab, "node2")[1]
     assert "failed a row remapping" in state(lab, "node3")[1]
     assert state(lab, "node1") == ("idle", "none")
@@ -322,3 +327,83 @@ def test_failing_gpus_drain_by_the_health_check_and_clearing_resumes(cluster):
     lab.clear("node3", "row_remap_failure")
     for node in ("node2", "node3"):
         wait_for(lab, node, lambda s, r: s == "idle" and r == "none", timeout=2 * INTERVAL + took + 30)
+
+
+def node_comment(lab, node) -> str:
+    from ccrhost.node.check import _COMMENT
+
+    found = _COMMENT.search(slurm(lab, "scontrol", "show", "node", node, "-o").stdout.strip())
+    return found.group(1) if found else ""
+
+
+def test_the_drain_cap_keeps_the_next_node_off_jobs_without_draining_it(cluster, tmp_path):
+    """Issue 35: one cause on many nodes must not drain them all. With a cap
+    of one node per code, two nodes that fail with port_down at once leave
+    one drained; the other is kept from jobs by its prolog (a batch job is
+    requeued, an srun fails) but never drained, and the cap says so in the
+    node's comment, its textfile and `slurm verify`."""
+    lab = cluster
+    configs = {n: lab.root(n) / "etc/ccrhost/check.yaml" for n in NODES}
+    saved = {n: c.read_text() for n, c in configs.items()}
+    prom = "/run/ccrhost/drain-cap.prom"
+    try:
+        for config in configs.values():
+            config.write_text(saved["node1"] + f"slurm_drain_cap_nodes: 1\nslurm_drain_cap_textfile: {prom}\n")
+        took = max(health_check_seconds(lab, n) for n in ("node2", "node3"))
+        lab.fault("node2", "port_down")
+        lab.fault("node3", "port_down")
+        # the health checks of both run at once: one drain stays, the other is held
+        deadline = time.monotonic() + 4 * INTERVAL + took + 30
+        while not any(node_comment(lab, n).startswith("ccrhost: held:") for n in ("node2", "node3")):
+            if time.monotonic() > deadline:
+                hc = in_node(lab, "node3", "/etc/ccrhost/slurm-healthcheck.sh")
+                shown = slurm(lab, "scontrol", "show", "node", "node3", "-o").stdout
+                raise AssertionError(f"{lab_slurm.node_states(lab)}\n{shown}\n{hc.stdout}{hc.stderr}")
+            time.sleep(0.2)
+        time.sleep(2 * INTERVAL + took)  # more health checks: nothing changes
+        states = lab_slurm.node_states(lab)
+        drained = [n for n in ("node2", "node3") if "drain" in states[n][0]]
+        assert len(drained) == 1, states
+        kept = ({"node2", "node3"} - set(drained)).pop()
+        assert states[drained[0]][1].startswith("ccrhost: port_down,")
+        assert states[kept] == ("idle", "none"), states
+        assert node_comment(lab, kept).startswith("ccrhost: held: port_down")
+        text = (lab.root(kept) / prom.lstrip("/")).read_text()
+        assert 'ccrhost_drain_cap_held{code="port_down",level="FAIL"} 1' in text
+        assert 'ccrhost_drain_cap_limit{code="port_down"} 1' in text
+
+        # its prolog keeps jobs off it, and it stays undrained
+        job = slurm(lab, "sbatch", "--parsable", "-w", kept, "-n1", "-o", str(tmp_path / "ran"),
+                    "--wrap", "echo ran").stdout.strip()
+        deadline = time.monotonic() + 30
+        while "Restarts=0" in (shown := slurm(lab, "scontrol", "show", "job", job, "-o").stdout):
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.2)
+        assert job_state(lab, job) in ("PENDING", "REQUEUED"), shown
+        slurm(lab, "scancel", job)
+        run = slurm(lab, "srun", "-w", kept, "-n1", "-I10", "sh", "-c", "echo ran on $(hostname)")
+        assert run.returncode != 0 and "ran on" not in run.stdout, run.stdout + run.stderr
+        assert not (tmp_path / "ran").exists()
+        assert state(lab, kept) == ("idle", "none")
+
+        # slurm verify reports the held node with its codes and the cap
+        report = verify(lab, tmp_path, "--wait", "60")
+        assert report.returncode == 2, report.stdout + report.stderr
+        hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+        assert [r["code"] for r in hosts[kept]["reasons"]][-1] == "drain_capped"
+        assert "port_down" in [r["code"] for r in hosts[kept]["reasons"]]
+        assert "port_down" in [r["code"] for r in hosts[drained[0]]["reasons"]]
+        assert hosts["node1"]["status"] == "OK"
+
+        # fixed: the health check clears the comment and the textfile says the cap no longer holds
+        lab.clear("node2", "port_down")
+        lab.clear("node3", "port_down")
+        deadline = time.monotonic() + 4 * INTERVAL + took + 30
+        while node_comment(lab, kept).startswith("ccrhost: held:"):
+            assert time.monotonic() < deadline, node_comment(lab, kept)
+            time.sleep(0.2)
+        assert "ccrhost_drain_cap_held 0" in (lab.root(kept) / prom.lstrip("/")).read_text()
+    finally:
+        for node, config in configs.items():
+            config.write_text(saved[node])
+            slurm(lab, "scontrol", "update", f"NodeName={node}", "Comment=")

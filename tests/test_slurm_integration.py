@@ -54,6 +54,8 @@ EVERY_KEY = {
     "slurm_conf": "/etc/slurm-llnl/slurm.conf", "slurm_fragment": "/etc/slurm/conf.d/ccrhost.conf",
     "slurm_prolog": False, "slurm_healthcheck_interval": 60, "slurm_healthcheck_node_state": "IDLE",
     "verify_report_dir": "reports/ccr", "verify_npd_warn_unhealthy": True,
+    "slurm_drain_cap_nodes": 4, "slurm_drain_cap_share": 0.2, "slurm_drain_cap_unknown_share": 0.1,
+    "slurm_drain_cap_window": 600, "slurm_drain_cap_textfile": "/var/lib/node_exporter/textfile/ccrhost-cap.prom",
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,
@@ -150,7 +152,7 @@ def test_prolog_lets_ok_and_warn_through_and_stops_fail_and_unknown(fake_ccrhost
     prolog = installed(fake_ccrhost, PROLOG, slurm_conf="/opt/slurm/etc/slurm.conf")
     (fake_ccrhost / "code").write_text(str(check_rc))
     assert run_as_slurmd(prolog) == prolog_rc
-    assert (fake_ccrhost / "args").read_text() == f"check --config {CHECK_CONFIG} --format nhc --drain --drain-unknown\n"
+    assert (fake_ccrhost / "args").read_text() == f"check --config {CHECK_CONFIG} --format nhc --drain --drain-unknown --hold\n"
     env = dict(line.split("=", 1) for line in (fake_ccrhost / "env").read_text().splitlines() if "=" in line)
     assert env["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     assert env["SLURM_CONF"] == "/opt/slurm/etc/slurm.conf"

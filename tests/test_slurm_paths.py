@@ -134,34 +134,53 @@ def test_three_paths_agree_node_by_node_and_only_fail_nodes_drain(cluster, tmp_p
     states = lab_slurm.node_states(lab)
     for node in ("node2", "node3", "node4", "node5"):
         assert "drain" in states[node][0] and states[node][1].startswith("ccrhost: "), (node, states[node])
-    assert states["node5"][1].startswith("ccrhost: NIC mlx5_0, mlx5_1")
+    assert states["node5"][1].startswith("ccrhost: fw_required: NIC mlx5_0, mlx5_1")
     assert "99.0.0" in states["node5"][1]
     assert states["node1"] == ("allocated", "none")
     assert states["node6"] == ("allocated", "none")  # UNKNOWN: nobody saw a cause, so no drain
 
 
 def test_an_unreadable_node_drains_in_its_prolog_with_the_reason_and_verify_goes_on(cluster, tmp_path):
+    """And verify reports each node its own check drained with that check's
+    codes, read from the drain reason (issue 35: it said drained_unknown,
+    drained_fail), so its verdict equals the deploy's node by node."""
     lab = cluster
     # node6 cannot be read. The health check leaves it (UNKNOWN), so it stays
     # idle and usable, until a job's prolog meets it.
     (lab.root("node6") / RATE.lstrip("/")).write_text("fast\n")
     assert node_check(lab, "node6")["status"] == "UNKNOWN"
+    # node4: ACS redirect on its data path, as setpci sets it; the health check drains it (FAIL)
+    pair = Verdict.from_dict(node_check(lab, "node4")).readings.datapath.pairs[0]
+    bridge = path_bridges(pair.gpu, pair.nic)[-1]
+    assert in_node(lab, "node4", "setpci", "-s", bridge, "ECAP_ACS+0x6.w=001d").returncode == 0
+    checked = {n: judged(node_check(lab, n)) for n in ("node4", "node6")}
+    assert checked == {"node4": ("FAIL", ["acs_redirect"]), "node6": ("UNKNOWN", ["rdma_unreadable"])}
+    deadline = time.monotonic() + 60
+    while "drain" not in lab_slurm.node_states(lab)["node4"][0]:
+        assert time.monotonic() < deadline, lab_slurm.node_states(lab)["node4"]
+        time.sleep(0.2)
+    assert lab_slurm.node_states(lab)["node4"][1].startswith("ccrhost: acs_redirect: ")
     started = time.monotonic()
     run = verify(lab, tmp_path, "--wait", "120")
     took = time.monotonic() - started
-    assert run.returncode == 3, run.stdout + run.stderr
+    assert run.returncode == 2, run.stdout + run.stderr
     st, reason = lab_slurm.node_states(lab)["node6"]
     assert "drain" in st
-    assert reason.startswith("ccrhost: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
+    assert reason.startswith("ccrhost: rdma_unreadable: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
                              f"{RATE}: "), reason
     assert "node6 drained" in run.stderr or "node6 draining" in run.stderr
     hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
     assert {n: hosts[n]["status"] for n in NODES} == {
-        "node1": "OK", "node2": "OK", "node3": "OK", "node4": "OK", "node5": "OK", "node6": "UNKNOWN"}, \
+        "node1": "OK", "node2": "OK", "node3": "OK", "node4": "FAIL", "node5": "OK", "node6": "UNKNOWN"}, \
         json.dumps({n: hosts[n]["reasons"] for n in NODES}) + run.stderr
-    assert [r["code"] for r in hosts["node6"]["reasons"]] == ["drained_unknown"]
+    assert {n: judged(hosts[n]) for n in ("node4", "node6")} == checked
     assert reason.split(" [")[0] in hosts["node6"]["reasons"][0]["message"]
     assert took < 100  # the healthy nodes were checked without waiting out --wait on node6
+    # the deploy's verification names the same codes
+    (tmp_path / "deploy").mkdir()
+    deploy = run_pyinfra("deploys/verify.py", inventory=lab_inventory(tmp_path / "deploy"))
+    by_address = json.loads((tmp_path / "deploy/report/ccr-report.json").read_text())["hosts"]
+    assert {n: judged(by_address[node_address(i)]) for i, n in ((4, "node4"), (6, "node6"))} == checked, deploy.out
 
 
 def test_gpu_and_fabric_faults_are_judged_alike_by_the_three_paths(cluster, tmp_path):

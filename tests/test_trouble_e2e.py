@@ -126,7 +126,7 @@ def test_a_corrupt_sysfs_value(lab, deploy, what, path, value, message):
     if what == "rate":  # ccrhost check on the node: UNKNOWN, one line, exit 3
         out = lab_ssh(lab, "node2", f"cd {REPO} && {sys.executable} -m ccrhost check --format nhc")
         assert out.returncode == 3, out
-        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
+        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: rdma_unreadable: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
         assert out.stderr == f"ccrhost check: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
 
 
@@ -139,7 +139,8 @@ def test_check_on_a_node_whose_nvidia_smi_hangs(lab):
     finally:
         hang.unlink()
     assert out.returncode == 3, out
-    assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: cannot read GPUs: NVML: "), out
+    assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: gpu_unreadable"), out
+    assert ": cannot read GPUs: NVML: " in out.stdout, out
     assert out.stdout.endswith("nvidia-smi: nvidia-smi --query-gpu did not answer within 2 s (killed)\n"), out
 
 

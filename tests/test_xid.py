@@ -261,7 +261,7 @@ def test_text_nhc_and_drain_stay_within_fixed_sizes_whatever_the_log_holds():
     text, nhc, drained = format_text(v), format_nhc(v), drain_reason(v)
     assert len(text) < 10_000 and "... and 1356 more reasons (1356 gpu_xid_critical among them)" in text
     assert len(nhc) <= SUMMARY_MAX + 60 and nhc.rstrip().endswith("more")
-    assert len(drained) <= 255 and drained.startswith("ccrhost: GPU 0 Xid 1 ") and drained.endswith(" more")
+    assert len(drained) <= 255 and drained.startswith("ccrhost: gpu_xid_critical,gpu_xid: GPU 0 Xid 1 ") and drained.endswith(" more")
 
 
 # --- docs/gpu-health.md and ccrhost explain show the table --------------------------

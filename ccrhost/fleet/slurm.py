@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import click
 import yaml
@@ -43,6 +43,7 @@ from ccrhost import numbers
 from ccrhost.settings import HostSettings, InventoryDataError, validate_host
 
 from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX
+from ccrhost.model.status import Reason
 
 
 # -- talking to Slurm --------------------------------------------------------
@@ -70,12 +71,14 @@ class SlurmNode:
     address: str      # NodeAddr: what peers connect to for the bandwidth test
     state: str        # sinfo %T: idle, mixed, allocated, drained, down*, ...
     reason: str | None
+    held: str | None = None  # the node comment ccrhost sets where the drain cap held (scontrol show node)
 
     @property
     def usable(self) -> bool:
-        """Whether a new job can get it (a drained or down node never starts one)."""
+        """Whether a new job can get it (a drained or down node never starts one; on a node
+        the drain cap held, ccrhost's prolog keeps every job off)."""
         bad = ("drain", "down", "fail", "maint", "reboot", "unknown", "inval", "power", "future")
-        return not self.state.endswith("*") and not any(word in self.state for word in bad)
+        return not self.state.endswith("*") and not any(word in self.state for word in bad) and not self.held
 
 
 def parse_sinfo(text: str) -> dict[str, SlurmNode]:
@@ -96,7 +99,21 @@ def list_nodes(partition: str | None = None, nodelist: str | None = None) -> dic
         args += ["-p", partition]
     if nodelist:
         args += ["-n", nodelist]
-    return parse_sinfo(run_slurm(*args).stdout)
+    nodes = parse_sinfo(run_slurm(*args).stdout)
+    held = held_nodes(run_slurm("scontrol", "show", "node", "-o").stdout)
+    return {n: replace(v, held=held[n]) if n in held else v for n, v in nodes.items()}
+
+
+def held_nodes(text: str) -> dict[str, str]:
+    """``scontrol show node -o``: {node: its comment} where ccrhost's drain cap held."""
+    from ccrhost.node.check import _COMMENT, HELD_PREFIX
+
+    held = {}
+    for line in text.splitlines():
+        name, comment = re.match(r"NodeName=(\S+)", line), _COMMENT.search(line)
+        if name and comment and comment.group(1).strip().startswith(HELD_PREFIX):
+            held[name.group(1)] = comment.group(1).strip()
+    return held
 
 
 def expand_hostlist(expression: str) -> list[str]:
@@ -347,13 +364,45 @@ class _Drained(Exception):
 def drained_verdict(node: SlurmNode) -> Verdict:
     """A node that left the job before its check step ran, by its drain
     reason: ccrhost's own prolog or health check said FAIL or UNKNOWN there
-    and named why; any other reason is not a verdict of ours."""
+    and named the codes, which become the verdict's reasons (each at its
+    registry level), so the node reads as its check read it. A ccrhost
+    reason without codes (an older ccrhost) is ``drained_fail`` or
+    ``drained_unknown``; any other reason is not a verdict of ours."""
+    from ccrhost.model.reasons import REGISTRY
+    from ccrhost.node.check import parse_drain_reason
+
+    if node.held and not node.reason:
+        return held_verdict(node)
     reason = node.reason or ""
+    said = f"drained by its own check before the check step: {reason}"
+    parsed = parse_drain_reason(reason)
+    if parsed is not None:
+        docs = [REGISTRY[code] for code in parsed.codes]
+        reasons = [Reason(doc.level, doc.code, said if i == 0 else "named in the same drain reason")
+                   for i, doc in enumerate(docs)]
+        if parsed.more:
+            more = f"and {parsed.more} more code(s) the drain reason had no room for"
+            reasons.append(Reason(FAIL, "drained_fail", more) if parsed.status == FAIL
+                           else Reason(UNKNOWN, "drained_unknown", more))
+        return replace(_unknown("drained_unknown", said), status=parsed.status, reasons=reasons)
     if reason.startswith(f"{DRAIN_PREFIX} UNKNOWN:"):
-        return _unknown("drained_unknown", f"drained by its own check before the check step: {reason}")
+        return _unknown("drained_unknown", said)
     if reason.startswith(DRAIN_PREFIX):
-        return unjudged(FAIL, "drained_fail", f"drained by its own check before the check step: {reason}")
+        return unjudged(FAIL, "drained_fail", said)
     return _unknown("not_checked", f"not checked: {node.state}" + (f" ({node.reason})" if node.reason else ""))
+
+
+def held_verdict(node: SlurmNode) -> Verdict:
+    """A node whose own check failed past the drain cap: not drained, kept
+    from jobs by its prolog; its comment names the codes and the cap."""
+    from ccrhost.model.reasons import REGISTRY
+
+    text = node.held or ""
+    codes = text[len("ccrhost: held: "):].split(":", 1)[0].split(",")
+    docs = [REGISTRY[c] for c in codes if c in REGISTRY]
+    reasons = [Reason(doc.level, doc.code, f"its own check failed here ({text})") for doc in docs]
+    reasons.append(Reason(WARN, "drain_capped", f"the drain cap held: kept from jobs, not drained ({text})"))
+    return replace(_unknown("drained_unknown", text), status=worst(r.level for r in reasons), reasons=reasons)
 
 
 def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
@@ -500,7 +549,14 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                     v, reason = verdicts[name], nodes[name].reason
                     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
                     if v.status == FAIL or (ours and v.status in (OK, WARN)):
-                        say(node_check.drain(v, node=name, scontrol="scontrol", measured=opts.measure))
+                        cap = settings[name].drain_cap() if name in settings else None
+                        if cap is not None:
+                            cap = replace(cap, textfile=None)  # the node's own file, not the controller's
+                        note = node_check.drain(v, node=name, scontrol="scontrol", measured=opts.measure, cap=cap)
+                        say(note)
+                        if note.held:
+                            v.reasons.append(Reason(WARN, "drain_capped",
+                                                    f"the drain cap held: not drained ({note.held.text()})"))
     finally:
         if job and not inside:
             run_slurm("scancel", job, check=False)

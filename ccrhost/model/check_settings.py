@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccrhost.model.drain_cap import DrainCap
 from ccrhost.model.verdict import Expectation, Policy
 
 
@@ -23,6 +24,7 @@ class CheckSettings:
     verify_npd_warn_unhealthy: bool        # verify_npd_warn_unhealthy
     expected: Expectation                  # HostSettings.expectation()
     judged_by: Policy                      # HostSettings.policy()
+    drain_cap: DrainCap = DrainCap()       # HostSettings.drain_cap(): slurm_drain_cap_*
 
     def expectation(self) -> Expectation:
         return self.expected

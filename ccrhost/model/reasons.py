@@ -828,7 +828,9 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "failure-behaviour.md"),
     _doc("drained_unknown", UNKNOWN,
          "`ccrhost slurm verify`: the node was drained by its own check (the prolog of the fleet job, or an "
-         "earlier one) because it could not be read; the verify job went on without it instead of waiting.",
+         "earlier one) because it could not be read, with a reason that names no codes (an older ccrhost wrote "
+         "it; a reason that names codes is reported with them); the verify job went on without it instead of "
+         "waiting.",
          "`sinfo`'s reason of the node, which starts `ccrhost: UNKNOWN:` and names what could not be read.",
          ["a probe the prolog could not read on that node (see the reason)"],
          ["sinfo -R", "srun -w NODE ccrhost check --config /etc/ccrhost/check.yaml --format json"],
@@ -836,12 +838,27 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
     _doc("drained_fail", FAIL,
          "`ccrhost slurm verify`: the node was drained by ccrhost's own check (the prolog or the health check) "
-         "for a FAIL before the check step could run there; the reason says which.",
+         "for a FAIL before the check step could run there, with a reason that names no codes (an older "
+         "ccrhost wrote it; a reason that names codes is reported with them); the reason says which.",
          "`sinfo`'s reason of the node, which starts `ccrhost:`.",
          ["any FAIL of the node-local check (see the reason)"],
          ["sinfo -R", "ccrhost explain CODE   # for the code behind the reason"],
          ["fix what the reason names; the health check lifts the drain once the node is fit"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
+    _doc("drain_capped", WARN,
+         "The node failed its own check, but ccrhost's drain cap held: as many nodes as `slurm_drain_cap_*` allow "
+         "were already drained for the same reason code within the window, so this one was not drained. Its "
+         "prolog keeps jobs off it (`--hold` requeues them) and its node comment says `ccrhost: held: ...`. Many "
+         "nodes failing one way at once is most often one fleet-wide cause (a driver update, a pushed config), "
+         "not many broken nodes.",
+         "`sinfo`'s ccrhost drains in the node's partitions (`%N|%R|%H|%E`), counted per reason code.",
+         ["one cause shared by many nodes: a driver or firmware update, a config change, a switch",
+          "a cap set too low for the partition (`slurm_drain_cap_nodes`, `slurm_drain_cap_share`)"],
+         ["sinfo -R -o '%60E %19H %N'   # the drains, their codes first",
+          "scontrol show node NODE | grep Comment"],
+         ["find and fix the shared cause; the health check clears the comment once the node is fit",
+          "raise the cap in the inventory and rerun deploys/slurm.py if so many nodes really are broken"],
+         "check-and-slurm.md#no-drain-storm-the-drain-cap"),
     _doc("check_config", UNKNOWN,
          "The node's `/etc/ccrhost/check.yaml` (or `--config`) is not valid, so the node cannot be judged "
          "with its own settings: `ccrhost check` says so (and the prolog drains with it), and `ccrhost slurm "
@@ -885,6 +902,24 @@ for _entry in _ENTRIES:
 
 def close_matches(code: str, n: int = 5) -> list[str]:
     return difflib.get_close_matches(code, REGISTRY, n=n, cutoff=0.5)
+
+
+def codes_in(text: str) -> list[str]:
+    """The codes ``text`` names (any case), each once, in order. A pasted
+    ``sinfo -R`` line shows a reason's first 20 characters only, so when
+    no whole code is found, a word with an underscore that starts exactly
+    one code stands for it."""
+    import re
+
+    words = re.findall(r"[a-z0-9_]+", text.lower())
+    found = list(dict.fromkeys(w for w in words if w in REGISTRY))
+    if found:
+        return found
+    for word in words:
+        starts = [c for c in REGISTRY if c.startswith(word)] if "_" in word else []
+        if len(starts) == 1 and starts[0] not in found:
+            found.append(starts[0])
+    return found
 
 
 def entry_text(doc: ReasonDoc, width: int = 78) -> str:

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 
 # A drain that rests on a fleet measurement (ib_write_bw between nodes): the
 # node-local check cannot see what it found, so only another measurement or
-# an operator lifts it.
+# an operator lifts it. Its reason names the code; an older ccrhost's began
+# with this prefix instead.
 MEASURED_PREFIX = "ccrhost: measured:"
 MEASURED_CODES = ("measured_slow",)
 
@@ -231,7 +232,7 @@ def format_text(verdict: Verdict) -> str:
     for r in verdict.reasons:
         shown[r.code] = shown.get(r.code, 0) + 1
         if shown[r.code] <= PER_CODE_MAX and printed < REASONS_MAX:
-            lines.append(f"  {r.level}: {_cut(r.message, MESSAGE_MAX)}")
+            lines.append(f"  {r.level}: {r.code}: {_cut(r.message, MESSAGE_MAX)}")  # `ccrhost explain` takes the code
             printed += 1
     left = len(verdict.reasons) - printed
     if left:
@@ -251,9 +252,22 @@ def format_nhc(verdict: Verdict) -> str:
     """NHC's convention: silence when healthy, one ``ERROR:`` line otherwise."""
     if verdict.status == OK:
         return ""
+    codes = ",".join(reason_codes(verdict))
     if verdict.status in (FAIL, UNKNOWN):
-        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {bounded_summary(verdict)}\n"
-    return f"WARNING: ccrhost: {bounded_summary(verdict)}\n"
+        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {codes}: {bounded_summary(verdict)}\n"
+    return f"WARNING: ccrhost: {codes}: {bounded_summary(verdict)}\n"
+
+
+def reason_codes(verdict: Verdict) -> list[str]:
+    """The codes of the verdict's non-OK reasons, each once, worst first
+    (FAIL, UNKNOWN, WARN), in the order the reasons came (a code per port
+    would hide the rest)."""
+    codes: list[str] = []
+    for level in (FAIL, UNKNOWN, WARN):
+        for r in verdict.reasons:
+            if r.level == level and r.code not in codes:
+                codes.append(r.code)
+    return codes
 
 
 # Node Problem Detector's custom-plugin contract (kubernetes/node-problem-detector
@@ -278,11 +292,7 @@ def format_npd(verdict: Verdict, warn_unhealthy: bool = False) -> tuple[str, int
         code = NPD_UNKNOWN
     else:
         code = NPD_OK
-    codes: list[str] = []  # each code once, worst level first (a code per port would hide the rest)
-    for level in (FAIL, UNKNOWN, WARN):
-        for r in verdict.reasons:
-            if r.level == level and r.code not in codes:
-                codes.append(r.code)
+    codes = reason_codes(verdict)
     line = f"{status}: " + (",".join(codes) if codes else "all checks passed")
     shown = len(codes)
     while len(line.encode()) > NPD_MAX_OUTPUT and shown > 1:
@@ -414,7 +424,15 @@ def _fabric_metrics(fabric) -> list[str]:
     return out
 
 
-_REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?\s*$")
+# The reason runs to its " [user@time]" and the fields newer Slurm prints after it
+_REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?(?=\s+(?:Comment|Extra|InstanceId|InstanceType|ResumeAfter)="
+                     r"|\s*$)")
+# `scontrol show node -o`: Key=Value words; a comment may hold spaces, so it
+# runs to the next Key=
+_COMMENT = re.compile(r"\bComment=(.*?)(?=\s+[A-Z][A-Za-z]*=|\s*$)")
+# The node comment ccrhost sets where the drain cap kept a failing node from
+# jobs without draining it; the health check clears it once the node is fit.
+HELD_PREFIX = "ccrhost: held:"
 
 
 class DrainError(RuntimeError):
@@ -425,29 +443,108 @@ def _scontrol(args: list[str]) -> str:
     try:
         out = subprocess.run(args, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DrainError(f"scontrol {' '.join(args[1:3])}: {exc}") from None
+        raise DrainError(f"{os.path.basename(args[0])} {' '.join(args[1:3])}: {exc}") from None
     if out.returncode != 0:
         why = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[-1]
-        raise DrainError(f"scontrol {' '.join(args[1:3])} failed: {why}")
+        raise DrainError(f"{os.path.basename(args[0])} {' '.join(args[1:3])} failed: {why}")
     return out.stdout
 
 
+def _show_node(node: str, scontrol: str) -> tuple[str | None, str | None]:
+    """The node's (reason, comment) as slurmctld has them."""
+    out = _scontrol([scontrol, "show", "node", node, "-o"]).strip()
+    found = []
+    for pattern in (_REASON, _COMMENT):
+        match = pattern.search(out)
+        value = match.group(1).strip() if match else None
+        found.append(None if value in (None, "", "(null)", "none") else value)
+    return found[0], found[1]
+
+
 def current_reason(node: str, scontrol: str) -> str | None:
-    out = _scontrol([scontrol, "show", "node", node, "-o"])
-    match = _REASON.search(out.strip())
-    reason = match.group(1).strip() if match else None
-    return None if reason in (None, "", "(null)", "none") else reason
+    return _show_node(node, scontrol)[0]
+
+
+# Slurm keeps a node's reason whole in slurmctld, but its accounting database
+# (slurmdbd) stores it as a MySQL TINYTEXT, 255 bytes (the event table's
+# "reason" column, src/plugins/accounting_storage/mysql/accounting_storage_mysql.c),
+# and `sinfo -R` shows its first 20 characters ("%20E %9u %19H %N", sinfo(1)).
+# So the codes come first, right after "ccrhost: ", and the reason is cut
+# at 255 bytes, never inside the codes.
+REASON_BYTES = 255
+
+
+def _fit(text: str, limit: int) -> str:
+    return text.encode()[:limit].decode(errors="ignore")
 
 
 def drain_reason(verdict: Verdict) -> str:
-    """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
-    prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
-    prefix = f"{DRAIN_PREFIX} UNKNOWN:" if verdict.status == UNKNOWN else prefix
-    return f"{prefix} {bounded_summary(verdict, 255 - len(prefix) - 1)}"[:255]
+    """The drain reason for ``verdict``: ``ccrhost: <codes>: <messages>``,
+    ``ccrhost: <codes>: UNKNOWN: <what could not be read>`` for UNKNOWN;
+    :func:`parse_drain_reason` reads it back."""
+    codes = reason_codes(verdict) or ["check_error"]
+    head = f"{DRAIN_PREFIX} {','.join(codes)}:"
+    shown = len(codes)
+    while len(head.encode()) > REASON_BYTES // 2 and shown > 1:  # room for a message too
+        shown -= 1
+        head = f"{DRAIN_PREFIX} {','.join(codes[:shown])} +{len(codes) - shown} more:"
+    marker = " UNKNOWN:" if verdict.status == UNKNOWN else ""
+    room = REASON_BYTES - len(f"{head}{marker} ".encode())
+    return _fit(f"{head}{marker} {bounded_summary(verdict, room)}", REASON_BYTES)
+
+
+_DRAIN = re.compile(r"^ccrhost: (?P<codes>[a-z0-9_]+(?:,[a-z0-9_]+)*)(?: \+(?P<more>[0-9]+) more)?:"
+                    r"(?P<unknown> UNKNOWN:)? ?(?P<text>.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class DrainReason:
+    """What a ccrhost drain reason says (:func:`drain_reason`)."""
+    status: str              # FAIL, or UNKNOWN
+    codes: tuple[str, ...]   # the codes it names, worst first
+    text: str                # the messages after them
+    more: int = 0            # codes left out for the length
+
+
+def parse_drain_reason(reason: str | None) -> DrainReason | None:
+    """The codes of a reason :func:`drain_reason` wrote (as Slurm shows it:
+    ``scontrol`` adds `` [user@time]``, which is dropped); None for another
+    reason, or one of an older ccrhost that named no codes, or one whose
+    codes the registry does not know."""
+    from ccrhost.model.reasons import REGISTRY
+
+    if not reason:
+        return None
+    match = _DRAIN.match(re.sub(r"\s+\[[^\]]*\]\s*$", "", reason.strip()))
+    if not match or not all(c in REGISTRY for c in match.group("codes").split(",")):
+        return None
+    return DrainReason(UNKNOWN if match.group("unknown") else FAIL, tuple(match.group("codes").split(",")),
+                       match.group("text"), int(match.group("more") or 0))
+
+
+def measured_drain(reason: str) -> bool:
+    """A drain that rests on a measurement (``measured_slow``; an older
+    ccrhost wrote ``ccrhost: measured: ...``)."""
+    parsed = parse_drain_reason(reason)
+    if parsed is None:
+        return reason.startswith(MEASURED_PREFIX)
+    return any(c in MEASURED_CODES for c in parsed.codes)
+
+
+class DrainNote(str):
+    """What :func:`drain` did, in words; ``held``: the cap's decision when
+    the drain cap kept the node from being drained."""
+    held = None
+
+
+def _note(text: str, held=None) -> DrainNote:
+    note = DrainNote(text)
+    note.held = held
+    return note
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,
-          unknown_drains: bool = False) -> str:
+          unknown_drains: bool = False, cap=None, sinfo: str | None = None) -> DrainNote:
     """Drain this node on FAIL, undrain it when OK or WARN, and never touch
     a reason someone else set (one that does not start with ``ccrhost:``).
     UNKNOWN changes nothing (the node's state is not known) unless
@@ -455,7 +552,10 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
     failing prolog anyway, the reason then says what could not be read
     instead of Slurm's bare "Prolog error". ``measured``: the verdict
     includes a bandwidth measurement, so it may also lift or rewrite a drain
-    that rests on one."""
+    that rests on one. ``cap`` (a :class:`~ccrhost.model.drain_cap.DrainCap`):
+    a new drain only while the cap has room (:func:`capped`); past it the
+    node is not drained, its comment says so, and the note's ``held`` is
+    the decision."""
     import shutil  # only a drain needs it; every check would pay its import
 
     if os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd" and verdict.status in (OK, WARN):
@@ -463,26 +563,144 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
         # carries no drain to lift: no RPC to slurmctld from every node of
         # every job start (Slurm sets this variable since 21.08; older ones
         # ask as the health check does).
-        return "no drain change (a node starting a job is not drained)"
+        return _note("no drain change (a node starting a job is not drained)")
     scontrol = scontrol or shutil.which("scontrol")
     if not scontrol:
-        return "scontrol not found; not draining"
+        return _note("scontrol not found; not draining")
     # slurmd names the node in the prolog's and health check's environment;
     # its NodeName need not be the host name
     node = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    reason = current_reason(node, scontrol)
+    reason, comment = _show_node(node, scontrol)
     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
     if reason is not None and not ours:
-        return f"{node} already has reason {reason!r} set by someone else; left alone"
-    if ours and reason.startswith(MEASURED_PREFIX) and not measured:
-        return f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat"
+        return _note(f"{node} already has reason {reason!r} set by someone else; left alone")
+    if ours and measured_drain(reason) and not measured:
+        return _note(f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat")
     if verdict.status == FAIL or (unknown_drains and verdict.status == UNKNOWN):
         text = drain_reason(verdict)
         if reason == text:
-            return f"{node} stays drained: {text}"  # no update: it would only restamp the reason
+            return _note(f"{node} stays drained: {text}")  # no update: it would only restamp the reason
+        if cap is not None and not ours:  # a new drain: only while the cap has room
+            decision = capped(verdict, node, cap, scontrol, sinfo)
+            if decision.held:
+                return _held(verdict, node, cap, scontrol, comment, decision, "not drained")
         _scontrol([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"])
-        return f"drained {node}: {text}"
+        if cap is not None and not ours:
+            # nodes that failed at the same moment all saw room: the first
+            # ones by drain time stay drained, the others lift their own
+            decision = capped(verdict, node, cap, scontrol, sinfo)
+            if decision.held:
+                _scontrol([scontrol, "update", f"NodeName={node}", "State=RESUME"])
+                return _held(verdict, node, cap, scontrol, comment, decision,
+                             "drained, then lifted again (others drained first)")
+        return _note(f"drained {node}: {text}")
+    if verdict.status in (OK, WARN) and comment is not None and comment.startswith(HELD_PREFIX):
+        _scontrol([scontrol, "update", f"NodeName={node}", "Comment="])
+        cap_textfile(cap, None)
     if ours and verdict.status in (OK, WARN):
         _scontrol([scontrol, "update", f"NodeName={node}", "State=RESUME"])
-        return f"resumed {node} (its ccrhost drain reason no longer holds)"
-    return "no drain change"
+        return _note(f"resumed {node} (its ccrhost drain reason no longer holds)")
+    return _note("no drain change")
+
+
+# --- the drain cap: no drain storm (ccrhost/model/drain_cap.py) ----------------
+
+def parse_sinfo_drains(text: str, node: str):
+    """``sinfo -h -N -o '%N|%R|%H|%E'`` (a node once per partition, the
+    reason last: it may hold '|'): the nodes that share a partition with
+    ``node`` (all, when it is in none shown), and their ccrhost drains."""
+    from datetime import datetime
+
+    from ccrhost.model.drain_cap import Drained
+
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) == 4 and parts[0]:
+            rows.append(tuple(p.strip() for p in parts))
+    mine = {part for name, part, _, _ in rows if name == node}
+    names = {name for name, part, _, _ in rows if part in mine or not mine}
+    drained = {}
+    for name, _, when, reason in rows:
+        parsed = parse_drain_reason(reason) if name in names else None
+        if parsed is None or name in drained:
+            continue
+        try:  # sinfo prints the reason's time in the local zone, as datetime reads it back
+            since = datetime.strptime(when, "%Y-%m-%dT%H:%M:%S").timestamp()
+        except ValueError:
+            since = None
+        drained[name] = Drained(name, parsed.codes, since)
+    return len(names), list(drained.values())
+
+
+def capped(verdict: Verdict, node: str, cap, scontrol: str, sinfo: str | None = None):
+    """The cap's decision for ``node``, from the drains Slurm shows now."""
+    from ccrhost.model.drain_cap import decide, drain_codes
+
+    sinfo = sinfo or os.path.join(os.path.dirname(scontrol), "sinfo")
+    out = _scontrol([sinfo, "-h", "-N", "-o", "%N|%R|%H|%E"])
+    population, drained = parse_sinfo_drains(out, node)
+    return decide(node, drain_codes(verdict.reasons), drained, population, cap, time.time())
+
+
+def _held(verdict: Verdict, node: str, cap, scontrol: str, comment: str | None, decision, what: str) -> DrainNote:
+    """Say loudly that the cap held: the node's comment (what `slurm
+    verify` and `scontrol show node` read), syslog, the textfile."""
+    codes = ",".join(c.code for c in decision.counts)
+    text = _fit(f"{HELD_PREFIX} {codes}: drain cap reached: {decision.text()}", REASON_BYTES)
+    if comment != text:
+        _scontrol([scontrol, "update", f"NodeName={node}", f"Comment={text}"])
+    message = (f"{node} {what}: DRAIN CAP HELD for {codes} ({decision.text()}); "
+               f"jobs are kept off it without a drain: {verdict.summary()}")
+    try:
+        import syslog
+
+        syslog.openlog("ccrhost", syslog.LOG_PID, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_WARNING, message)
+    except OSError:
+        pass
+    cap_textfile(cap, decision)
+    return _note(message, decision)
+
+
+def cap_textfile(cap, decision) -> None:
+    """The node_exporter textfile of the cap (``slurm_drain_cap_textfile``):
+    1 per code while it holds here, 0 once it no longer does."""
+    if cap is None or not cap.textfile:
+        return
+    if decision is None and not os.path.exists(cap.textfile):
+        return  # never held here: nothing to clear
+    lines = ["# HELP ccrhost_drain_cap_held 1 while the drain cap keeps this failing node from jobs without a drain.",
+             "# TYPE ccrhost_drain_cap_held gauge"]
+    if decision is None:
+        lines.append("ccrhost_drain_cap_held 0")
+    else:
+        lines += [f'ccrhost_drain_cap_held{{code="{c.code}",level="{c.level}"}} 1' for c in decision.counts]
+        lines += ["# HELP ccrhost_drain_cap_drained Nodes of the partition drained by ccrhost for the code.",
+                  "# TYPE ccrhost_drain_cap_drained gauge"]
+        lines += [f'ccrhost_drain_cap_drained{{code="{c.code}"}} {c.rank - 1}' for c in decision.counts]
+        lines += ["# HELP ccrhost_drain_cap_limit The cap for the code.", "# TYPE ccrhost_drain_cap_limit gauge"]
+        lines += [f'ccrhost_drain_cap_limit{{code="{c.code}"}} {c.limit}' for c in decision.counts]
+    from ccrhost.output import write_atomic  # only where the cap holds or did: every check would pay its import
+
+    try:
+        write_atomic(cap.textfile, "\n".join(lines) + "\n")
+    except OSError:
+        pass  # the log and the node's comment still say it
+
+
+def hold_job(job: str, scontrol: str, scancel: str | None = None) -> str:
+    """Keep job ``job`` off this node without draining it (the prolog, past
+    the cap): requeue it (a batch job goes back to the queue), else cancel
+    it (Slurm cancels an srun or salloc whose prolog fails too). Raises
+    DrainError when neither works."""
+    try:
+        _scontrol([scontrol, "requeue", job])
+        return f"requeued job {job}"
+    except DrainError as first:
+        scancel = scancel or os.path.join(os.path.dirname(scontrol), "scancel")
+        try:
+            _scontrol([scancel, job])
+        except DrainError as exc:
+            raise DrainError(f"cannot keep job {job} off this node: {first}; {exc}") from None
+        return f"cancelled job {job} (it cannot be requeued: {first})"

@@ -81,6 +81,22 @@ def test_install_then_slurm_then_a_prolog_that_runs_and_a_node_without_ccrhost_r
     for node in ("node1", "node2"):
         assert f"\n{LINK} check --config" in (lab.root(node) / "etc/ccrhost/slurm-prolog.sh").read_text()
 
+    # a wheelhouse that is not there stops the run before any host; a node whose step fails is that node's error
+    (tmp_path / "bad").mkdir()
+    nowhere = run_pyinfra("deploys/install.py", inventory=lab_inventory(
+        tmp_path / "bad", slurm_ccrhost=LINK, ccrhost_wheelhouse=str(tmp_path / "none")))
+    assert nowhere.rc == 2, nowhere.out
+    assert (f"ccrhost_wheelhouse {tmp_path / 'none'} is not a folder; build it on the controller: "
+            f"pip wheel --wheel-dir {tmp_path / 'none'} <ccrhost checkout or ccrhost=={VERSION}>") in nowhere.out
+    broken = run_pyinfra("deploys/install.py", inventory=lab_inventory(
+        tmp_path / "bad", per_node={"node3": {"ccrhost_python": "/usr/bin/python2.1"}}, slurm_ccrhost=LINK,
+        ccrhost_wheelhouse=str(wheels)), timeout=600)
+    assert broken.rc != 0
+    assert f"[{node_address(3)}] ccrhost install: /usr/bin/python2.1 -m venv {HOME}/venv failed" in broken.out
+    assert broken.results()[f"Install ccrhost {VERSION} at {LINK}"] == \
+        {"hosts": "3", "success": "-", "error": "1", "no_change": "2"}, broken.out
+    assert not (lab.root("node3") / LINK.lstrip("/")).exists()
+
     # the whole fleet: the two installed nodes unchanged, the third installed; a rerun changes nothing
     everyone = run_pyinfra("deploys/install.py", inventory=inventory, timeout=600)
     assert everyone.rc == 0, everyone.out

@@ -542,9 +542,10 @@ class HostSettings(BaseModel):
         json_schema_extra=CONTROLLER_ONLY,
     )
     ccrhost_index_url: str | None = Field(
-        None, pattern=r"^https?://[A-Za-z0-9_.:/@%+~-]{1,500}$",
-        description="A package index the nodes reach (a site mirror): the dependencies come from it, ccrhost "
-        "itself still from the wheelhouse. Default: none, the wheelhouse alone (pip --no-index).",
+        None, pattern=r"^(https?://|file:///)[A-Za-z0-9_.:/@%+~-]{1,500}$",
+        description="A package index the nodes reach (a site mirror: `https://`, or `file:///` on a shared "
+        "folder; PEP 503 simple layout): the dependencies come from it, ccrhost itself still from the wheelhouse, "
+        "which may then hold ccrhost's wheel alone. Default: none, the wheelhouse alone (pip --no-index).",
         json_schema_extra=CONTROLLER_ONLY,
     )
     ccrhost_python: str = Field(

@@ -5,8 +5,11 @@ deploys/slurm.py refuses a node without ccrhost, naming the path, and that
 node keeps its files. Each lab node has its own /usr/local (the machine's
 holds no ccrhost), so what runs there is what the install put there."""
 
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -97,11 +100,30 @@ def test_install_then_slurm_then_a_prolog_that_runs_and_a_node_without_ccrhost_r
         {"hosts": "3", "success": "-", "error": "1", "no_change": "2"}, broken.out
     assert not (lab.root("node3") / LINK.lstrip("/")).exists()
 
-    # the whole fleet: the two installed nodes unchanged, the third installed; a rerun changes nothing
-    everyone = run_pyinfra("deploys/install.py", inventory=inventory, timeout=600)
+    # the whole fleet: the two installed nodes unchanged, the third installed, its dependencies from a site
+    # index (a shared folder in PEP 503 layout) and only ccrhost's wheel uploaded; a rerun changes nothing
+    alone = tmp_path / "ccrhost-only"
+    alone.mkdir()
+    shutil.copy2(wheel, alone / wheel.name)
+    index = Path(tempfile.mkdtemp(prefix="ccrhost-index-", dir="/var/tmp"))  # the nodes see /var/tmp, not /tmp
+    try:
+        for dep in wheels.glob("*.whl"):
+            if dep.name != wheel.name:
+                project = re.sub(r"[-_.]+", "-", dep.name.split("-")[0]).lower()
+                (index / project).mkdir(exist_ok=True)
+                shutil.copy2(dep, index / project / dep.name)
+                (index / project / "index.html").write_text(
+                    "".join(f'<a href="{w.name}">{w.name}</a>\n' for w in (index / project).glob("*.whl")))
+        (tmp_path / "mirror").mkdir()
+        everyone = run_pyinfra("deploys/install.py", inventory=lab_inventory(
+            tmp_path / "mirror", per_node={"node3": {"ccrhost_wheelhouse": str(alone), "ccrhost_index_url": f"file://{index}"}},
+            slurm_ccrhost=LINK, ccrhost_wheelhouse=str(wheels)), timeout=600)
+    finally:
+        shutil.rmtree(index, ignore_errors=True)
     assert everyone.rc == 0, everyone.out
     assert everyone.results()[f"Install ccrhost {VERSION} at {LINK}"] == \
         {"hosts": "3", "success": "1", "error": "-", "no_change": "2"}
+    assert [p.name for p in (lab.root("node3") / HOME.lstrip("/") / "wheels").iterdir()] == [wheel.name]
     again = run_pyinfra("deploys/install.py", inventory=inventory)
     assert again.rc == 0 and not again.changed(), again.out
     done = run_pyinfra("deploys/slurm.py", inventory=inventory)

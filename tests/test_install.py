@@ -118,3 +118,17 @@ def test_the_wheelhouse_must_hold_the_controllers_version(tmp_path):
                           "11507a0e2f5e69d5dfa40a62a1bd7b6ee57e6bcd85c67c9b8431b36fff21c437")
     assert [f.name for f in files] == ["ccrhost-0.0.1-py3-none-any.whl", f"ccrhost-{VERSION}-py3-none-any.whl",
                                        "click-8.1.0-py3-none-any.whl"]
+
+
+def test_install_keys_are_validated_naming_host_key_and_value():
+    from ccrhost.settings import InventoryDataError, validate_host
+
+    with pytest.raises(InventoryDataError) as caught:
+        validate_host("gpu01", {"ccrhost_index_url": "ftp://mirror/simple", "ccrhost_python": "python3; rm -rf /",
+                                "ccrhost_install_dir": "relative/lib"})
+    text = "\n".join(str(e) for e in caught.value.errors)
+    assert "gpu01: ccrhost_index_url = 'ftp://mirror/simple'" in text
+    assert "gpu01: ccrhost_python = 'python3; rm -rf /'" in text
+    assert "gpu01: ccrhost_install_dir = 'relative/lib'" in text
+    settings = validate_host("gpu01", {"ccrhost_index_url": "file:///srv/mirror/simple"})
+    assert (settings.ccrhost_install_dir, settings.ccrhost_python) == ("/usr/local/lib/ccrhost", "python3")

@@ -18,6 +18,8 @@ from ccrhost.fleet.report import fleet_report
 from ccrhost.inventory import all_settings, host_settings
 from ccrhost.operations import tune, verify
 
+_WHEELHOUSES = "_ccrhost_wheelhouses"
+
 
 def _keep_readings(settings) -> None:
     """A deploy that verifies moves the node's stored counter reading on
@@ -75,6 +77,66 @@ def monitor_stage() -> None:
 
     host_settings(host, inventory)
     fleet_window(state, inventory, all_settings(inventory))
+
+
+def _wheelhouses() -> dict:
+    """Every host's wheelhouse, read once before any host is touched: a
+    missing folder or a wheel of another version stops the run (exit 2)."""
+    import sys
+
+    from ccrhost.model.install import WheelhouseError, controller_version, wheelhouse
+
+    found = getattr(inventory, _WHEELHOUSES, None)
+    if found is None:
+        version, found, errors = controller_version(), {}, {}
+        for settings in all_settings(inventory).values():
+            folder = settings.ccrhost_wheelhouse
+            if folder not in found and folder not in errors:
+                try:
+                    found[folder] = wheelhouse(folder, version)
+                except WheelhouseError as exc:
+                    errors[folder] = str(exc)
+        if errors:
+            sys.stderr.write("ccrhost: ccrhost_wheelhouse rejected, no host was changed:\n")
+            for error in errors.values():
+                sys.stderr.write(f"  {error}\n")
+            raise SystemExit(2)
+        setattr(inventory, _WHEELHOUSES, found)
+    return found
+
+
+def install_stage() -> None:
+    """ccrhost of the controller's version into a venv on the node, from the
+    controller's wheelhouse, linked at ``slurm_ccrhost``: run before the
+    Slurm integration, whose prolog runs that command."""
+    from ccrhost.model.install import controller_version
+    from ccrhost.operations import install
+
+    settings = host_settings(host, inventory)
+    wheel, wheels = _wheelhouses()[settings.ccrhost_wheelhouse]
+    install.ccrhost(
+        name=f"Install ccrhost {controller_version()} at {settings.slurm_ccrhost}",
+        settings=settings, version=controller_version(), wheel=wheel, wheels=wheels,
+    )
+
+
+def slurm_stage() -> None:
+    """The Slurm prolog, health check and fragment; a node whose
+    ``slurm_ccrhost --version`` does not run the controller's version fails
+    with nothing written."""
+    from ccrhost.operations import slurm
+
+    slurm.integration(name="Install the Slurm prolog and health check", settings=host_settings(host, inventory))
+
+
+@deploy("ccrhost install")
+def install() -> None:
+    install_stage()
+
+
+@deploy("ccrhost slurm")
+def slurm() -> None:
+    slurm_stage()
 
 
 @deploy("ccrhost rdma")

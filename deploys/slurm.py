@@ -2,6 +2,9 @@
 
     pyinfra -y INVENTORY deploys/slurm.py
 
+First, on each node, `slurm_ccrhost --version` must answer with the
+controller's version (deploys/install.py puts it there): a node where it
+does not fails, naming the path, and keeps its files as they were.
 Each node gets /etc/ccrhost/check.yaml (its verify_* and
 rdma_exclude_devices keys), a prolog and a HealthCheckProgram wrapper that
 run `ccrhost check` (FAIL drains with a reason starting "ccrhost:"), and a
@@ -11,14 +14,6 @@ once, on the controller and the nodes, then `scontrol reconfigure`. Every
 host's data is validated before any host is touched.
 """
 
-from pyinfra import host, inventory
+from ccrhost.deploys import slurm_stage
 
-from ccrhost.inventory import host_settings
-from ccrhost.operations import slurm
-
-settings = host_settings(host, inventory)
-
-slurm.integration(
-    name="Install the Slurm prolog and health check",
-    settings=settings,
-)
+slurm_stage()

@@ -109,12 +109,15 @@ def test_reboot_resets_volatile_state_and_keeps_disk(make_lab):
     lab = make_lab(nodes=1)
     assert lab_ssh(lab, "node1", "modprobe rdma_ucm && mkdir /sys/kernel/config/rdma_cm/mlx5_0 && "
                                  "echo 'RoCE v2' > /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_mode && "
-                                 "echo keep > /etc/ccrhost-disk").returncode == 0
+                                 "echo keep > /etc/ccrhost-disk && echo keep > /usr/local/bin/ccrhost-disk").returncode == 0
     lab.reboot("node1")
     root = lab.root("node1")
     assert not (root / "sys/module/rdma_ucm").exists()
     assert not (root / "sys/kernel/config/rdma_cm").exists()
     assert (root / "etc/ccrhost-disk").read_text() == "keep\n"
+    # /usr/local is the node's own disk too (deploys/install.py's venv and link): kept, and not this machine's
+    assert (root / "usr/local/bin/ccrhost-disk").read_text() == "keep\n"
+    assert not Path("/usr/local/bin/ccrhost-disk").exists()
     assert lab_ssh(lab, "node1", "true").returncode == 0
 
 

@@ -56,6 +56,8 @@ EVERY_KEY = {
     "verify_report_dir": "reports/ccr", "verify_npd_warn_unhealthy": True,
     "slurm_drain_cap_nodes": 4, "slurm_drain_cap_share": 0.2, "slurm_drain_cap_unknown_share": 0.1,
     "slurm_drain_cap_window": 600, "slurm_drain_cap_textfile": "/var/lib/node_exporter/textfile/ccrhost-cap.prom",
+    "ccrhost_install_dir": "/opt/ccrhost", "ccrhost_wheelhouse": "site/wheels",
+    "ccrhost_index_url": "https://pypi.example.org/simple", "ccrhost_python": "/usr/bin/python3.11",
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,
@@ -70,9 +72,11 @@ def test_check_yaml_is_the_hosts_whole_settings_every_key_unchanged():
     defaults = HostSettings()
     for key in HostSettings.model_fields:  # each key differs from its default in one of them, so a dropped key shows
         assert any(getattr(s, key) != getattr(defaults, key) for s in both), key
-    # only the controller's report folder stays behind: a key is marked so on its field, never listed here
+    # only the controller's report folder and how deploys/install.py installs stay behind: a key is marked
+    # so on its field, never listed here
     controller = set(HostSettings.model_fields) - set(HostSettings.node_keys())
-    assert controller == {"verify_report_dir"}
+    assert controller == {"verify_report_dir", "ccrhost_install_dir", "ccrhost_wheelhouse", "ccrhost_index_url",
+                          "ccrhost_python"}
     for settings in both:
         content, mode = files_of(settings)[CHECK_CONFIG]
         assert mode == "644" and content.startswith(MANAGED_HEADER)
@@ -90,8 +94,8 @@ def test_the_check_reads_check_yaml_through_its_own_loader(tmp_path):
     settings = validate_host("gpu01", EVERY_KEY)
     path = tmp_path / "check.yaml"
     path.write_text(files_of(settings)[CHECK_CONFIG][0])
-    assert _settings(str(path)).model_dump(exclude={"verify_report_dir"}) == \
-        settings.model_dump(exclude={"verify_report_dir"})
+    controller = set(settings.model_fields) - set(settings.node_keys())
+    assert _settings(str(path)).model_dump(exclude=controller) == settings.model_dump(exclude=controller)
 
 
 def test_fragment_names_the_scripts_and_never_more():

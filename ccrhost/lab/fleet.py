@@ -8,8 +8,8 @@ Layout of a lab folder (default /var/lib/ccrhost/lab):
     known_hosts         every node's host key, so checking stays strict
     shims/              tools that stand in for hardware tools, first on PATH
     nodes/<node>/       per node: sshd config and host key, boot/ flags,
-                        image/sys (the rendered /sys), etc/ and usrlib/
-                        overlay layers (these survive a lab reboot)
+                        image/sys (the rendered /sys), etc/, usrlib/ and
+                        usrlocal/ overlay layers (these survive a lab reboot)
 """
 
 from __future__ import annotations
@@ -265,7 +265,8 @@ class Lab:
         ndir = self.node_dir(node)
         if ndir.exists():
             shutil.rmtree(ndir)
-        for sub in ("etc/upper", "etc/work", "usrlib/upper", "usrlib/work", "boot", "ssh"):
+        for sub in ("etc/upper", "etc/work", "usrlib/upper", "usrlib/work", "usrlocal/upper", "usrlocal/work",
+                    "boot", "ssh"):
             (ndir / sub).mkdir(parents=True)
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.name,
              "-f", str(ndir / "ssh" / "ssh_host_ed25519_key"))

@@ -41,6 +41,11 @@ mount --bind "$N/boot/hosts" /etc/hosts
 mount --bind "$N/boot/resolv.conf" /etc/resolv.conf
 [ -e "$N/boot/etc_readonly" ] && mount -o remount,ro /etc
 mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$N/usrlib/upper,workdir=$N/usrlib/work" /usr/lib
+# /usr/local is the node's own too: deploys/install.py puts ccrhost there
+# (a venv, the /usr/local/bin/ccrhost link) on this node alone, and this
+# machine's /usr/local/bin holds no ccrhost the node could run instead.
+mkdir -p "$N/usrlocal/upper" "$N/usrlocal/work"  # a lab made before this layer had none
+mount -t overlay overlay -o "lowerdir=/usr/local,upperdir=$N/usrlocal/upper,workdir=$N/usrlocal/work" /usr/local
 mount --bind "$2" /usr/local/sbin
 mount -o remount,bind,ro /usr/local/sbin
 # Root's home is the controller machine's. bash run by sshd sources

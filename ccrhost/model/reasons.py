@@ -729,7 +729,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "The output of `ccrhost check --format json` in the fleet job's step on that node.",
          ["ccrhost not installed at `slurm_ccrhost` on the node", "a crash, whose output the message quotes"],
          ["srun -w NODE ccrhost check --config /etc/ccrhost/check.yaml --format json"],
-         ["install ccrhost on the node (`deploys/slurm.py` says where it is expected)"],
+         ["install ccrhost on the node at `slurm_ccrhost`: `pyinfra -y INVENTORY deploys/install.py`"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
     _doc("mlx5_inbox", FAIL,
          "`verify_required_mlx5` asks for an MLNX_OFED/DOCA release, and the node runs the kernel's inbox mlx5 "

@@ -7,7 +7,7 @@ import functools
 import sys
 
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, QuoteString, StringCommand
+from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand
 from pyinfra.api import operation as pyinfra_operation
 
 from ccrhost import failures
@@ -25,6 +25,8 @@ def describe(command) -> str:
         return f"write {command.path} ({command.size} bytes, mode {command.mode})"
     if isinstance(command, StringCommand):
         return command.get_masked_value()
+    if isinstance(command, FileUploadCommand):
+        return f"upload {command.src} to {command.dest}"
     if isinstance(command, FunctionCommand) and command.function is _report_failure:
         return f"fail: {command.args[0]}"
     return repr(command)

@@ -63,7 +63,7 @@ def test_node_local_check_uses_the_same_evaluation(fleet):
     assert bad.returncode == 2
     assert {r["code"] for r in json.loads(bad.stdout)["reasons"]} == FAULTS["node2"][2]
     warn = lab_ssh(fleet, "node6", f"cd {REPO} && {sys.executable} -m ccrhost check --profile hgx-h100-8x400 --format nhc")
-    assert warn.returncode == 1 and warn.stdout.startswith("WARNING: ccrhost: GPU 2 SM clock 1188/1980 MHz (HwSlowdown)")
+    assert warn.returncode == 1 and warn.stdout.startswith("WARNING: ccrhost: gpu_throttled: GPU 2 SM clock 1188/1980 MHz (HwSlowdown)")
 
 
 def measuring_inventory(tmp_path, report_dir, seconds=1, **extra):

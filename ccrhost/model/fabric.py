@@ -124,7 +124,8 @@ def window_from_state(previous: dict | None, counters: dict, boot: str | None, n
     if previous is None:
         why = none
     elif problem:
-        why = f"{DISCARDED} ({problem}): discarded and replaced by this reading; rates are judged from the next reading on"
+        why = (f"{DISCARDED} ({problem}): discarded and replaced by this reading; rates are judged from the "
+               "next reading on")
     elif previous.get("boot_id") != boot:
         why = "first reading since boot: rates are judged from the next reading on"
     else:

@@ -28,7 +28,8 @@ import shlex
 from dataclasses import dataclass, field, replace
 
 from ccrhost.model import datapath
-from ccrhost.model.fabric import DISCARDED, SINCE_BOOT, TRANSPORT_COUNTERS, FabricReading, PauseSetting, kept, window_from_state
+from ccrhost.model.fabric import (DISCARDED, SINCE_BOOT, TRANSPORT_COUNTERS, FabricReading, PauseSetting, kept,
+                                  window_from_state)
 from ccrhost import numbers
 from ccrhost.probes.sections import split
 from ccrhost.probes.sysfs import split_dump

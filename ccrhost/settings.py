@@ -470,8 +470,10 @@ class HostSettings(BaseModel):
     )
     verify_window_max_age: float = Field(
         3600, ge=0, le=604800, description="Oldest stored counter reading (seconds) a rate is measured from; "
-        "an older one, or one from another boot, is no baseline and rates start from now (0: rates are never "
-        "judged). Replaces verify_link_window: nothing sleeps to measure a rate.",
+        "without one that serves (none, older, or from another boot) every rate is the counters' total over the "
+        "time since boot (/proc/uptime), and a verify_link_thresholds count is per window of this length, on "
+        "average since boot (0: rates are never judged). Replaces verify_link_window: nothing sleeps to measure "
+        "a rate.",
     )
     verify_link_state: str = Field(
         "/run/ccrhost/counters", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
@@ -498,6 +500,16 @@ class HostSettings(BaseModel):
         None, description="Rise of an error counter within the window above which a port WARNS "
         "(link_downed: FAILS). Defaults: symbol_error 10, link_error_recovery 10, the others 0.",
     )
+    # issue 35: link flaps from the kernel log, read once with the XIDs
+    verify_link_flap_lookback_hours: float = Field(
+        24, ge=0, le=720, description="How far back the kernel log's `Link down` lines of a compute netdev "
+        "(mlx5e: `mlx5_core <pci> <netdev>: Link down`) count as flaps (Azure's link-flap check: 24 h); a line "
+        "without a time counts since boot.",
+    )
+    verify_link_flap_max: int = Field(
+        4, ge=0, le=100000, description="`Link down` lines of one compute netdev within the lookback above which "
+        "the node FAILS link_flap (Azure's link-flap check fails a device at 5 in 24 h).",
+    )
     # GPU health (model/gpu_health.py; docs/gpu-health.md): defaults from the anchors named there
     verify_gpu_xid_lookback_hours: float = Field(
         2, ge=0, le=720, description="XIDs logged longer ago than this are not judged (Azure check_gpu_xid: 2 h); "
@@ -513,11 +525,11 @@ class HostSettings(BaseModel):
     )
     verify_gpu_nvlink_errors_per_min: float = Field(
         1, ge=0, description="NVLink CRC, replay and recovery errors of a GPU rising faster than this per minute "
-        "since the last check WARN (DCGM_LIMIT_MAX_LWLINK_ERROR).",
+        "since the last check (else since boot) WARN (DCGM_LIMIT_MAX_LWLINK_ERROR).",
     )
     verify_gpu_pcie_replays_per_min: float = Field(
-        8, ge=0, description="PCIe replays of a GPU rising faster than this per minute since the last check WARN "
-        "(DCGM_LIMIT_MAX_PCIREPLAY_RATE).",
+        8, ge=0, description="PCIe replays of a GPU rising faster than this per minute since the last check (else "
+        "since boot) WARN (DCGM_LIMIT_MAX_PCIREPLAY_RATE).",
     )
     verify_gpu_hw_slowdown: Literal["WARN", "FAIL"] = Field(
         "WARN", description="Level of a GPU whose clocks are held down by HW slowdown, HW thermal or power-brake "
@@ -828,7 +840,10 @@ class HostSettings(BaseModel):
                 pause_share=self.verify_pause_share_max,
                 pfc=self.qos_enable and any(self.qos_wanted().pfc),
                 warn_per_hour=_limits(fabric.DEFAULT_WARN_PER_HOUR, self.verify_fabric_warn_per_hour),
-                fail_per_hour=_limits(fabric.DEFAULT_FAIL_PER_HOUR, self.verify_fabric_fail_per_hour)),
+                fail_per_hour=_limits(fabric.DEFAULT_FAIL_PER_HOUR, self.verify_fabric_fail_per_hour),
+                window_s=self.verify_window_max_age,
+                flap_lookback_s=self.verify_link_flap_lookback_hours * 3600,
+                flap_max=self.verify_link_flap_max),
             window_max_age=self.verify_window_max_age,
             required_versions=dp.RequiredVersions(self.verify_required_nic_fw, self.verify_required_mlx5,
                                                   self.verify_required_nvidia),

@@ -110,11 +110,12 @@ def test_bad_data_path_keys_change_no_host(lab, tmp_path):
 def test_each_fault_is_non_ok_for_its_own_reason(lab, inventory):
     path, folder = inventory
     # rates are changes since each node's stored reading: the first run has
-    # none (node5's flap is not seen yet, and it says rates start now) and
-    # stores one; the second judges the seconds between them, without a sleep of its own
+    # none, so it judges the counters since boot (node5's link has flapped
+    # since then: issue 35) and stores one; the second judges the seconds
+    # between them, without a sleep of its own
     first = run_pyinfra("deploys/verify.py", inventory=path)
-    assert report(folder)["node5"]["status"] == "OK", first.out
-    assert report(folder)["node5"]["readings"]["fabric"]["window"]["note"].startswith("no earlier reading")
+    assert report(folder)["node5"]["status"] == "FAIL", first.out
+    assert report(folder)["node5"]["readings"]["fabric"]["window"]["since_boot"]
     time.sleep(2.5)  # the link flaps every 2 s
     run = run_pyinfra("deploys/verify.py", inventory=path)
     assert run.rc == 1, run.out  # the four FAIL hosts fail
@@ -129,7 +130,8 @@ def test_each_fault_is_non_ok_for_its_own_reason(lab, inventory):
     assert message("node3", "gpudirect_unavailable").startswith(
         "GPUDirect RDMA unavailable: NCCL will stage through host memory (no peer-memory module loaded")
     assert message("node4", "nic_numa_far").startswith("GPU3 (0000:48:00.0, NUMA 0) is SYS to its nearest NIC mlx5_3")
-    assert message("node5", "link_flap").startswith("port mlx5_0/1 link_downed rose by ")
+    flaps = [r["message"] for r in hosts["node5"]["reasons"] if r["code"] == "link_flap"]
+    assert any(m.startswith("port mlx5_0/1 link_downed rose by ") for m in flaps), flaps
     assert message("node6", "fw_mismatch") == \
         "NIC mlx5_7 firmware 28.38.1002 differs from the fleet's MT_0000000838 28.39.3560"
     # the GPU x NIC matrix, in nvidia-smi topo -m's words, for every host
@@ -149,14 +151,15 @@ def test_each_fault_is_non_ok_for_its_own_reason(lab, inventory):
     assert [r["code"] for r in doc["reasons"]] == ["nic_numa_far"]
     assert doc["datapath"]["topology"]["matrix"]["GPU3"]["mlx5_3"] == "SYS"
     lab_ssh(lab, "node5", "rm -f /run/ccrhost/counters")  # as after a boot: no stored reading
-    first = check(lab, "node5")
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "note: no earlier reading of the counters" in first.stdout
+    first = check(lab, "node5")  # judged since boot (issue 35)
+    assert first.returncode == 2, first.stdout + first.stderr
+    assert "link_downed rose by " in first.stdout and " since boot " in first.stdout
+    assert "note: no earlier reading" not in first.stdout
     time.sleep(2.5)  # the link flaps every 2 s
     again = check(lab, "node5", "--format nhc")
     assert again.returncode == 2
     assert again.stdout.startswith("ERROR: ccrhost: Health check failed: FAIL: link_flap")
-    assert ": port mlx5_0/1 link_downed rose by " in again.stdout
+    assert "port mlx5_0/1 link_downed rose by " in again.stdout and "since boot" not in again.stdout
 
 
 def test_gpudirect_bandwidth_without_cuda_is_unknown_never_ok(lab, tmp_path):

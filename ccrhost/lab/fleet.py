@@ -47,6 +47,7 @@ from ccrhost.lab.profile import (
     ssh_over,
     upper_name,
 )
+from ccrhost.lab.procs import NODE_CLOCK, boot_clock
 from ccrhost.lab.procs import alive as _alive
 from ccrhost.lab.procs import descendants as _descendants
 from ccrhost.lab.procs import kill as _kill
@@ -103,6 +104,7 @@ def _write_node_record(folder: Path, info: dict) -> None:
         tmp = folder / f".{name}.tmp"
         tmp.write_bytes(data)
         tmp.replace(folder / name)  # the shims never read half a file
+
 
 
 class Lab:
@@ -463,8 +465,8 @@ class Lab:
         ndir = self.node_dir(node)
         log = open(ndir / "init.log", "w")
         holder = subprocess.Popen(
-            ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--uts", "--propagation", "private",
-             "/bin/sh", str(self.dir / "node-init.sh"), str(ndir), (ndir / "boot" / "shims").read_text()],
+            ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--uts", *boot_clock(), "--propagation",
+             "private", "/bin/sh", str(self.dir / "node-init.sh"), str(ndir), (ndir / "boot" / "shims").read_text()],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
         node.holder_pid = holder.pid
@@ -479,7 +481,7 @@ class Lab:
         ndir = self.node_dir(node)
         log = open(ndir / "sshd.log", "a")
         sshd = subprocess.Popen(
-            ["nsenter", "-t", str(node.holder_pid), "-m", "-n", "-u", "--", SSHD, "-D", "-e",
+            ["nsenter", "-t", str(node.holder_pid), "-m", "-n", "-u", *NODE_CLOCK, "--", SSHD, "-D", "-e",
              "-f", str(ndir / "sshd_config")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )

@@ -1,5 +1,5 @@
 """The lab's processes: whether one lives, killing it, the ones below it
-(by /proc). Kept apart so that the fleet and the Slurm cluster on top of it
+(by /proc), and the clock a node's processes share. Kept apart so that the fleet and the Slurm cluster on top of it
 share them without importing each other."""
 
 from __future__ import annotations
@@ -51,3 +51,21 @@ def descendants(pid: int | None) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+# Each node's own boot clock (a time namespace): its /proc/uptime starts at
+# zero when it powers on, so counters "since boot" (link_flap's link_downed
+# and kernel log, pcie_replay's replays) are the node's, not the machine's.
+# Its processes (sshd, slurmd) join the holder's clock; a kernel without
+# time namespaces keeps the machine's.
+TIME_NS = os.path.exists("/proc/self/ns/time")
+NODE_CLOCK = ("-T",) if TIME_NS else ()
+
+
+def boot_clock() -> tuple[str, ...]:
+    """unshare's arguments for a clock whose uptime starts now."""
+    if not TIME_NS:
+        return ()
+    with open("/proc/uptime") as f:
+        up = int(float(f.read().split()[0]))
+    return ("--time", "--boottime", str(-up))

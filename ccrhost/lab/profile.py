@@ -1082,7 +1082,9 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
             _write(ib / "tc" / "1" / "traffic_class", "")
         if profile.credit_threshold_attr:
             _write(port / "credit_threshold", "1024\n")
-        built["nics"].append({"name": nic.name, "netdev": nic.netdev, "ipv4": ip, "ports": 1})
+        # pci and ethernet: the kernel log's mlx5e lines name the function (lab dmesg, link_flap)
+        built["nics"].append({"name": nic.name, "netdev": nic.netdev, "ipv4": ip, "ports": 1, "pci": nic.pci,
+                              "ethernet": ethernet})
 
     stacked = ssh_over(faults, profile)
     if stacked:

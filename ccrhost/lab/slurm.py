@@ -26,6 +26,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from ccrhost.lab.procs import NODE_CLOCK
 from ccrhost.lab.procs import alive as _alive
 from ccrhost.lab.procs import descendants as _descendants
 from ccrhost.lab.procs import kill as _kill
@@ -212,7 +213,7 @@ def start_slurmd(lab: Lab, state: LabState, node: Node) -> None:
     )
     log = open(ndir / "stdout", "a")
     proc = subprocess.Popen(
-        ["nsenter", "-t", str(node.holder_pid), "-m", "-n", "-u", "--", "/bin/sh", "-c", script, "slurmd",
+        ["nsenter", "-t", str(node.holder_pid), "-m", "-n", "-u", *NODE_CLOCK, "--", "/bin/sh", "-c", script, "slurmd",
          str(conf_path(lab)), node.name],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={"PATH": PATH, "SLURM_CONF": str(conf_path(lab))},
         start_new_session=True,

@@ -358,11 +358,23 @@ def counter_delta(name: str, before: int | None, after: int | None) -> int | Non
 
 def check_link_health(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
                       thresholds: LinkThresholds = LinkThresholds(),
-                      window_s: float | None = None) -> list[Reason]:
+                      window_s: float | None = None, since_boot_per: float | None = None) -> list[Reason]:
     """Error-counter deltas per port (``{"mlx5_0/1": {counter: value}}``)
-    between two samples of the same ports."""
+    between two samples of the same ports.
+
+    ``since_boot_per``: ``before`` is the boot (every counter zero) and the
+    thresholds are rises within one window of this many seconds
+    (verify_window_max_age). Over a longer time since boot a counter is
+    judged by the whole rises an average such window held, so a link that
+    went down once weeks ago is no flapping link, while one that flaps every
+    few seconds is; a saturated counter still counts its maximum, at least."""
     reasons = []
-    window = f" in {window_s:g} s" if window_s is not None else " during the window"
+    boot = since_boot_per is not None
+    if window_s is None:
+        window = " during the window"
+    else:
+        window = f" in the {window_s:g} s since boot" if boot else f" in {window_s:g} s"
+    windows = max(1.0, window_s / since_boot_per) if boot and window_s and since_boot_per else 1.0
     for port in sorted(set(before) & set(after), key=natural_key):
         saturated = []
         for f in fields(LinkThresholds):
@@ -371,12 +383,19 @@ def check_link_health(before: dict[str, dict[str, int]], after: dict[str, dict[s
             if b is None or a is None:
                 continue
             delta = counter_delta(name, b, a)
+            at_least = ""
+            if delta is None and boot and a >= COUNTER_MAX.get(name, a + 1):
+                delta, at_least = a, "at least "  # at its maximum: it rose this much, or more
             if delta is None:
                 saturated.append(name)
                 continue
             limit = getattr(thresholds, name)
-            if delta <= limit:
+            if delta <= limit or (boot and delta // windows <= limit):
+                if at_least:
+                    saturated.append(name)
                 continue
+            if at_least:
+                delta = f"{at_least}{delta}"
             if name == "link_downed":
                 reasons.append(Reason(FAIL, "link_flap", f"port {port} link_downed rose by {delta}{window} "
                                                          f"({b} -> {a}): the link is flapping"))
@@ -543,8 +562,9 @@ class LinkWindow:
     before: dict[str, dict[str, int]]   # {"mlx5_0/1": {counter: value}}, the window's start
     after: dict[str, dict[str, int]]    # ... its end
     seconds: float | None               # the window's length
-    note: str | None = None             # why there is no "before" (first check since boot): not judged
+    note: str | None = None             # why there is no "before" (no history at all): not judged
     warning: str | None = None          # the reading could not be kept for the next window
+    since_boot: bool = False            # no stored reading: "before" is the boot (every counter zero)
 
 
 @dataclass(frozen=True)

@@ -103,33 +103,57 @@ def stored_problem(previous) -> str | None:
 
 
 def window_from_state(previous: dict | None, counters: dict, boot: str | None, now: float,
-                      max_age: float | None = None) -> LinkWindow:
+                      max_age: float | None = None, uptime: float | None = None) -> LinkWindow:
     """The window since the node's last stored reading. ``previous``: that
     reading as ``{"boot_id", "time", "counters": {key: {name: int}}}`` (None:
     none kept); ``counters``: the reading now, same shape. Counters start at
     zero with every boot and driver load, so a reading from another boot is
     no baseline; one older than ``max_age`` seconds (0: rates are not judged)
-    would average a burst away, so it is none either."""
+    would average a burst away, so it is none either.
+
+    Without a baseline the counters are totals since they started, so with
+    ``uptime`` (/proc/uptime, seconds since boot) the window is the time
+    since boot: never shorter than the counters' life (a driver loaded since
+    boot started them later), so a rate over it never overstates. Only
+    without ``uptime`` do rates start from now."""
     none = "no earlier reading of the counters: rates are judged from the next reading on"
+    why = None
+    if max_age == 0:
+        return LinkWindow({}, counters, None, "verify_window_max_age is 0: rates are never judged")
+    problem = stored_problem(previous) if previous is not None else None
     if previous is None:
-        return LinkWindow({}, counters, None, none)
-    why = stored_problem(previous)
-    if why:
-        return LinkWindow({}, counters, None, f"{DISCARDED} ({why}): discarded and replaced by this reading; "
-                                              "rates are judged from the next reading on")
-    if previous.get("boot_id") != boot:
-        return LinkWindow({}, counters, None, "first reading since boot: rates are judged from the next "
-                                              "reading on")
-    then = previous.get("time")
-    seconds = now - then if isinstance(then, (int, float)) and not isinstance(then, bool) else None
-    if seconds is None or seconds < 0 or not math.isfinite(seconds):
-        return LinkWindow({}, counters, None, f"the stored reading's time {then!r} is not before now: rates are "
-                                              "judged from the next reading on")
-    if max_age is not None and seconds > max_age:
-        return LinkWindow({}, counters, None, f"the stored reading is {seconds:.0f} s old, over the {max_age:g} s "
-                                              "limit (verify_window_max_age): rates start from now")
-    before = {key: dict(values) for key, values in previous["counters"].items()}
-    return LinkWindow(before, counters, round(seconds, 1))
+        why = none
+    elif problem:
+        why = (f"{DISCARDED} ({problem}): discarded and replaced by this reading; rates are judged from the "
+               "next reading on")
+    elif previous.get("boot_id") != boot:
+        why = "first reading since boot: rates are judged from the next reading on"
+    else:
+        then = previous.get("time")
+        seconds = now - then if isinstance(then, (int, float)) and not isinstance(then, bool) else None
+        if seconds is None or seconds < 0 or not math.isfinite(seconds):
+            why = f"the stored reading's time {then!r} is not before now: rates are judged from the next reading on"
+        elif max_age is not None and seconds > max_age:
+            why = (f"the stored reading is {seconds:.0f} s old, over the {max_age:g} s limit "
+                   "(verify_window_max_age): rates start from now")
+    if why is None:
+        before = {key: dict(values) for key, values in previous["counters"].items()}
+        return LinkWindow(before, counters, round(seconds, 1))
+    if uptime is not None and math.isfinite(uptime) and uptime > 0:
+        window = since_boot(counters, uptime)
+        if problem:
+            window.note = f"{DISCARDED} ({problem}): discarded and replaced by this reading; {SINCE_BOOT}"
+        return window
+    return LinkWindow({}, counters, None, why)
+
+
+SINCE_BOOT = "rates are judged since boot"
+
+
+def since_boot(counters: dict, uptime: float) -> LinkWindow:
+    """The window from boot to now: every counter started at zero."""
+    zero = {key: dict.fromkeys(values, 0) for key, values in counters.items()}
+    return LinkWindow(zero, counters, round(uptime, 1), since_boot=True)
 
 
 # --- judging --------------------------------------------------------------------
@@ -150,6 +174,19 @@ class FabricPolicy:
     # counter -> WARN / FAIL above this rise per hour (verify_fabric_warn_per_hour / _fail_per_hour)
     warn_per_hour: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WARN_PER_HOUR))
     fail_per_hour: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_FAIL_PER_HOUR))
+    window_s: float = 3600                     # verify_window_max_age: the window a link threshold counts within
+    flap_lookback_s: float = 86400             # verify_link_flap_lookback_hours (Azure's link-flap check: 24 h)
+    flap_max: int = 4                          # verify_link_flap_max (Azure fails a device at 5 in 24 h)
+
+
+@dataclass
+class LinkDown:
+    """One ``Link down`` line of the kernel log (mlx5e's netdev_info in
+    en_main.c mlx5e_update_carrier: ``mlx5_core 0000:01:00.0 enp1s0f0np0:
+    Link down``), read with the XIDs (probes/gpu_health.py, one read)."""
+    netdev: str              # the netdev the line names
+    pci: str                 # its PCI function, as logged
+    age_s: float | None      # seconds before the reading (None: the line had no time)
 
 
 # counter -> its group, which names its reason codes (check_fabric)
@@ -188,10 +225,12 @@ def pause_shares(window: LinkWindow) -> dict[tuple[str, str, int], float]:
 
 
 def check_fabric(reading: FabricReading | None, policy: FabricPolicy = FabricPolicy(),
-                 link: dp.LinkThresholds = dp.LinkThresholds()) -> list[Reason]:
-    """Global pause beside PFC, then over the window: the RDMA ports' error
-    counters (``link``: as before, link_downed rising FAILS), pause storms,
-    pause share, drops, physical and transport errors by rate."""
+                 link: dp.LinkThresholds = dp.LinkThresholds(),
+                 link_downs: list[LinkDown] | None = None) -> list[Reason]:
+    """Global pause beside PFC, the compute netdevs' ``Link down`` lines in
+    the kernel log (``link_downs``), then over the window: the RDMA ports'
+    error counters (``link``: as before, link_downed rising FAILS), pause
+    storms, pause share, drops, physical and transport errors by rate."""
     if reading is None:
         return []
     if reading.error:
@@ -205,22 +244,25 @@ def check_fabric(reading: FabricReading | None, policy: FabricPolicy = FabricPol
             reasons.append(Reason(FAIL, "global_pause_on",
                                   f"global pause on beside PFC on {dev} (ethtool -a: RX {'on' if p.rx else 'off'}, "
                                   f"TX {'on' if p.tx else 'off'}): 802.3x pause stops every priority"))
+    reasons += logged_flaps(reading, link_downs or [], policy)
     w = reading.window
     if w is not None and w.warning:
         reasons.append(Reason(WARN, "link_state_unwritable", w.warning))
     if w is None or not w.seconds:
         return reasons
-    reasons += dp.check_link_health(w.before, w.after, link, w.seconds)
+    reasons += dp.check_link_health(w.before, w.after, link, w.seconds, policy.window_s if w.since_boot else None)
+    since = " since boot" if w.since_boot else ""
     for (dev, way, prio), share in pause_shares(w).items():
         if share > policy.pause_share:
             if way == "tx":
                 reasons.append(Reason(FAIL, "pfc_pause_share",
                                       f"{dev} sent PFC pause on priority {prio} {share:.0%} of the last "
-                                      f"{w.seconds:g} s (limit {policy.pause_share:.0%}): it stalls the fabric"))
+                                      f"{w.seconds:g} s{since} (limit {policy.pause_share:.0%}): it stalls the fabric"))
             else:
                 reasons.append(Reason(WARN, "pfc_paused",
                                       f"{dev} was paused on priority {prio} {share:.0%} of the last "
-                                      f"{w.seconds:g} s (limit {policy.pause_share:.0%}): the fabric is congested"))
+                                      f"{w.seconds:g} s{since} (limit {policy.pause_share:.0%}): the fabric is "
+                                      "congested"))
     for key in sorted(set(w.before) & set(w.after), key=natural_key):
         for name in RATE_COUNTERS:
             judged = _rated(w, key, name, policy)
@@ -252,9 +294,24 @@ def _rated(w: LinkWindow, key: str, name: str, policy: FabricPolicy) -> tuple[bo
     per_hour = delta / (w.seconds / 3600)
     where = f"port {key}" if "/" in key else key
     fail, warn = policy.fail_per_hour.get(name), policy.warn_per_hour.get(name)
-    text = f"{where} {name} rose by {delta} in {w.seconds:g} s ({per_hour:.3g}/h"
+    since = " since boot" if w.since_boot else ""
+    text = f"{where} {name} rose by {delta} in {w.seconds:g} s{since} ({per_hour:.3g}/h"
     if fail is not None and per_hour > fail:
         return True, f"{text}, above {fail:g}/h)"
     if warn is not None and per_hour > warn:
         return False, f"{text}, above {warn:g}/h)"
     return None
+
+
+def logged_flaps(reading: FabricReading, downs: list[LinkDown], policy: FabricPolicy) -> list[Reason]:
+    """FAIL a compute netdev whose link went down more than ``flap_max``
+    times within the lookback (Azure's check counts the same lines per
+    device over 24 h): the evidence a first reading has, since boot."""
+    count: dict[str, int] = {}
+    for d in downs:
+        if d.netdev in reading.netdevs and (d.age_s is None or d.age_s <= policy.flap_lookback_s):
+            count[d.netdev] = count.get(d.netdev, 0) + 1
+    return [Reason(FAIL, "link_flap", f"{netdev} ({reading.netdevs[netdev]}) logged 'Link down' {n} times in the "
+                                      f"last {policy.flap_lookback_s / 3600:g} h (kernel log; limit "
+                                      f"{policy.flap_max}): the link is flapping")
+            for netdev, n in sorted(count.items(), key=lambda kv: natural_key(kv[0])) if n > policy.flap_max]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ccrhost.model.fabric import LinkDown
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 
 # --- which XIDs mean what: one table, ccrhost/model/xids.py -------------------
@@ -82,10 +83,12 @@ class Xid:
 @dataclass
 class CounterWindow:
     """The GPU error counters a previous ``ccrhost check`` stored (its state
-    file), for rates; None seconds: no baseline (first check, new boot)."""
+    file), for rates, or the boot (every counter zero); None seconds: no
+    baseline at all."""
     seconds: float | None
     before: dict[str, dict[str, int]] = field(default_factory=dict)  # pci -> {"nvlink": n, "pcie_replays": n}
     note: str | None = None
+    since_boot: bool = False  # no stored reading: the counters' totals over the time since boot
 
 
 @dataclass
@@ -100,7 +103,10 @@ class GpuHealthReading:
                                                        # determine the device handle for GPU0000:18:00.0"): PCI or index
     error: str | None = None                           # why the GPUs' health could not be read
     source: str = "nvidia-smi"                         # "nvml" | "nvidia-smi"
-    window: CounterWindow | None = None                # None: rates not judged on this path
+    window: CounterWindow | None = None                # None: none stored on this path: since boot (uptime_s)
+    uptime_s: float | None = None                      # /proc/uptime, read with the kernel log
+    # the same kernel-log read: mlx5e "Link down" lines, which the fabric check judges
+    link_downs: list[LinkDown] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -308,10 +314,21 @@ def counters(reading: GpuHealthReading) -> dict[str, dict[str, int]]:
     return out
 
 
+def since_boot(reading: GpuHealthReading) -> CounterWindow | None:
+    """The counters' totals over the time since boot: "Replays Since Reset"
+    and the NVLink error counters start at the driver's load or a GPU reset,
+    never before boot, so the rate over it never overstates."""
+    if reading.uptime_s is None or reading.uptime_s <= 0:
+        return None
+    zero = {pci: dict.fromkeys(values, 0) for pci, values in counters(reading).items()}
+    return CounterWindow(round(reading.uptime_s, 1), zero, since_boot=True)
+
+
 def _rates(reading: GpuHealthReading, policy: GpuHealthPolicy) -> list[Reason]:
-    window = reading.window
+    window = reading.window if reading.window is not None else since_boot(reading)
     if window is None or not window.seconds or window.seconds <= 0:
         return []
+    since = " since boot" if window.since_boot else ""
     minutes = window.seconds / 60
     reasons = []
 
@@ -322,7 +339,7 @@ def _rates(reading: GpuHealthReading, policy: GpuHealthPolicy) -> list[Reason]:
         up = now - before[key]
         if up / minutes <= limit:
             return None
-        return (f"{_where(g)} {what} rose by {up} in {window.seconds:.0f} s "
+        return (f"{_where(g)} {what} rose by {up} in {window.seconds:.0f} s{since} "
                 f"({up / minutes:.1f}/min, threshold {limit:g}/min)")
 
     for g in reading.gpus:

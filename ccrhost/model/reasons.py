@@ -522,12 +522,15 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["move the NIC behind the GPU's PCIe switch, or set `nccl_net_gdr_level` knowingly"],
          "verification.md#data-path-checks"),
     _doc("link_flap", FAIL,
-         "A port's `link_downed` counter rose within the link-health window: the link went down and came back, "
-         "which a single snapshot never sees.",
-         f"`{_PORT}/counters/link_downed`, its rise since the node's last stored reading (`verify_link_state`).",
+         "A port's `link_downed` counter rose within the link-health window, or a compute netdev logged `Link "
+         "down` more than `verify_link_flap_max` times within `verify_link_flap_lookback_hours`: the link went "
+         "down and came back, which a single snapshot never sees.",
+         f"`{_PORT}/counters/link_downed`, its rise since the node's last stored reading (`verify_link_state`), "
+         "or since boot (`/proc/uptime`) where none is kept; the kernel log's mlx5e lines "
+         "(`mlx5_core <pci> <netdev>: Link down`), read once with the XIDs.",
          ["a bad cable, transceiver or switch port", "a port flapping on a marginal signal"],
          [f"cat {_PORT}/counters/link_downed   # twice, some seconds apart",
-          "journalctl -k | grep -i 'lost carrier'"],
+          "journalctl -k | grep -i 'lost carrier'", "journalctl -k -b | grep 'Link down'"],
          ["replace the cable or transceiver; check the switch port", _CHECK + "   # after the fix"],
          "verification.md#data-path-checks"),
     *(_link_counter(name) for name in _LINK_COUNTER),

@@ -293,7 +293,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
         reasons += dp.check_datapath(readings.datapath, dp.DatapathPolicy(
             rail_local=expect.rail_local, thresholds=policy.link_thresholds, required=policy.required_versions,
             measure_min_fraction=policy.measure_min_fraction))
-    reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds)
+    # the kernel log's link-down lines come with the XIDs: one read of the log
+    downs = readings.gpu_health.link_downs if readings.gpu_health is not None else None
+    reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds, downs)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))

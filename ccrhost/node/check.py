@@ -150,8 +150,8 @@ def read_stored(path: Path) -> tuple[object, str | None]:
 def local_gpu_health(settings: HostSettings, gather_health, now=None):
     """Read GPU health here, with the rates' window since the last check's
     reading (``verify_gpu_state``, as the link window keeps its counters:
-    a reading from another boot is no baseline). A stored reading that is
-    corrupt or out of range is discarded, replaced and noted."""
+    a reading from another boot is no baseline), else since boot. A stored
+    reading that is corrupt or out of range is discarded, replaced and noted."""
     from ccrhost.model.fabric import DISCARDED
     from ccrhost.model.gpu_health import CounterWindow, counters
     from ccrhost.output import write_state
@@ -164,17 +164,20 @@ def local_gpu_health(settings: HostSettings, gather_health, now=None):
     path = Path(settings.verify_gpu_state)
     previous, why = read_stored(path)
     boot = boot_id()
-    link = window_from_state(previous, current, boot, now, settings.verify_window_max_age)
+    link = window_from_state(previous, current, boot, now, settings.verify_window_max_age, reading.uptime_s)
+    then = "rates are judged since boot" if link.since_boot else "rates are judged from the next check on"
     if why is not None:
-        note = (f"{DISCARDED} in {path} ({why}): discarded and replaced by this reading; the GPU counters' rates "
-                "are judged from the next check on")
+        note = f"{DISCARDED} in {path} ({why}): discarded and replaced by this reading; the GPU counters' {then}"
     elif link.note is not None and link.note.startswith(DISCARDED):
         note = f"GPU counters in {path}: {link.note}"
     elif link.note is not None:
         note = "no earlier reading of the GPU counters this boot: their rates are judged from the next check on"
     else:
         note = None
-    reading.window = CounterWindow(link.seconds, link.before) if note is None else CounterWindow(None, {}, note)
+    if link.seconds is not None:
+        reading.window = CounterWindow(link.seconds, link.before, note, since_boot=link.since_boot)
+    else:
+        reading.window = CounterWindow(None, {}, note)
     try:
         write_state(path, json.dumps({"boot_id": boot, "time": now, "counters": current}) + "\n")
     except OSError as exc:

@@ -5,6 +5,7 @@ reading the node kept last time (each line prefixed with ``=``), reads the
 counters now, prints them and, when asked to, keeps them as the next
 window's start. So every rate is a change since the node's own last
 reading, taken in the command that reads everything else: nothing sleeps.
+With no such reading, the counters are totals since boot (/proc/uptime).
 
 Formats (verbatim samples in tests/fixtures/fabric/):
 
@@ -27,13 +28,15 @@ import shlex
 from dataclasses import dataclass, field, replace
 
 from ccrhost.model import datapath
-from ccrhost.model.fabric import DISCARDED, TRANSPORT_COUNTERS, FabricReading, PauseSetting, kept, window_from_state
+from ccrhost.model.fabric import (DISCARDED, SINCE_BOOT, TRANSPORT_COUNTERS, FabricReading, PauseSetting, kept,
+                                  window_from_state)
 from ccrhost import numbers
 from ccrhost.probes.sections import split
 from ccrhost.probes.sysfs import split_dump
 
 IB_ROOT = "/sys/class/infiniband"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+UPTIME = "/proc/uptime"  # "<seconds since boot> <idle seconds>": the counters' longest possible life
 _PORT_FILES = " ".join([f"*/ports/*/counters/{c}" for c in datapath.COUNTERS]
                        + [f"*/ports/*/hw_counters/{c}" for c in TRANSPORT_COUNTERS])
 # the lines kept, by one grep over every netdev's output: markers, headers,
@@ -52,6 +55,7 @@ def reading_command() -> str:
     netdev its ethtool counters and pause setting."""
     return f"""echo "@@t $(date +%s.%N)"
 b=; {{ read -r b < {BOOT_ID}; }} 2>/dev/null; echo "@@boot $b"
+u=; {{ read -r u _ < {UPTIME}; }} 2>/dev/null; echo "@@uptime $u"
 echo @@ib
 cd {IB_ROOT} 2>/dev/null && grep -Hs '' {_PORT_FILES}
 if command -v ethtool >/dev/null 2>&1; then
@@ -96,6 +100,7 @@ class Counters:
     pause: dict[str, PauseSetting] = field(default_factory=dict)       # netdev -> ethtool -a (absent: none)
     unreadable: dict[str, str] = field(default_factory=dict)           # "ethtool -S <dev>" -> text seen
     no_ethtool: bool = False       # ethtool is not installed: no netdev counter was read
+    uptime: float | None = None    # /proc/uptime, its first field: seconds since boot
 
     def state(self) -> dict:
         """The stored-reading dict :func:`ccrhost.model.fabric.window_from_state` takes."""
@@ -168,6 +173,8 @@ def parse_reading(lines: list[str]) -> Counters:
                 raise FabricFormatError(f"reading time {s.arg!r} (date +%s.%N) is not a time")
         elif s.tag == "boot":
             c.boot_id = s.arg.strip() or None
+        elif s.tag == "uptime":
+            c.uptime = numbers.decimal(s.arg, 0)  # None when unreadable: then rates start from now
         elif s.tag == "ib":
             for path, values in split_dump(s.lines).items():
                 parts = path.split("/")
@@ -278,22 +285,24 @@ def _compute(c: Counters, exclude: tuple[str, ...]) -> Counters:
     counters = {k: v for k, v in c.counters.items()
                 if (not out(k.split("/")[0]) if "/" in k else k in netdevs)}
     return Counters(c.time, c.boot_id, counters, netdevs, {n: p for n, p in c.pause.items() if n in netdevs},
-                    {w: t for w, t in c.unreadable.items() if w.split()[-1] in netdevs}, c.no_ethtool)
+                    {w: t for w, t in c.unreadable.items() if w.split()[-1] in netdevs}, c.no_ethtool, c.uptime)
 
 
 def fabric_reading(first: FabricDump, latest: FabricDump | None = None, exclude: tuple[str, ...] = (),
                    max_age: float | None = None) -> FabricReading:
     """The one rule for the deploy and ``ccrhost check``: rates over the
     window from the node's stored reading to ``first`` (the run's first
-    read), settings (global pause) as ``latest`` shows them (the node after
-    the tuning; ``first`` when nothing was read since)."""
+    read), or since boot where no stored reading serves; settings (global
+    pause) as ``latest`` shows them (the node after the tuning; ``first``
+    when nothing was read since)."""
     latest = latest or first
     now = _compute(first.now, exclude)
     previous = _compute(first.previous, exclude).state() if first.previous is not None else None
-    window = window_from_state(previous, now.counters, now.boot_id, now.time or 0.0, max_age)
+    window = window_from_state(previous, now.counters, now.boot_id, now.time or 0.0, max_age, now.uptime)
     if first.discarded:
+        then = SINCE_BOOT if window.since_boot else "rates are judged from the next reading on"
         window = replace(window, note=f"{DISCARDED} ({first.discarded}): discarded and replaced by this reading; "
-                                      "rates are judged from the next reading on")
+                                      f"{then}")
     if latest.unkept:
         window = replace(window, warning=f"{latest.unkept}: the next reading cannot measure rates")
     last = _compute(latest.now, exclude)

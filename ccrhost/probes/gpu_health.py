@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 import re
 
+from ccrhost import numbers
+from ccrhost.model.fabric import LinkDown
 from ccrhost.model.gpu_health import GpuHealth, GpuHealthReading, NvLink, Xid
 from ccrhost.probes import local
 from ccrhost.probes.sections import split
@@ -35,6 +37,8 @@ class GpuHealthFormatError(ValueError):
 
 
 _NVSMI = "timeout -k 5 20 nvidia-smi"
+# the kernel-log lines kept: NVIDIA's XIDs and SXids, mlx5e's carrier changes going down
+_LOG_LINES = "NVRM: Xid|SXid \\(|mlx5_core .*: Link down"
 # Every part prints its own section; a part that fails says why in its own.
 COMMAND_LOG = (
     # read, a builtin: no process per PCI function
@@ -43,11 +47,14 @@ COMMAND_LOG = (
     " read -r c < $d/class 2>/dev/null; case $c in 0x0300*|0x0302*) echo \"${d##*/}\";; esac; done;"
     " if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then echo '@@fabricmanager';"
     " systemctl is-active nvidia-fabricmanager 2>/dev/null | head -n1; fi;"
+    # seconds since boot: the error counters' longest life (rates with no stored reading)
+    " up=; { read -r up _ < /proc/uptime; } 2>/dev/null; echo \"@@uptime $up\";"
+    # the one read of the kernel log: XIDs, and mlx5e's link-down lines for the fabric check
     " if [ -d /run/systemd/system ] && command -v journalctl >/dev/null 2>&1; then"
     " echo \"@@journal $(date +%s)\"; timeout -k 2 10 journalctl -k -b -q --no-pager -o short-unix 2>&1 |"
-    " grep -E 'NVRM: Xid|SXid \\(|^[^0-9]'; "
+    f" grep -E '{_LOG_LINES}|^[^0-9]'; "
     " elif command -v dmesg >/dev/null 2>&1; then"
-    " read -r up _ < /proc/uptime; echo \"@@dmesg $up\"; timeout -k 2 10 dmesg 2>&1 | grep -E 'NVRM: Xid|SXid \\(|^dmesg:';"
+    f" echo \"@@dmesg $up\"; timeout -k 2 10 dmesg 2>&1 | grep -E '{_LOG_LINES}|^dmesg:';"
     " else echo '@@logerror'; echo 'neither journalctl nor dmesg found'; fi"
 )
 
@@ -260,6 +267,25 @@ def parse_log(tag: str, arg: str, lines: list[str]) -> tuple[list[Xid], str | No
     return list(merged.values()), ("; ".join(errors)[:_LOG_ERROR_MAX] or None)
 
 
+_LINK_DOWN = re.compile(r"mlx5_core ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (\S+): Link down\s*$")
+
+
+def parse_link_downs(tag: str, arg: str, lines: list[str]) -> list[LinkDown]:
+    """mlx5e's ``mlx5_core 0000:01:00.0 enp1s0f0np0: Link down`` lines
+    (netdev_info in en_main.c) in the same log as :func:`parse_log`, aged
+    the same way."""
+    now = numbers.decimal(arg)
+    stamp = _JOURNAL_TIME if tag == "journal" else _DMESG_TIME
+    downs = []
+    for line in lines:
+        m = _LINK_DOWN.search(line)
+        if m:
+            t = stamp.match(line)
+            age = round(max(0.0, now - float(t.group(1))), 1) if t and now is not None else None
+            downs.append(LinkDown(m.group(2), m.group(1).lower(), age))
+    return downs
+
+
 def parse_command_output(lines: list[str]) -> GpuHealthReading:
     """:data:`COMMAND`'s output (the deploy's snapshot and the check's fallback)."""
     reading = GpuHealthReading()
@@ -287,10 +313,13 @@ def parse_command_output(lines: list[str]) -> GpuHealthReading:
     reading.pci_gpus = [x.strip().lower() for x in parts.get("pcigpus", _EMPTY).lines if x.strip()]
     if "fabricmanager" in parts:
         reading.fabric_manager = next((x.strip() for x in parts["fabricmanager"].lines if x.strip()), "unknown")
+    if "uptime" in parts:
+        reading.uptime_s = numbers.decimal(parts["uptime"].arg, 0)
     log = parts.get("journal") or parts.get("dmesg")
     if log is not None:
         reading.log_source = "journalctl" if log.tag == "journal" else "dmesg"
         reading.xids, error = parse_log(log.tag, log.arg, log.lines)
+        reading.link_downs = parse_link_downs(log.tag, log.arg, log.lines)
         if error:
             reading.log_error = f"{reading.log_source}: {error}"
     elif "logerror" in parts:

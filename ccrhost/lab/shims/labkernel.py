@@ -258,3 +258,43 @@ def xid_lines() -> list[tuple[float, str]]:
             lines.append((1.0, f"NVRM: Xid (PCI:{gpu_bus(i)}{attr}): {code}, pid=4242, name=python, "
                                f"lab fault xid={code}"))
     return lines
+
+
+# --- the link_flap fault: a link that has flapped every SECONDS since boot ------
+# Lab nodes share the host's kernel, so their boot is the host's (/proc/uptime).
+
+RING_FLAPS = 256  # the ring buffer keeps the latest messages only: the last flaps' lines
+
+
+def flaps_since_boot(period: float, now: float | None = None) -> int:
+    """How many times a link flapping every ``period`` seconds since boot went down."""
+    return int((uptime() if now is None else now) // period)
+
+
+def link_lines() -> list[tuple[float, str]]:
+    """(seconds before now, kernel log text) of the flapping links' last
+    flaps, as mlx5e logs a carrier change (en_main.c mlx5e_update_carrier:
+    netdev_info "Link down" / "Link up": ``mlx5_core 0000:01:00.0
+    enp1s0f0np0: Link down``). An InfiniBand port's netdev (IPoIB) logs no
+    such line: its flaps show in link_downed alone."""
+    now = uptime()
+    nics = {n["name"]: n for n in node()["nics"]}
+    lines = []
+    for dev, period in node().get("link_flap", []):
+        nic = nics.get(dev)
+        if not nic or not nic.get("ethernet") or not nic.get("pci"):
+            continue
+        last = flaps_since_boot(period, now)
+        for k in range(max(1, last - RING_FLAPS + 1), last + 1):
+            at = k * period
+            prefix = f"mlx5_core {nic['pci']} {nic['netdev']}: "
+            lines.append((now - at, prefix + "Link down"))
+            up = at + min(0.5, period / 2)
+            if up <= now:
+                lines.append((now - up, prefix + "Link up"))
+    return lines
+
+
+def kernel_lines() -> list[tuple[float, str]]:
+    """Everything the node's kernel logged, oldest first."""
+    return sorted(xid_lines() + link_lines(), key=lambda x: -x[0])

@@ -9,9 +9,11 @@ would print. Today that is MLNX_OFED's tc/<port>/traffic_class: writing
 It also answers the served shims (labtools.py).
 
 It is also the link of the ``link_flap`` fault: every few seconds (the
-fault's period) the port's link training fails and the link goes down and
-back up, so the kernel's link_downed counter rises by one (8 bits wide: it
-stops at 255).
+fault's period) since boot the port's link training fails and the link goes
+down and back up, so the kernel's link_downed counter rises by one (8 bits
+wide: it stops at 255). The counter starts at the flaps since boot (lab
+nodes share the host's boot), as a real node's holds them when first read;
+the kernel log's lines of the same flaps come from labkernel.link_lines.
 The port state stays ACTIVE between flaps, as a snapshot sees it.
 
 And of the ``rnr_retry`` fault, live: once a second it reads the node
@@ -28,6 +30,7 @@ import select
 import struct
 import time
 
+import labkernel
 import labtools
 
 IN_CLOSE_WRITE = 0x00000008
@@ -58,8 +61,24 @@ def bump(path, maximum=None):
         pass
 
 
+def link_downed(dev):
+    return f"/sys/class/infiniband/{dev}/ports/1/counters/link_downed"
+
+
 def flap(dev):
-    bump(f"/sys/class/infiniband/{dev}/ports/1/counters/link_downed", LINK_DOWNED_MAX)
+    bump(link_downed(dev), LINK_DOWNED_MAX)
+
+
+def flapped_since_boot(dev, period):
+    """The counter as a link flapping every ``period`` s since boot left it;
+    the monotonic time of its next flap."""
+    up = labkernel.uptime()
+    try:
+        with open(link_downed(dev), "w") as f:
+            f.write(f"{min(labkernel.flaps_since_boot(period, up), LINK_DOWNED_MAX)}\n")
+    except OSError:
+        pass
+    return time.monotonic() + (labkernel.flaps_since_boot(period, up) + 1) * period - up
 
 
 def rnr_targets():
@@ -96,7 +115,7 @@ def main():
                 watches[wd] = (path, rule)
     start = time.monotonic()
     tick = start + 1.0
-    due = {dev: start + seconds for dev, seconds in flapping}
+    due = {dev: flapped_since_boot(dev, seconds) for dev, seconds in flapping}
     period = dict(flapping)
     try:
         tools = labtools.ToolServer(os.path.dirname(os.path.abspath(__file__)))

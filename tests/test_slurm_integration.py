@@ -25,6 +25,7 @@ EVERY_KEY = {
     "verify_gpu_xid_lookback_hours": 6, "verify_gpu_xid_ignore": [13], "verify_gpu_ecc_correctable_max": 500,
     "verify_gpu_nvlink_errors_per_min": 5, "verify_gpu_pcie_replays_per_min": 2, "verify_gpu_hw_slowdown": "FAIL",
     "verify_gpu_state": "/run/ccrhost/gpu.json",
+    "verify_link_flap_max": 2, "verify_link_flap_lookback_hours": 12,
     "rdma_modules": ["mlx5_core", "mlx5_ib"], "rdma_require_devices": False, "roce_version": 1, "roce_dscp": 24,
     "roce_ecn_bits": 1, "roce_force_traffic_class": True, "qos_enable": False, "qos_roce_priority": 4,
     "qos_cnp_dscp": 46, "qos_cnp_priority": 5, "qos_pfc_priorities": [4], "qos_cable_len": 10,
@@ -94,7 +95,7 @@ def test_the_check_reads_check_yaml_through_its_own_loader(tmp_path):
     settings = validate_host("gpu01", EVERY_KEY)
     path = tmp_path / "check.yaml"
     path.write_text(files_of(settings)[CHECK_CONFIG][0])
-    controller = set(settings.model_fields) - set(settings.node_keys())
+    controller = set(type(settings).model_fields) - set(settings.node_keys())
     assert _settings(str(path)).model_dump(exclude=controller) == settings.model_dump(exclude=controller)
 
 

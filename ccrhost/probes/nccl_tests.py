@@ -1,0 +1,114 @@
+"""nccl-tests' ``all_reduce_perf``: its command line and its report.
+
+The format is src/common.cu's: a ``# nThread ...`` line, ``#  Rank`` lines,
+a column header naming ``size count type redop root time algbw busbw
+#wrong`` (then the in-place four again), one row per size, then
+``# Out of bounds values : N OK|FAILED`` and ``# Avg bus bandwidth : X``.
+Quirks handled here: builds before 2.10 have no ``redop``/``root`` columns
+(rows are read by the header's column names, not by position); an
+unvalidated half prints ``N/A`` (older) or ``-1`` (newer) in ``#wrong``;
+NCCL's own log lines (``NCCL INFO``/``NCCL WARN``) and launcher noise come
+between header lines; ``srun -l`` prefixes each line with ``N: ``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from ccrhost import numbers
+from ccrhost.model.allreduce import MODE_ENV, AllReduceOutput, Half, SizeRow
+
+
+class NcclTestsFormatError(ValueError):
+    """Not all_reduce_perf's report."""
+
+
+_LABEL = re.compile(r"^\s*\d{1,6}: ")
+_RANK = re.compile(r"^#\s+Rank\s+\d+\s")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\S+)\s+(OK|FAILED)\b")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
+_FAILURE = re.compile(r"Test (?:CUDA |NCCL )?failure|Test timeout")
+_WARN = re.compile(r"\bNCCL WARN\b")
+
+
+def _half(fields: list[str], line: str) -> Half:
+    time_us, algbw, busbw = (numbers.decimal(x, 0) for x in fields[:3])
+    if None in (time_us, algbw, busbw):
+        raise NcclTestsFormatError(f"row {line.strip()!r}: time or bandwidth is not a finite number >= 0")
+    wrong_text = fields[3]
+    wrong = None if wrong_text == "N/A" or wrong_text.startswith("-") else numbers.integer(wrong_text, 0)
+    if wrong is None and not (wrong_text == "N/A" or wrong_text.startswith("-")):
+        raise NcclTestsFormatError(f"row {line.strip()!r}: #wrong {wrong_text!r} is not a count")
+    return Half(time_us, algbw, busbw, wrong)
+
+
+def parse_all_reduce(text: str) -> AllReduceOutput:
+    """Rank 0's report; raises :class:`NcclTestsFormatError` when no column
+    header was printed (the tool never got to measuring)."""
+    columns: list[str] | None = None
+    rows, ranks, warnings, failures = [], 0, [], []
+    oob = avg = version = None
+    for raw in text.splitlines():
+        line = _LABEL.sub("", raw, count=1)
+        stripped = line.strip()
+        if _WARN.search(line):
+            warnings.append(stripped)
+            continue
+        if _FAILURE.search(line):
+            failures.append(stripped)
+            continue
+        if stripped.startswith("#"):
+            words = stripped.lstrip("#").split()
+            if words[:2] == ["size", "count"] and "busbw" in words:
+                columns = words
+            elif _RANK.match(stripped):
+                ranks += 1
+            elif m := _OOB.match(stripped):
+                oob = numbers.integer(m.group(1), 0)
+            elif m := _AVG.match(stripped):
+                avg = numbers.decimal(m.group(1), 0)
+            elif m := _VERSION.match(stripped):
+                version = m.group(1)
+            continue
+        if columns is None:
+            continue
+        fields = stripped.split()
+        if len(fields) != len(columns) or numbers.integer(fields[0], 0) is None:
+            continue  # launcher or NCCL noise between rows
+        t = columns.index("time") if "time" in columns else columns.index("cputime")
+        redop = fields[columns.index("redop")] if "redop" in columns else None
+        count = numbers.integer(fields[1], 0)
+        if count is None:
+            raise NcclTestsFormatError(f"row {stripped!r}: count is not a number")
+        rows.append(SizeRow(numbers.integer(fields[0], 0), count, fields[2], redop,
+                            _half(fields[t:t + 4], line), _half(fields[t + 4:t + 8], line)))
+    if columns is None and not failures and not warnings:
+        raise NcclTestsFormatError("no all_reduce_perf column header found")
+    return AllReduceOutput(tuple(rows), ranks, oob, avg, tuple(warnings), tuple(failures), version)
+
+
+# -- the command ----------------------------------------------------------------
+
+DEFAULT_BINARY = "all_reduce_perf"
+
+
+def command(binary: str, mode: str, gpus: int, min_bytes: str = "1G", max_bytes: str = "16G",
+            iters: int = 20, per_process: bool = False) -> list[str]:
+    """The argv of one run. ``per_process``: one GPU per process (srun or
+    mpirun starts one task per GPU, ``-g 1``); else all the node's GPUs in
+    one process (``-g N``). Sizes after the anchors: one large size judges
+    bandwidth (active-checks.md §2, Azure's 16G); ``-c 1`` validates every size."""
+    return [binary, "-b", min_bytes, "-e", max_bytes, "-f", "2", "-n", str(int(iters)), "-c", "1",
+            "-g", "1" if per_process else str(int(gpus))]
+
+
+def environment(mode: str) -> dict[str, str]:
+    """What the mode sets, plus NCCL_DEBUG=WARN so that NCCL's warnings reach the report."""
+    return {"NCCL_DEBUG": "WARN", **MODE_ENV[mode]}
+
+
+def shell_line(binary: str, mode: str, gpus: int, **kw) -> str:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in environment(mode).items())
+    return f"env {env} " + " ".join(shlex.quote(a) for a in command(binary, mode, gpus, **kw))

@@ -142,11 +142,22 @@ class RunResult:
 
 @dataclass(frozen=True)
 class RunVerdict:
-    status: str
-    code: str | None          # None for OK
-    message: str
+    reason: Reason | None     # None: passed
     busbw: float | None = None
     retry: bool = False       # below threshold: another run may pass
+    passed: str = ""          # what a pass says
+
+    @property
+    def status(self) -> str:
+        return self.reason.level if self.reason else OK
+
+    @property
+    def code(self) -> str | None:
+        return self.reason.code if self.reason else None
+
+    @property
+    def message(self) -> str:
+        return self.reason.message if self.reason else self.passed
 
 
 def judge_run(run: RunResult, mode: str, figure: Figure | None, what: str = "") -> RunVerdict:
@@ -156,34 +167,34 @@ def judge_run(run: RunResult, mode: str, figure: Figure | None, what: str = "") 
     label = f"{MODE_TEXT[mode]}{f' ({what})' if what else ''}"
     out = run.output
     if run.missing:
-        return RunVerdict(UNKNOWN, "allreduce_missing", f"{label}: {run.missing}")
+        return RunVerdict(Reason(UNKNOWN, "allreduce_missing", f"{label}: {run.missing}"))
     if out is not None and out.wrong:
-        return RunVerdict(FAIL, "allreduce_wrong",
-                          f"{label}: wrong results ({out.wrong} elements failed validation; "
-                          "'Out of bounds values' FAILED)")
+        return RunVerdict(Reason(FAIL, "allreduce_wrong",
+                                 f"{label}: wrong results ({out.wrong} elements failed validation; "
+                                 "'Out of bounds values' FAILED)"))
     if run.timed_out:
-        return RunVerdict(UNKNOWN, "allreduce_hang", f"{label}: no result before its deadline (killed)")
+        return RunVerdict(Reason(UNKNOWN, "allreduce_hang", f"{label}: no result before its deadline (killed)"))
     if run.error:
-        return RunVerdict(UNKNOWN, "allreduce_failed", f"{label}: could not launch: {run.error}")
+        return RunVerdict(Reason(UNKNOWN, "allreduce_failed", f"{label}: could not launch: {run.error}"))
     if out is not None and out.failures:
-        return RunVerdict(UNKNOWN, "allreduce_failed", f"{label}: {out.failures[0]}")
+        return RunVerdict(Reason(UNKNOWN, "allreduce_failed", f"{label}: {out.failures[0]}"))
     if out is not None and out.warnings:
-        return RunVerdict(UNKNOWN, "allreduce_nccl_warn", f"{label}: {out.warnings[0]}")
+        return RunVerdict(Reason(UNKNOWN, "allreduce_nccl_warn", f"{label}: {out.warnings[0]}"))
     if out is None or out.largest is None or run.rc not in (0, None):
         said = run.tail.strip().splitlines()[-1:] or ["no output"]
-        return RunVerdict(UNKNOWN, "allreduce_failed",
-                          f"{label}: no result rows (exit {run.rc}): {said[0][:200]}")
+        return RunVerdict(Reason(UNKNOWN, "allreduce_failed",
+                                 f"{label}: no result rows (exit {run.rc}): {said[0][:200]}"))
     row = out.largest
     if figure is None:
-        return RunVerdict(UNKNOWN, "allreduce_no_threshold",
-                          f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, but no threshold is known for "
-                          "this platform: set verify_allreduce_min_busbw", row.busbw)
+        return RunVerdict(Reason(UNKNOWN, "allreduce_no_threshold",
+                                 f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, but no threshold is known "
+                                 "for this platform: set verify_allreduce_min_busbw"), row.busbw)
     if row.busbw < figure.busbw:
-        return RunVerdict(FAIL, "allreduce_slow",
-                          f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, below {figure.busbw:g} GB/s "
-                          f"({figure.source})", row.busbw, retry=True)
-    return RunVerdict(OK, None, f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B "
-                      f"(threshold {figure.busbw:g} GB/s)", row.busbw)
+        return RunVerdict(Reason(FAIL, "allreduce_slow",
+                                 f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, below {figure.busbw:g} GB/s "
+                                 f"({figure.source})"), row.busbw, retry=True)
+    return RunVerdict(None, row.busbw, passed=f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B "
+                      f"(threshold {figure.busbw:g} GB/s)")
 
 
 def with_retries(run_once, retries: int) -> tuple[RunVerdict, int]:
@@ -204,22 +215,48 @@ def with_retries(run_once, retries: int) -> tuple[RunVerdict, int]:
 
 @dataclass
 class AllReduceReading:
-    """The stored all-reduce results of one node, one per mode run."""
+    """The all-reduce results of one node (the state file's, or the fleet
+    run's just made), one per mode, and when they were read."""
+    read_at: float                                           # seconds since the epoch
     results: dict[str, dict] = field(default_factory=dict)  # mode -> ActiveResult.to_dict()
+    error: str | None = None                                 # the state file could not be read
 
 
-def check_allreduce(results: dict[str, dict], now: float) -> list[Reason]:
-    """Reasons from stored results (``ccrhost.model.active.ActiveResult``
+def pair_busbw(reading: AllReduceReading | None) -> float | None:
+    """The node's delivered bandwidth from its fresh pair result (GB/s busbw), if one was measured."""
+    from ccrhost.model.active import ActiveResult
+
+    data = reading.results.get(PAIR) if reading is not None else None
+    if data is None:
+        return None
+    result = ActiveResult.from_dict(data)
+    if result.stale(reading.read_at) or result.value is None or result.code not in (None, "allreduce_slow"):
+        return None
+    return result.value
+
+
+def check_allreduce(reading: AllReduceReading | None) -> list[Reason]:
+    """Reasons from the results (``ccrhost.model.active.ActiveResult``
     dicts): a result past its validity is UNKNOWN as stale, never its old pass."""
     from ccrhost.model.active import ActiveResult
 
+    if reading is None:
+        return []
+    if reading.error:
+        return [Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce results: {reading.error}")]
+    now = reading.read_at
     reasons = []
-    for mode, data in sorted(results.items()):
-        result = ActiveResult.from_dict(data)
+    for mode, data in sorted(reading.results.items()):
+        try:
+            result = ActiveResult.from_dict(data)
+        except ValueError as exc:
+            reasons.append(Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce result {mode}: {exc}"))
+            continue
         if result.stale(now):
             reasons.append(Reason(UNKNOWN, "allreduce_stale",
                                   f"{MODE_TEXT.get(mode, mode)}: the stored result is {result.age(now):.0f} s old, "
                                   f"valid for {result.valid_for:g} s: run the test again"))
         elif result.status != OK:
-            reasons.append(Reason(result.status, result.code or "allreduce_failed", result.message))
+            # the reason judge_run gave when the result was made, as it gave it (never judged again)
+            reasons.append(Reason.from_dict({"level": result.status, "code": result.code, "message": result.message}))
     return reasons

@@ -23,6 +23,7 @@ class CheckSettings:
     verify_npd_warn_unhealthy: bool        # verify_npd_warn_unhealthy
     expected: Expectation                  # HostSettings.expectation()
     judged_by: Policy                      # HostSettings.policy()
+    allreduce_state: str | None = None     # HostSettings.allreduce_state: the stored all-reduce results, if judged
 
     def expectation(self) -> Expectation:
         return self.expected

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from ccrhost.model import allreduce as ar
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
@@ -44,6 +45,7 @@ class Readings:
     datapath: dp.DatapathReading | None = None  # None: the data path was not read (not judged)
     gpu_health: gh.GpuHealthReading | None = None  # None: GPU health was not read (not judged)
     fabric: fab.FabricReading | None = None      # None: the lossless-fabric counters were not read
+    allreduce: ar.AllReduceReading | None = None  # None: no all-reduce result was read (not judged)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -294,6 +296,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
             rail_local=expect.rail_local, thresholds=policy.link_thresholds, required=policy.required_versions,
             measure_min_fraction=policy.measure_min_fraction))
     reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds)
+    reasons += ar.check_allreduce(readings.allreduce)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))

@@ -76,6 +76,10 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath,
                                    gpu_health=health)
     readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
+    if settings.allreduce_state:  # the stored results and their age: the check never runs the test itself
+        from ccrhost.node.allreduce import stored_reading
+
+        readings.allreduce = stored_reading(settings.allreduce_state)
     return evaluate(readings, settings.expectation(), settings.policy())
 
 

@@ -17,7 +17,7 @@ import re
 import shlex
 
 from ccrhost import numbers
-from ccrhost.model.allreduce import MODE_ENV, AllReduceOutput, Half, SizeRow
+from ccrhost.model.allreduce import MODE_ENV, AllReduceOutput, Half, RunResult, SizeRow
 
 
 class NcclTestsFormatError(ValueError):
@@ -112,3 +112,15 @@ def environment(mode: str) -> dict[str, str]:
 def shell_line(binary: str, mode: str, gpus: int, **kw) -> str:
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in environment(mode).items())
     return f"env {env} " + " ".join(shlex.quote(a) for a in command(binary, mode, gpus, **kw))
+
+
+def run_result(text: str, rc: int | None, timed_out: bool = False, missing: str | None = None,
+               error: str | None = None) -> RunResult:
+    """One launch's output as the verdict takes it: parsed when it is a
+    report (a partial one too), else kept as its tail for the message."""
+    try:
+        output = parse_all_reduce(text) if not missing else None
+    except NcclTestsFormatError:
+        output = None
+    tail = "\n".join(text.splitlines()[-20:])
+    return RunResult(output, rc, timed_out, missing, error, tail)

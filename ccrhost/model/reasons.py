@@ -236,6 +236,13 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["cat /var/lib/ccrhost/active.json"],
          ["rerun the test; it replaces the file whole"],
          "allreduce.md"),
+    _doc("ccr_measured_low", FAIL,
+         "The CCR from the measured two-node bandwidth (B_measured = ring busbw) is below the CCR floor (`verify_min_ccr`, or `verify_min_ccr_fraction` of the CCR the declared hardware should give).",
+         "CCR_measured = B_measured / (beta x F), B_measured the pair mode's busbw.",
+         ["the network delivers less than its nominal rate (see `allreduce_slow`)", "min_ccr set too high"],
+         ["ccrhost slurm verify --nccl -w NODE"],
+         ["fix the bandwidth shortfall, or revisit verify_min_ccr"],
+         "allreduce.md"),
     _doc("measured_slow", FAIL,
          "Ports measured below `verify_measure_min_fraction` of their effective rate: the link is up at full "
          "rate but does not carry it.",

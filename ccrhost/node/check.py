@@ -165,6 +165,9 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  expected {verdict.expected_ccr:.3e} from the declared hardware")
         if c.workload:
             lines.append(f"  workload model: {c.workload['statement']}")
+    if verdict.measured_ccr:
+        m = verdict.measured_ccr
+        lines.append(f"  measured CCR {m.ccr:.3e} (B {m.bandwidth_gbps:g} Gb/s from the two-node all-reduce)")
     for r in verdict.reasons:
         lines.append(f"  {r.level}: {r.message}")
     fabric = verdict.readings.fabric
@@ -238,6 +241,16 @@ def format_prometheus(verdict: Verdict) -> str:
             "# HELP ccrhost_compute_tflops Node GPU compute F used for the CCR.",
             "# TYPE ccrhost_compute_tflops gauge",
             f"ccrhost_compute_tflops {c.tflops:g}",
+        ]
+    if verdict.measured_ccr:
+        m = verdict.measured_ccr
+        out += [
+            "# HELP ccrhost_ccr_measured CCR from the measured bandwidth: two-node ring all-reduce busbw / (beta * F).",
+            "# TYPE ccrhost_ccr_measured gauge",
+            f"ccrhost_ccr_measured {m.ccr:.6e}",
+            "# HELP ccrhost_bandwidth_measured_gbps Node bandwidth measured by the two-node all-reduce.",
+            "# TYPE ccrhost_bandwidth_measured_gbps gauge",
+            f"ccrhost_bandwidth_measured_gbps {m.bandwidth_gbps:g}",
         ]
     out += ["# HELP ccrhost_port_effective_gbps Effective rate of each compute port.",
             "# TYPE ccrhost_port_effective_gbps gauge"]

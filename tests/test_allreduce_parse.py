@@ -91,3 +91,14 @@ def test_the_command_and_each_modes_environment():
     assert environment("nvlink") == {"NCCL_DEBUG": "WARN"}
     assert environment("loopback") == {"NCCL_DEBUG": "WARN", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
     assert environment("pair") == {"NCCL_DEBUG": "WARN", "NCCL_ALGO": "RING"}
+
+
+def test_a_launchers_not_found_is_a_missing_binary():
+    from ccrhost.probes.nccl_tests import run_result
+
+    srun = ("8: slurmstepd: error: execve(): all_reduce_perf: No such file or directory\n"
+            "srun: error: node2: task 8: Exited with exit code 2\n")
+    assert run_result(srun, 2).missing == ("not installed: slurmstepd: error: execve(): all_reduce_perf: "
+                                           "No such file or directory")
+    assert run_result("bash: line 1: all_reduce_perf: command not found\n", 127).missing.endswith("command not found")
+    assert run_result((FIX / "all_reduce_h100_2node.txt").read_text(), 0).missing is None

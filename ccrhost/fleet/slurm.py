@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import click
 import yaml
@@ -161,7 +161,7 @@ def _unknown(code: str, message: str) -> Verdict:
     return unjudged(UNKNOWN, code, message)
 
 
-def judge(out: CheckOutput, measured=None) -> tuple[Verdict, HostSettings | None]:
+def judge(out: CheckOutput, measured=None, allreduce=None) -> tuple[Verdict, HostSettings | None]:
     """The node's verdict as its own ``ccrhost check`` made it: taken, never
     judged again from part of its readings. A check that printed no verdict
     is UNKNOWN with what it said. With a ``measured`` bandwidth the node's
@@ -183,9 +183,12 @@ def judge(out: CheckOutput, measured=None) -> tuple[Verdict, HostSettings | None
         settings = validate_host(out.node, yaml.safe_load(out.config or "") or {})
     except (InventoryDataError, yaml.YAMLError, ValueError) as exc:
         return _unknown("check_config", f"{out.node}: {CHECK_CONFIG}: {exc}"), None
-    if measured is None or not verdict.evaluated:
+    if (measured is None and allreduce is None) or not verdict.evaluated:
         return verdict, settings
-    return evaluate(with_measurement(verdict.readings, measured), settings.expectation(), settings.policy()), settings
+    readings = with_measurement(verdict.readings, measured) if measured is not None else verdict.readings
+    if allreduce is not None:  # the all-reduce results of this run (ccrhost.fleet.slurm_nccl)
+        readings = replace(readings, allreduce=allreduce)
+    return evaluate(readings, settings.expectation(), settings.policy()), settings
 
 
 def _labelled(lines, tasks: dict[int, list[str]]) -> None:
@@ -320,6 +323,7 @@ class VerifyOptions:
     wait: float = 600                  # for the allocation
     check_timeout: float = 300
     sbatch_options: tuple[str, ...] = ()
+    nccl: object = None                # a ccrhost.fleet.slurm_nccl.NcclOptions: run the all-reduce gate
 
 
 class Progress:
@@ -488,11 +492,19 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                 verdicts[name], node_settings = judge(outputs[name])
                 if node_settings is not None:
                     settings[name] = node_settings
+            measured = {}
             if opts.measure:
                 measured = _measure(job, {n: verdicts[n] for n in usable}, settings,
                                     {n: nodes[n].address for n in usable}, opts, say)
                 for name, m in measured.items():
                     verdicts[name] = judge(outputs[name], m)[0]
+            if opts.nccl is not None:
+                from ccrhost.fleet.slurm_nccl import node_infos, run_modes
+
+                infos = node_infos({n: verdicts[n] for n in usable if n in settings},
+                                   {n: nodes[n].address for n in usable})
+                for name, reading in run_modes(job, infos, opts.nccl, say).items():
+                    verdicts[name] = judge(outputs[name], measured.get(name), reading)[0]
             apply_fleet_rules(verdicts, opts.fleet_tolerance)
             if opts.drain:
                 # before the allocation ends, so no job lands on a node about to be drained
@@ -544,8 +556,24 @@ def slurm():
 @click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
 @click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="OPT",
               help="Passed to sbatch, e.g. --sbatch-option=--account=ops (repeatable).")
+@click.option("--nccl", is_flag=True, help="Also run the NCCL all-reduce gate (nccl-tests all_reduce_perf): "
+              "single-node NVLink and NIC-loopback modes on every node, and node pairs on ring (docs/allreduce.md).")
+@click.option("--nccl-modes", default="nvlink,loopback,pair", show_default=True, help="Comma-separated modes.")
+@click.option("--nccl-binary", help="all_reduce_perf on the nodes [default: verify_allreduce_binary].")
+@click.option("--nccl-max-bytes", help="The size judged [default: verify_allreduce_max_bytes].")
+@click.option("--nccl-iters", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--nccl-retries", type=click.IntRange(0, 10), help="[default: verify_allreduce_retries]")
+@click.option("--nccl-timeout", type=click.IntRange(10, 7200), help="[default: verify_allreduce_timeout]")
+@click.option("--nccl-max-nodes", type=click.IntRange(2), default=64, show_default=True,
+              help="At most this many nodes run all-reduce steps at once.")
+@click.option("--nccl-port", type=click.IntRange(1024, 60000), default=29500, show_default=True,
+              help="NCCL_COMM_ID port of the first pair; each pair takes the next four.")
+@click.option("--nccl-srun-option", "nccl_srun_options", multiple=True, metavar="OPT",
+              help="Passed to each all-reduce srun step, e.g. --nccl-srun-option=--mpi=pmix (repeatable).")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
-           measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options):
+           measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
+           nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
+           nccl_port, nccl_srun_options):
     """Check every node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -562,8 +590,33 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
     opts = VerifyOptions(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance,
                          measure_seconds, measure_retries, measure_timeout, measure_port, measure_ports, wait_s,
                          check_timeout, tuple(sbatch_options))
+    if nccl:
+        opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
+                                 nccl_max_nodes, nccl_port, nccl_srun_options)
     try:
         code, _, _ = run_verify(opts)
     except SlurmError as exc:
         raise VerifyError(str(exc)) from None
     return code
+
+
+def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, port, srun_options):
+    """The gate's options, each validated as its inventory key is (defaults: the keys' own)."""
+    from ccrhost.fleet.slurm_nccl import NcclOptions
+    from ccrhost.model.allreduce import MODES
+
+    picked = tuple(m.strip() for m in modes.split(",") if m.strip())
+    bad = [m for m in picked if m not in MODES]
+    if bad or not picked:
+        raise click.UsageError(f"--nccl-modes {modes!r}: allowed a comma-separated list of {', '.join(MODES)}")
+    given = {k: v for k, v in {"verify_allreduce_binary": binary, "verify_allreduce_max_bytes": max_bytes,
+                               "verify_allreduce_retries": retries, "verify_allreduce_timeout": timeout}.items()
+             if v is not None}
+    try:
+        s = validate_host("ccrhost slurm verify", given)
+    except InventoryDataError as exc:
+        raise click.UsageError("; ".join(str(e) for e in exc.errors)) from None
+    return NcclOptions(modes=picked, binary=s.verify_allreduce_binary, max_bytes=s.verify_allreduce_max_bytes,
+                       iters=iters, retries=s.verify_allreduce_retries, timeout=s.verify_allreduce_timeout,
+                       valid_for=s.verify_allreduce_valid_for, max_nodes=max_nodes, port=port,
+                       min_busbw=s.verify_allreduce_min_busbw, srun_options=tuple(srun_options))

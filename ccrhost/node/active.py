@@ -36,9 +36,12 @@ class ToolRun:
         return "\n".join(self.output.splitlines()[-TAIL_LINES:])
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+GRACE = 5.0  # seconds between SIGTERM (srun and mpirun pass it on to their remote tasks) and SIGKILL
+
+
+def _kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
 
@@ -57,8 +60,13 @@ def run_tool(argv: list[str], deadline: float, env: dict[str, str] | None = None
         out, _ = proc.communicate(timeout=deadline)
         timed_out = False
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, _ = proc.communicate()
+        # TERM first: a launcher forwards it to its remote tasks, which SIGKILL would orphan
+        _kill_group(proc, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
         timed_out = True
     finally:
         _kill_group(proc)  # a child the tool left behind in its group goes too

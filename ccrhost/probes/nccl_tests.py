@@ -114,10 +114,21 @@ def shell_line(binary: str, mode: str, gpus: int, **kw) -> str:
     return f"env {env} " + " ".join(shlex.quote(a) for a in command(binary, mode, gpus, **kw))
 
 
+# What a launcher prints when the program is not there: slurmstepd's execve
+# error (srun), a shell's (mpirun over ssh, a plain run), Open MPI's.
+_NOT_FOUND = re.compile(r"execve\(\): (\S+): No such file or directory|(\S+): command not found"
+                        r"|was unable to find the executable")
+
+
 def run_result(text: str, rc: int | None, timed_out: bool = False, missing: str | None = None,
                error: str | None = None) -> RunResult:
     """One launch's output as the verdict takes it: parsed when it is a
-    report (a partial one too), else kept as its tail for the message."""
+    report (a partial one too), else kept as its tail for the message. A
+    launcher's "not found" is a missing binary, whoever printed it."""
+    if missing is None and not timed_out:
+        found = [_LABEL.sub("", line).strip() for line in text.splitlines() if _NOT_FOUND.search(line)]
+        if found:
+            missing = "not installed: " + "; ".join(dict.fromkeys(found))[:300]
     try:
         output = parse_all_reduce(text) if not missing else None
     except NcclTestsFormatError:

@@ -46,7 +46,7 @@ def verify_stage(measure: bool = True) -> None:
     """The CCR and data-path verification; with ``verify_measure`` (and
     ``measure``), ib_write_bw between host pairs first, and with
     ``verify_measure_gpudirect`` each node's GPU-NIC pairs through GPU
-    memory."""
+    memory, and with ``verify_allreduce`` the single-node all-reduce modes."""
     settings = host_settings(host, inventory)
     _keep_readings(settings)
     measured = {}
@@ -60,12 +60,18 @@ def verify_stage(measure: bool = True) -> None:
         from ccrhost.fleet.gpudirect import measure_host
 
         gpudirect = measure_host(host, settings)
+    allreduce = None
+    if measure and settings.verify_allreduce:
+        from ccrhost.fleet.allreduce import single_node_host
+
+        allreduce = single_node_host(host, settings)
     verify.ccr(
         name="Verify CCR",
         settings=settings,
         report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance, state, inventory),
         measured=measured.get(host.name),
         gpudirect=gpudirect,
+        allreduce=allreduce,
     )
 
 

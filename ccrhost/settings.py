@@ -525,6 +525,9 @@ class HostSettings(BaseModel):
         "16G", pattern=r"^[1-9][0-9]{0,11}[KMG]?$", description="The message size judged (-b and -e): one large "
         "size, as Azure's 16G; the busbw at the largest size is judged, never the average.",
     )
+    verify_allreduce_iters: int = Field(
+        20, ge=1, le=1000, description="Timed iterations of each size (-n), after nccl-tests' 5 warm-up ones.",
+    )
     verify_allreduce_valid_for: int = Field(
         86400, ge=60, le=30 * 86400, description="Seconds a stored result holds; an older one is UNKNOWN as "
         "stale, never a pass.",

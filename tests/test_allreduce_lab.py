@@ -82,3 +82,33 @@ def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
     assert states["node2"][0] == "drained" and states["node3"][0] == "drained"
     assert {n: states[n][0] for n in ("node1", "node4", "node5", "node6", "node7", "node8")} == dict.fromkeys(
         ("node1", "node4", "node5", "node6", "node7", "node8"), "idle")
+
+
+def test_the_deploys_verification_runs_the_single_node_modes_and_stores_them(faulty, tmp_path):
+    """The pyinfra path: deploys/verify.py with verify_allreduce runs the single-node modes on every host
+    (pairs need a launcher: slurm verify --nccl). The slow link is a pair's to find; the rest as on Slurm."""
+    from conftest import lab_inventory, node_address, run_pyinfra
+
+    lab = faulty
+    report_dir = tmp_path / "report"
+    inventory = lab_inventory(tmp_path, verify_report_dir=str(report_dir), verify_allreduce=True,
+                              verify_allreduce_timeout=20, verify_allreduce_retries=1, verify_allreduce_iters=5,
+                              verify_allreduce_state="/run/ccrhost/active.json")
+    run = run_pyinfra("deploys/verify.py", inventory=inventory, timeout=600)
+    assert "Traceback" not in run.out, run.out[-4000:]
+    hosts = json.loads((report_dir / "ccr-report.json").read_text())["hosts"]
+    status = {n: hosts[node_address(i)]["status"] for i, n in enumerate(
+        ["node1", "node2", "node3", "node4", "node5", "node6", "node7", "node8"], start=1)}
+    assert status == {"node1": "OK", "node2": "OK", "node3": "FAIL", "node4": "UNKNOWN", "node5": "OK",
+                      "node6": "UNKNOWN", "node7": "OK", "node8": "OK"}, run.out[-4000:]
+    codes = {n: {r["code"] for r in hosts[node_address(i)]["reasons"]} for i, n in enumerate(
+        ["node1", "node2", "node3", "node4", "node5", "node6", "node7", "node8"], start=1)}
+    assert "allreduce_wrong" in codes["node3"]
+    assert "allreduce_hang" in codes["node4"] and "allreduce_missing" in codes["node6"]
+    # stored on each node, with its time and validity, for the prolog and `ccrhost check`
+    stored = json.loads((lab.root("node3") / "run/ccrhost/active.json").read_text())["results"]
+    assert set(stored) == {"allreduce/nvlink", "allreduce/loopback"}
+    assert stored["allreduce/nvlink"]["code"] == "allreduce_wrong" and stored["allreduce/nvlink"]["valid_for"] == 86400
+    healthy = json.loads((lab.root("node1") / "run/ccrhost/active.json").read_text())["results"]
+    assert healthy["allreduce/nvlink"]["status"] == "OK" and 460 <= healthy["allreduce/nvlink"]["value"] <= 476
+    assert healthy["allreduce/loopback"]["status"] == "OK" and 40 <= healthy["allreduce/loopback"]["value"] <= 47

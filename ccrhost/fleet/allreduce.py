@@ -63,3 +63,41 @@ def pair_fleet(names: list[str], run_pairs, retries: int, valid_for: float, cloc
         message = v.message + (f" [{name}: {note}]" if note else "")
         out[name] = ActiveResult(CHECK, PAIR, v.status, v.code, message, clock(), valid_for, v.busbw)
     return out
+
+
+def single_node_host(host, settings, clock=time.time) -> list[ActiveResult]:
+    """The deploy's verification: each single-node mode on this host (its
+    own greenlet, so every host runs at once), retried below threshold,
+    judged by ``judge_run``."""
+    from ccrhost.facts.allreduce import AllReduceRun
+    from ccrhost.model.allreduce import judge_run, with_retries
+    from ccrhost.operations import cache as fact_cache
+    from ccrhost.probes.nccl_tests import run_result
+
+    snap = fact_cache.snapshot(host)
+    gpus = snap.gpus.gpus if snap.gpus is not None and "gpus" not in snap.errors else []
+    name = gpus[0].name if gpus else None
+    results = []
+    for mode in settings.verify_allreduce_modes:
+        if not gpus:
+            results.append(ActiveResult(CHECK, mode, UNKNOWN, "allreduce_failed",
+                                        f"{mode}: no GPU read on the node: nothing to run on", clock(),
+                                        settings.verify_allreduce_valid_for))
+            continue
+        figure = threshold(mode, name, [], settings.verify_allreduce_min_busbw)
+        attempt = [0]
+
+        def once(mode=mode, figure=figure):
+            attempt[0] += 1
+            text, rc, timed_out, missing = fact_cache._real(host).get_fact(
+                AllReduceRun, binary=settings.verify_allreduce_binary, mode=mode, gpus=len(gpus),
+                max_bytes=settings.verify_allreduce_max_bytes, iters=settings.verify_allreduce_iters,
+                timeout=settings.verify_allreduce_timeout, attempt=attempt[0])
+            if missing:
+                missing = f"{settings.verify_allreduce_binary} {missing}"
+            return judge_run(run_result(text, rc, timed_out, missing), mode, figure, host.name)
+
+        verdict, runs = with_retries(once, settings.verify_allreduce_retries)
+        results.append(ActiveResult(CHECK, mode, verdict.status, verdict.code, verdict.message, clock(),
+                                    settings.verify_allreduce_valid_for, verdict.busbw, runs))
+    return results

@@ -26,7 +26,7 @@ def run_mode(mode: str, gpu_name: str | None, gpus: int, nic_gbps: list[float], 
     run = run or active.run_tool
     figure = threshold(mode, gpu_name, nic_gbps, settings.verify_allreduce_min_busbw)
     argv = command(settings.verify_allreduce_binary, mode, gpus, max_bytes=settings.verify_allreduce_max_bytes,
-                   min_bytes=settings.verify_allreduce_max_bytes)
+                   min_bytes=settings.verify_allreduce_max_bytes, iters=settings.verify_allreduce_iters)
     last = {}
 
     def once():

@@ -135,3 +135,26 @@ def run_result(text: str, rc: int | None, timed_out: bool = False, missing: str 
         output = None
     tail = "\n".join(text.splitlines()[-20:])
     return RunResult(output, rc, timed_out, missing, error, tail)
+
+
+# The remote script of one single-node run (the deploy's fact): ``timeout``
+# puts itself and the tool in one process group and kills that group.
+def run_script(binary: str, mode: str, gpus: int, max_bytes: str, iters: int, timeout: int) -> str:
+    line = shell_line(binary, mode, gpus, min_bytes=max_bytes, max_bytes=max_bytes, iters=iters)
+    return (f"if ! command -v {shlex.quote(binary)} >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
+            f"timeout -k 5 {int(timeout)} {line} 2>&1; echo \"@@rc $?\"")
+
+
+def parse_run_script(lines: list[str], _split=None) -> tuple[str, int | None, bool, str | None]:
+    """(output, rc, timed_out, missing) from :func:`run_script`'s output."""
+    if "@@missing" in lines:
+        return "", None, False, "not found on PATH (command -v)"
+    rc = None
+    body = []
+    for line in lines:
+        if line.startswith("@@rc "):
+            rc = numbers.integer(line[5:], 0, 255)
+        else:
+            body.append(line)
+    timed_out = rc in (124, 137)  # timeout's own status, or its SIGKILL after the grace
+    return "\n".join(body), None if timed_out else rc, timed_out, None

@@ -102,3 +102,18 @@ def test_a_launchers_not_found_is_a_missing_binary():
                                            "No such file or directory")
     assert run_result("bash: line 1: all_reduce_perf: command not found\n", 127).missing.endswith("command not found")
     assert run_result((FIX / "all_reduce_h100_2node.txt").read_text(), 0).missing is None
+
+
+def test_per_iteration_columns_and_a_timestamp_are_read_by_each_halfs_time_column():
+    # laid out with nccl-tests 2.19.6 src/util.cu writeResultHeader's per-iteration format strings
+    # (constructed: no verbatim sample of this variant was found); figures from the GH200 fixture's last row
+    header = ("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s"
+              "  %7s %*s" % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min",
+                             "i_max", "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99",
+                             "i_cv%", 19, "timestamp"))
+    row = ("   134217728      33554432     float     sum      -1  5869.38   22.87   22.87       0  5801.10  5990.02"
+           "  5990.02     0.81  5886.67   22.80   22.80       0  5850.00  5930.00  5930.00     0.40 2026-01-23 10:00:01")
+    out = parse_all_reduce(f"{header}\n{row}\n# Out of bounds values : 0 OK\n")
+    big = out.largest
+    assert (big.out_of_place.busbw, big.out_of_place.wrong, big.in_place.busbw, big.in_place.time_us) == (
+        22.87, 0, 22.80, 5886.67)

@@ -1,11 +1,13 @@
 """nccl-tests' ``all_reduce_perf``: its command line and its report.
 
-The format is src/common.cu's: a ``# nThread ...`` line, ``#  Rank`` lines,
+The format is src/common.cu's (src/util.cu's from 2.17 on): a ``# nThread ...`` line, ``#  Rank`` lines,
 a column header naming ``size count type redop root time algbw busbw
 #wrong`` (then the in-place four again), one row per size, then
 ``# Out of bounds values : N OK|FAILED`` and ``# Avg bus bandwidth : X``.
 Quirks handled here: builds before 2.10 have no ``redop``/``root`` columns
-(rows are read by the header's column names, not by position); an
+(rows are read by the header's column names, not by position); 2.19's
+per-iteration timing adds four columns after each ``#wrong`` and ``-Z`` a
+timestamp column (each half is read from its own ``time`` column); an
 unvalidated half prints ``N/A`` (older) or ``-1`` (newer) in ``#wrong``;
 NCCL's own log lines (``NCCL INFO``/``NCCL WARN``) and launcher noise come
 between header lines; ``srun -l`` prefixes each line with ``N: ``.
@@ -75,15 +77,20 @@ def parse_all_reduce(text: str) -> AllReduceOutput:
         if columns is None:
             continue
         fields = stripped.split()
-        if len(fields) != len(columns) or numbers.integer(fields[0], 0) is None:
+        # a timestamp column (-Z) prints date and time: one header word, two fields
+        wanted = len(columns) - ("timestamp" in columns)
+        if len(fields) < wanted or numbers.integer(fields[0], 0) is None:
             continue  # launcher or NCCL noise between rows
-        t = columns.index("time") if "time" in columns else columns.index("cputime")
+        # each half starts at its time column (2.19 can add i_min, i_max, i_p99, i_cv% after #wrong)
+        starts = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
+        if len(starts) != 2:
+            raise NcclTestsFormatError(f"column header {columns!r}: expected two time columns")
         redop = fields[columns.index("redop")] if "redop" in columns else None
         count = numbers.integer(fields[1], 0)
         if count is None:
             raise NcclTestsFormatError(f"row {stripped!r}: count is not a number")
         rows.append(SizeRow(numbers.integer(fields[0], 0), count, fields[2], redop,
-                            _half(fields[t:t + 4], line), _half(fields[t + 4:t + 8], line)))
+                            *(_half(fields[t:t + 4], line) for t in starts)))
     if columns is None and not failures and not warnings:
         raise NcclTestsFormatError("no all_reduce_perf column header found")
     return AllReduceOutput(tuple(rows), ranks, oob, avg, tuple(warnings), tuple(failures), version)

@@ -10,6 +10,7 @@ corrupts data, node4 hangs, node6 has no all_reduce_perf. Pairs: (1,2),
 import json
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -78,8 +79,10 @@ def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
     suite = ET.parse(tmp_path / "report/ccr-report.xml").getroot()
     assert suite.get("failures") == "2" and suite.get("skipped") == "2"
 
+    time.sleep(2 * lab_slurm.HEALTHCHECK_INTERVAL + 3)  # the health checks ran: a measured drain stays
     states = lab_slurm.node_states(lab)
     assert states["node2"][0] == "drained" and states["node3"][0] == "drained"
+    assert states["node2"][1].startswith("ccrhost: measured: two-node ring all-reduce")
     assert {n: states[n][0] for n in ("node1", "node4", "node5", "node6", "node7", "node8")} == dict.fromkeys(
         ("node1", "node4", "node5", "node6", "node7", "node8"), "idle")
 

@@ -68,3 +68,34 @@ def test_the_rendezvous_is_on_the_node_slurm_lists_first():
     run_modes("5", ordered, NcclOptions(modes=("pair",), retries=0), lambda m: None, run=cluster)
     first = next(a for a in cluster.calls if "gpu10,gpu02" in a)
     assert "NCCL_COMM_ID=10.0.0.2:29500" in first  # gpu02 sorts before gpu10 in Slurm's order
+
+
+def test_results_are_stored_only_on_nodes_whose_settings_turn_the_gate_on(monkeypatch, tmp_path):
+    import subprocess
+
+    from ccrhost.fleet import slurm as fleet_slurm
+    from ccrhost.model.allreduce import AllReduceReading
+    from ccrhost.node.active import load
+    from ccrhost.settings import validate_host
+
+    ran = {}
+
+    def fake_steps(job, branches, name, timeout):
+        ran.update(branches)
+        for node, script in branches.items():  # run each node's branch here, as its step would
+            subprocess.run(["sh", "-c", script], check=True)
+        return lambda: ({n: [] for n in branches}, "")
+
+    monkeypatch.setattr(fleet_slurm, "_run_steps", fake_steps)
+    result = {"check": "allreduce", "mode": "pair", "status": "FAIL", "code": "allreduce_slow", "message": "slow",
+              "measured_at": 5.0, "valid_for": 60.0, "value": 150.0}
+    settings = {"on": validate_host("on", {"verify_allreduce": True,
+                                           "verify_allreduce_state": str(tmp_path / "on" / "active.json")}),
+                "off": validate_host("off", {"verify_allreduce_state": str(tmp_path / "off" / "active.json")})}
+    said = []
+    fleet_slurm._store_allreduce("7", {n: AllReduceReading(6.0, {"pair": result}) for n in settings}, settings,
+                                 said.append)
+    assert set(ran) == {"on"} and not (tmp_path / "off").exists()
+    stored = load(str(tmp_path / "on" / "active.json"))
+    assert stored["allreduce/pair"].code == "allreduce_slow" and stored["allreduce/pair"].measured_at == 5.0
+    assert said == ["all-reduce results stored on 1 of 1 node(s)"]

@@ -54,6 +54,10 @@ EVERY_KEY = {
     "slurm_conf": "/etc/slurm-llnl/slurm.conf", "slurm_fragment": "/etc/slurm/conf.d/ccrhost.conf",
     "slurm_prolog": False, "slurm_healthcheck_interval": 60, "slurm_healthcheck_node_state": "IDLE",
     "verify_report_dir": "reports/ccr", "verify_npd_warn_unhealthy": True,
+    "verify_allreduce": True, "verify_allreduce_modes": ("loopback",), "verify_allreduce_binary": "/opt/nt/all_reduce_perf",
+    "verify_allreduce_min_busbw": {"nvlink": 450.0}, "verify_allreduce_retries": 1, "verify_allreduce_timeout": 120,
+    "verify_allreduce_max_bytes": "8G", "verify_allreduce_iters": 10, "verify_allreduce_valid_for": 3600,
+    "verify_allreduce_state": "/var/lib/ccrhost/nccl.json",
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

@@ -450,6 +450,21 @@ def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: 
     return measure_fleet(None, dict.fromkeys(names), plan, runner=runner)
 
 
+def _store_allreduce(job: str, readings: dict, settings: dict, say) -> None:
+    """Each node's results in its state file, where the prolog and the
+    health check read them with their age: only on nodes whose settings
+    turn the gate on (``verify_allreduce``), each at its own path."""
+    from ccrhost.model.active import ActiveResult
+    from ccrhost.node.active import store_script
+
+    branches = {name: store_script(settings[name].verify_allreduce_state,
+                                   [ActiveResult.from_dict(d) for d in reading.results.values()])
+                for name, reading in readings.items() if name in settings and settings[name].verify_allreduce}
+    if branches:
+        out, err = _run_steps(job, branches, "ccrhost-nccl-store", 60)()
+        say(f"all-reduce results stored on {len(out)} of {len(branches)} node(s)" + (f" ({err})" if err else ""))
+
+
 def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict], dict]:
     """The fleet job. Returns (exit code, verdict per node, report paths)."""
     from ccrhost.fleet.report import text_table, write_reports
@@ -503,8 +518,10 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
 
                 infos = node_infos({n: verdicts[n] for n in usable if n in settings},
                                    {n: nodes[n].address for n in usable})
-                for name, reading in run_modes(job, infos, opts.nccl, say).items():
+                readings = run_modes(job, infos, opts.nccl, say)
+                for name, reading in readings.items():
                     verdicts[name] = judge(outputs[name], measured.get(name), reading)[0]
+                _store_allreduce(job, readings, settings, say)
             apply_fleet_rules(verdicts, opts.fleet_tolerance)
             if opts.drain:
                 # before the allocation ends, so no job lands on a node about to be drained
@@ -512,7 +529,8 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                     v, reason = verdicts[name], nodes[name].reason
                     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
                     if v.status == FAIL or (ours and v.status in (OK, WARN)):
-                        say(node_check.drain(v, node=name, scontrol="scontrol", measured=opts.measure))
+                        say(node_check.drain(v, node=name, scontrol="scontrol",
+                                             measured=opts.measure or opts.nccl is not None))
     finally:
         if job and not inside:
             run_slurm("scancel", job, check=False)

@@ -100,5 +100,22 @@ def store(path: str, results: list[ActiveResult]) -> None:
         current = {}  # a damaged file is replaced, not merged
     for r in results:
         current[f"{r.check}/{r.mode}"] = r
-    write_atomic(path, json.dumps({"version": 1, "results": {k: v.to_dict() for k, v in sorted(current.items())}},
-                                  indent=1) + "\n")
+    write_atomic(path, state_document(list(current.values())))
+
+
+def state_document(results: list[ActiveResult]) -> str:
+    return json.dumps({"version": 1, "results": {f"{r.check}/{r.mode}": r.to_dict()
+                                                for r in sorted(results, key=lambda r: (r.check, r.mode))}},
+                      indent=1) + "\n"
+
+
+def store_script(path: str, results: list[ActiveResult]) -> str:
+    """A shell line that replaces the state file at ``path`` whole with
+    ``results`` (for the deploy and the Slurm job, which write it remotely):
+    written beside it, then renamed, so a reader never sees half of it."""
+    import base64
+    import shlex
+
+    q, tmp = shlex.quote(path), shlex.quote(path + ".ccrhost-tmp")
+    data = base64.b64encode(state_document(results).encode()).decode()
+    return f'mkdir -p "$(dirname {q})" && echo {data} | base64 -d > {tmp} && mv -f {tmp} {q}'

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 # node-local check cannot see what it found, so only another measurement or
 # an operator lifts it.
 MEASURED_PREFIX = "ccrhost: measured:"
-MEASURED_CODES = ("measured_slow",)
+# codes only a fleet measurement gives (ib_write_bw, the all-reduce pairs): the node-local check cannot see them
+MEASURED_CODES = ("measured_slow", "allreduce_slow", "allreduce_wrong", "ccr_measured_low")
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,

@@ -50,16 +50,6 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
-def state_write(path: str, text: str) -> str:
-    """Replace ``path`` whole with ``text`` (a reader never sees half of it)."""
-    import base64
-    import shlex
-
-    q, tmp = shlex.quote(path), shlex.quote(path + ".ccrhost-tmp")
-    data = base64.b64encode(text.encode()).decode()
-    return f'mkdir -p "$(dirname {q})" && echo {data} | base64 -d > {tmp} && mv -f {tmp} {q}'
-
-
 @operation
 def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
     """
@@ -88,7 +78,6 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
     snap = fact_cache.snapshot(host)  # the fabric counters' window comes with it: no second read, no sleep
     reading = None
     if allreduce is not None:
-        import json
         import time
 
         from ccrhost.model.allreduce import AllReduceReading
@@ -102,8 +91,9 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
     if fabric is not None and fabric.window is not None and fabric.window.note:
         host.log(f"note: {fabric.window.note}")  # a first reading: rates start from now
     if allreduce is not None:  # what the prolog and `ccrhost check` read later, with its age
-        doc = {"version": 1, "results": {f"{r.check}/{r.mode}": r.to_dict() for r in allreduce}}
-        yield state_write(settings.verify_allreduce_state, json.dumps(doc, indent=1) + "\n")
+        from ccrhost.node.active import store_script
+
+        yield store_script(settings.verify_allreduce_state, allreduce)
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

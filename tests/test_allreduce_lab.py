@@ -14,6 +14,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
+from conftest import heal_slurm_lab
 
 from ccrhost.lab import slurm as lab_slurm
 
@@ -24,10 +25,6 @@ FAULTS = {"node2": "link_slow=80", "node3": "allreduce_wrong", "node4": "allredu
           "node6": "allreduce_missing"}
 
 
-def slurm(lab, *args, timeout=60):
-    return lab_slurm.run(lab, *args, timeout=timeout)
-
-
 @pytest.fixture
 def faulty(slurm_lab):
     lab = slurm_lab
@@ -36,13 +33,7 @@ def faulty(slurm_lab):
     try:
         yield lab
     finally:
-        slurm(lab, "scancel", "--user=root")
-        for node in lab.load().nodes:
-            for fault in list(node.faults):
-                lab.clear(node.name, fault)
-        for node, (st, _) in lab_slurm.node_states(lab).items():
-            if "drain" in st:
-                slurm(lab, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+        heal_slurm_lab(lab)
 
 
 def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):

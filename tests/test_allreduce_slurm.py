@@ -99,3 +99,50 @@ def test_results_are_stored_only_on_nodes_whose_settings_turn_the_gate_on(monkey
     stored = load(str(tmp_path / "on" / "active.json"))
     assert stored["allreduce/pair"].code == "allreduce_slow" and stored["allreduce/pair"].measured_at == 5.0
     assert said == ["all-reduce results stored on 1 of 1 node(s)"]
+
+
+class FakeBatches:
+    """``ccrhost.fleet.slurm.Batches`` without Slurm: records every hold; ``busy`` nodes are never taken."""
+
+    def __init__(self, cap, busy=()):
+        from ccrhost.fleet.slurm import SlurmNode
+
+        self.cap, self.holds, self.lost, self.held = cap, [], {}, 0
+        self.busy = {n: SlurmNode(n, n, "allocated", None) for n in busy}
+
+    def chunks(self, names):
+        return [names[i:i + self.cap] for i in range(0, len(names), self.cap)]
+
+    def hold(self, nodes):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def held():
+            assert self.held == 0, "a batch while another is held"
+            taken = [n for n in nodes if n not in self.busy]
+            self.holds.append(taken)
+            self.held = len(taken)
+            try:
+                yield f"job{len(self.holds)}", taken
+            finally:
+                self.held = 0
+        return held()
+
+
+def test_with_batches_each_allocation_holds_at_most_the_cap_and_a_busy_node_is_never_run_on():
+    cluster = Cluster(slow={"gpu03"})
+    batches = FakeBatches(4, busy={"gpu06"})
+    got = run_modes(None, infos(8), NcclOptions(retries=0, max_nodes=4), lambda m: None, run=cluster,
+                    clock=lambda: 9.0, batches=batches)
+    assert batches.holds and all(len(h) <= 4 for h in batches.holds)
+    assert not any("gpu06" in h for h in batches.holds)
+    assert not any("gpu06" in a[a.index("-w") + 1] for a in cluster.calls)
+    for argv in cluster.calls:  # each step in the job that holds its nodes
+        job = argv[1].split("=")[1]
+        assert set(argv[argv.index("-w") + 1].split(",")) <= set(batches.holds[int(job[3:]) - 1])
+    busy = got["gpu06"].results
+    assert {m: (r["status"], r["code"]) for m, r in busy.items()} == dict.fromkeys(
+        ("nvlink", "loopback"), ("UNKNOWN", "allreduce_failed")) | {"pair": ("UNKNOWN", "allreduce_failed")}
+    assert "gpu06 allocated" in busy["nvlink"]["message"]
+    assert got["gpu03"].results["pair"]["code"] == "allreduce_slow"
+    assert got["gpu05"].results["pair"]["status"] == "OK"  # its partner was busy: cleared by a known-good node

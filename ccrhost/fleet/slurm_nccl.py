@@ -17,7 +17,17 @@ from dataclasses import dataclass
 
 from ccrhost.fleet.allreduce import AllReducePair, pair_fleet, pair_figure
 from ccrhost.model.active import ActiveResult
-from ccrhost.model.allreduce import LOOPBACK, NVLINK, PAIR, AllReduceReading, judge_run, threshold, with_retries
+from ccrhost.model.allreduce import (
+    LOOPBACK,
+    NVLINK,
+    PAIR,
+    AllReduceReading,
+    RunResult,
+    RunVerdict,
+    judge_run,
+    threshold,
+    with_retries,
+)
 from ccrhost.node.active import run_tool
 from ccrhost.probes.nccl_tests import command, environment, run_result
 
@@ -124,12 +134,37 @@ def single_node(job: str, info: NodeInfo, mode: str, opts: NcclOptions, run=run_
                         verdict.busbw, runs, tail.get("t", ""))
 
 
-def run_modes(job: str, infos: dict[str, NodeInfo], opts: NcclOptions, say, run=run_tool,
-              clock=time.time) -> dict[str, AllReduceReading]:
-    """Every node's all-reduce results, as readings for its verdict."""
+def _not_run(mode: str, what: str, why: str) -> RunVerdict:
+    """A run that could not start (its node not allocated), judged as any launch failure is."""
+    return judge_run(RunResult(None, error=f"not run: {why}"), mode, None, what)
+
+
+def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, say, run=run_tool,
+              clock=time.time, batches=None) -> dict[str, AllReduceReading]:
+    """Every node's all-reduce results, as readings for its verdict. With
+    ``batches`` (``ccrhost.fleet.slurm.Batches``) each batch of at most
+    ``max_nodes`` nodes is its own allocation, held only while it runs;
+    without, the steps run in ``job`` with at most ``max_nodes`` nodes busy."""
+    from ccrhost.fleet.slurm import batch_pairs, busy_note
+
     slots = _Slots(max(opts.max_nodes, 2))
     results: dict[str, dict] = {n: {} for n in infos}
-    for mode in (m for m in opts.modes if m != PAIR):
+    singles = [m for m in opts.modes if m != PAIR]
+    if singles and batches is not None:
+        for chunk in batches.chunks(list(infos)):
+            with batches.hold(chunk) as (held, taken):
+                for mode in singles:
+                    say(f"all-reduce {mode}: {len(taken)} node(s) of {len(chunk)} in this batch")
+                    done = _parallel([(1, lambda i=infos[n]: single_node(held, i, mode, opts, run, clock))
+                                      for n in taken], slots)
+                    for name, result in zip(taken, done):
+                        results[name][mode] = result.to_dict()
+                    for name in chunk:
+                        if name not in taken:
+                            v = _not_run(mode, name, busy_note(batches, name))
+                            results[name][mode] = ActiveResult("allreduce", mode, v.status, v.code, v.message,
+                                                               clock(), opts.valid_for).to_dict()
+    for mode in singles if batches is None else ():
         say(f"all-reduce {mode}: {len(infos)} node(s), at most {opts.max_nodes} at once")
         done = _parallel([(1, lambda i=i: single_node(job, i, mode, opts, run, clock)) for i in infos.values()],
                          slots)
@@ -142,8 +177,17 @@ def run_modes(job: str, infos: dict[str, NodeInfo], opts: NcclOptions, say, run=
             rounds[0] += 1
             say(f"all-reduce pair round {rounds[0]}: {len(pairs)} pair(s): "
                 + ", ".join(f"{a}+{b}" for a, b in pairs[:4]) + (" ..." if len(pairs) > 4 else ""))
-            return _parallel([(2, lambda k=k, a=a, b=b: pair_run(job, infos[a], infos[b], opts, k, run))
-                              for k, (a, b) in enumerate(pairs)], slots)
+            if batches is None:
+                return _parallel([(2, lambda k=k, a=a, b=b: pair_run(job, infos[a], infos[b], opts, k, run))
+                                  for k, (a, b) in enumerate(pairs)], slots)
+            out = []
+            for group, (held, taken) in batch_pairs(batches, pairs):
+                ok = [(k, p) for k, p in enumerate(group) if p[0] in taken and p[1] in taken]
+                out += _parallel([(2, lambda k=k, a=a, b=b: pair_run(held, infos[a], infos[b], opts, k, run))
+                                  for k, (a, b) in ok], slots)
+                out += [AllReducePair(a, b, _not_run(PAIR, f"{a}+{b}", busy_note(batches, a, b)))
+                        for a, b in group if (a, b) not in {p for _, p in ok}]
+            return out
 
         for name, result in pair_fleet(list(infos), run_pairs, opts.retries, opts.valid_for, clock).items():
             results[name][PAIR] = result.to_dict()

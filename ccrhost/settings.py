@@ -536,6 +536,20 @@ class HostSettings(BaseModel):
         "/var/lib/ccrhost/active.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
         description="Where each node keeps its active-check results (written whole, atomically).",
     )
+    verify_allreduce_launcher: Literal["none", "mpirun"] = Field(
+        "none", description="How deploys/verify.py launches the two-node ring all-reduce (the pair mode) "
+        "across hosts: none (single-node modes only; Slurm sites run `ccrhost slurm verify --nccl`), or mpirun "
+        "(Open MPI's, run on each pair's first host; it reaches the second over SSH, so hosts need SSH to "
+        "each other). Pairs cover every host in one round and isolate a slow pair as `slurm verify` does.",
+    )
+    verify_allreduce_mpirun: str = Field(
+        "mpirun", pattern=r"^[A-Za-z0-9_.+@/-]{1,255}$",
+        description="The mpirun command on the hosts (a name on PATH or an absolute path).",
+    )
+    verify_allreduce_port: int = Field(
+        29500, ge=1024, le=60000, description="NCCL_COMM_ID port of the pair mode's root (on each pair's first "
+        "host); pairs of one round use this port and the next ones, four apart.",
+    )
     verify_npd_warn_unhealthy: bool = Field(
         False, description="`ccrhost check --format npd` exits 1 (Node Problem Detector: problem) on WARN too; "
         "default: only FAIL is a problem.",

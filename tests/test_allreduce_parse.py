@@ -102,6 +102,24 @@ def test_a_launchers_not_found_is_a_missing_binary():
                                            "No such file or directory")
     assert run_result("bash: line 1: all_reduce_perf: command not found\n", 127).missing.endswith("command not found")
     assert run_result((FIX / "all_reduce_h100_2node.txt").read_text(), 0).missing is None
+    # Open MPI names the node and the program on lines of their own
+    assert run_result((FIX / "mpirun_not_found.txt").read_text(), 1).missing == (
+        "not installed: Open MPI could not find pw.x on 731-sc")
+
+
+def test_the_pair_mode_under_open_mpis_mpirun():
+    from ccrhost.probes.nccl_tests import mpirun_argv, mpirun_script, parse_run_script
+
+    argv = mpirun_argv("/opt/ompi/bin/mpirun", "all_reduce_perf", ["10.0.0.1", "10.0.0.2"], 8, "10.0.0.1:29500",
+                       "16G", 20)
+    assert argv == ["/opt/ompi/bin/mpirun", "-np", "16", "-H", "10.0.0.1:8,10.0.0.2:8",
+                    "-x", "NCCL_DEBUG=WARN", "-x", "NCCL_ALGO=RING", "-x", "NCCL_COMM_ID=10.0.0.1:29500",
+                    "all_reduce_perf", "-b", "16G", "-e", "16G", "-f", "2", "-n", "20", "-c", "1", "-g", "1"]
+    script = mpirun_script(argv, 60)
+    assert script.startswith("if ! command -v /opt/ompi/bin/mpirun >/dev/null 2>&1; then echo '@@missing'")
+    assert "timeout -k 5 60 /opt/ompi/bin/mpirun -np 16" in script
+    assert parse_run_script(["@@missing"])[3] == "not found on PATH (command -v)"
+    assert parse_run_script(["x", "@@rc 124"])[2] is True
 
 
 def test_per_iteration_columns_and_a_timestamp_are_read_by_each_halfs_time_column():

@@ -124,7 +124,8 @@ def shell_line(binary: str, mode: str, gpus: int, **kw) -> str:
 # What a launcher prints when the program is not there: slurmstepd's execve
 # error (srun), a shell's (mpirun over ssh, a plain run), Open MPI's.
 _NOT_FOUND = re.compile(r"execve\(\): (\S+): No such file or directory|(\S+): command not found"
-                        r"|was unable to find the executable")
+                        r"|was unable to find the (?:specified )?executable")
+_OMPI_WHERE = re.compile(r"^Node:\s+(\S+)\s*\nExecutable:\s+(\S+)", re.M)
 
 
 def run_result(text: str, rc: int | None, timed_out: bool = False, missing: str | None = None,
@@ -134,6 +135,9 @@ def run_result(text: str, rc: int | None, timed_out: bool = False, missing: str 
     launcher's "not found" is a missing binary, whoever printed it."""
     if missing is None and not timed_out:
         found = [_LABEL.sub("", line).strip() for line in text.splitlines() if _NOT_FOUND.search(line)]
+        ompi = _OMPI_WHERE.search(text)  # Open MPI names the node and program on lines of their own
+        if found and ompi:
+            found = [f"Open MPI could not find {ompi.group(2)} on {ompi.group(1)}"]
         if found:
             missing = "not installed: " + "; ".join(dict.fromkeys(found))[:300]
     try:
@@ -165,3 +169,22 @@ def parse_run_script(lines: list[str], _split=None) -> tuple[str, int | None, bo
             body.append(line)
     timed_out = rc in (124, 137)  # timeout's own status, or its SIGKILL after the grace
     return "\n".join(body), None if timed_out else rc, timed_out, None
+
+
+def mpirun_argv(mpirun: str, binary: str, hosts: list[str], gpus: int, root: str, max_bytes: str,
+                iters: int) -> list[str]:
+    """The pair mode under Open MPI's mpirun (mpirun(1), 4.1): ``gpus`` ranks
+    on each host in order (``-H host:slots``; rank 0 on the first), one GPU
+    per rank, the mode's variables and the root's ``NCCL_COMM_ID`` exported
+    to every rank with ``-x VAR=value``."""
+    env = {**environment("pair"), "NCCL_COMM_ID": root}
+    return [mpirun, "-np", str(len(hosts) * gpus), "-H", ",".join(f"{h}:{gpus}" for h in hosts),
+            *(a for k, v in env.items() for a in ("-x", f"{k}={v}")),
+            *command(binary, "pair", gpus, min_bytes=max_bytes, max_bytes=max_bytes, iters=iters, per_process=True)]
+
+
+def mpirun_script(argv: list[str], timeout: int) -> str:
+    """The remote script of one pair run from its first host: the launcher
+    missing is said apart (``@@missing``), then the run under ``timeout``."""
+    return (f"if ! command -v {shlex.quote(argv[0])} >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
+            f"timeout -k 5 {int(timeout)} {' '.join(shlex.quote(a) for a in argv)} 2>&1; echo \"@@rc $?\"")

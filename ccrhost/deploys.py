@@ -48,7 +48,8 @@ def verify_stage(measure: bool = True) -> None:
     """The CCR and data-path verification; with ``verify_measure`` (and
     ``measure``), ib_write_bw between host pairs first, and with
     ``verify_measure_gpudirect`` each node's GPU-NIC pairs through GPU
-    memory."""
+    memory, and with ``verify_allreduce`` the single-node all-reduce modes (and the pair mode where
+    ``verify_allreduce_launcher`` says how to launch it)."""
     settings = host_settings(host, inventory)
     _keep_readings(settings)
     measured = {}
@@ -62,12 +63,20 @@ def verify_stage(measure: bool = True) -> None:
         from ccrhost.fleet.gpudirect import measure_host
 
         gpudirect = measure_host(host, settings)
+    allreduce = None
+    if measure and settings.verify_allreduce:
+        from ccrhost.fleet.allreduce import mpirun_pairs, single_node_host
+
+        # pairs first, on every host at once (each host waits for them here), then each host's own modes
+        pair = mpirun_pairs(state, inventory, all_settings(inventory)).get(host.name)
+        allreduce = single_node_host(host, settings) + ([pair] if pair is not None else [])
     verify.ccr(
         name="Verify CCR",
         settings=settings,
         report=fleet_report(settings.verify_report_dir, settings.verify_fleet_tolerance, state, inventory),
         measured=measured.get(host.name),
         gpudirect=gpudirect,
+        allreduce=allreduce,
     )
 
 

@@ -157,7 +157,7 @@ def _written_file(path: str, example: str) -> str:
 # Every setting naming a file ccrhost replaces (the state files on each
 # check): one validator (_written_file) and one distinctness rule against
 # every other path setting; a new one is added here and nowhere else.
-STATE_PATHS = ("verify_link_state", "verify_gpu_state")
+STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state")
 WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS)
 PATH_SETTINGS = (*WRITTEN_PATHS, "slurm_ccrhost", "slurm_conf")
 _STATE_EXAMPLE = "/run/ccrhost/counters.json"
@@ -551,6 +551,61 @@ class HostSettings(BaseModel):
         False, description="deploys/verify.py measures each GPU-NIC pair through GPU memory (ib_write_bw "
         "--use_cuda, NUMA-pinned); UNKNOWN where ib_write_bw has no CUDA.",
     )
+    # NCCL all-reduce gate (model/allreduce.py, node/allreduce.py; docs/allreduce.md)
+    verify_allreduce: bool = Field(
+        False, description="Run nccl-tests' all_reduce_perf in the single-node modes of "
+        "verify_allreduce_modes on each host (deploys/verify.py), store the results, and judge the stored "
+        "results in `ccrhost check` and the prolog (which never run the test themselves).",
+    )
+    verify_allreduce_modes: tuple[Literal["nvlink", "loopback"], ...] = Field(
+        ("nvlink", "loopback"), description="Single-node modes: nvlink (all GPUs in one process) and loopback "
+        "(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: every byte through the NICs).",
+    )
+    verify_allreduce_binary: str = Field(
+        "all_reduce_perf", pattern=r"^[A-Za-z0-9_.+@/-]{1,255}$",
+        description="The all_reduce_perf command (a name on PATH or an absolute path, e.g. "
+        "/usr/local/bin/all_reduce_perf in NGC PyTorch images).",
+    )
+    verify_allreduce_min_busbw: dict[Literal["nvlink", "loopback", "pair"], Annotated[float, Field(gt=0)]] | None = \
+        Field(None, description="busbw (GB/s) below which a mode FAILS, overriding the built-in figure: the "
+              "platform table for nvlink and loopback, the node's NICs x 46 GB/s per 400G for pair.")
+    verify_allreduce_retries: int = Field(
+        2, ge=0, le=10, description="Reruns of a run below threshold; the first good run passes (wrong results "
+        "and UNKNOWN are never rerun).",
+    )
+    verify_allreduce_timeout: int = Field(
+        300, ge=10, le=7200, description="Seconds after which one run is killed (its whole process group) and "
+        "counts as a hang (UNKNOWN).",
+    )
+    verify_allreduce_max_bytes: str = Field(
+        "16G", pattern=r"^[1-9][0-9]{0,11}[KMG]?$", description="The message size judged (-b and -e): one large "
+        "size, as Azure's 16G; the busbw at the largest size is judged, never the average.",
+    )
+    verify_allreduce_iters: int = Field(
+        20, ge=1, le=1000, description="Timed iterations of each size (-n), after nccl-tests' 5 warm-up ones.",
+    )
+    verify_allreduce_valid_for: int = Field(
+        86400, ge=60, le=30 * 86400, description="Seconds a stored result holds; an older one is UNKNOWN as "
+        "stale, never a pass.",
+    )
+    verify_allreduce_state: str = Field(
+        "/var/lib/ccrhost/active.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where each node keeps its active-check results (written whole, atomically).",
+    )
+    verify_allreduce_launcher: Literal["none", "mpirun"] = Field(
+        "none", description="How deploys/verify.py launches the two-node ring all-reduce (the pair mode) "
+        "across hosts: none (single-node modes only; Slurm sites run `ccrhost slurm verify --nccl`), or mpirun "
+        "(Open MPI's, run on each pair's first host; it reaches the second over SSH, so hosts need SSH to "
+        "each other). Pairs cover every host in one round and isolate a slow pair as `slurm verify` does.",
+    )
+    verify_allreduce_mpirun: str = Field(
+        "mpirun", pattern=r"^[A-Za-z0-9_.+@/-]{1,255}$",
+        description="The mpirun command on the hosts (a name on PATH or an absolute path).",
+    )
+    verify_allreduce_port: int = Field(
+        29500, ge=1024, le=60000, description="NCCL_COMM_ID port of the pair mode's root (on each pair's first "
+        "host); pairs of one round use this port and the next ones, four apart.",
+    )
     verify_npd_warn_unhealthy: bool = Field(
         False, description="`ccrhost check --format npd` exits 1 (Node Problem Detector: problem) on WARN too; "
         "default: only FAIL is a problem.",
@@ -803,7 +858,7 @@ class HostSettings(BaseModel):
 
         return CheckSettings(tuple(self.rdma_exclude_devices), self.verify_link_state, self.verify_gpu_state,
                              self.verify_window_max_age, self.verify_npd_warn_unhealthy, self.expectation(),
-                             self.policy(), self.drain_cap())
+                             self.policy(), self.drain_cap(), self.allreduce_state)
 
     def drain_cap(self):
         """The drain cap (``slurm_drain_cap_*``)."""
@@ -811,6 +866,11 @@ class HostSettings(BaseModel):
 
         return DrainCap(self.slurm_drain_cap_nodes, self.slurm_drain_cap_share, self.slurm_drain_cap_unknown_share,
                         self.slurm_drain_cap_window, self.slurm_drain_cap_textfile)
+
+    @property
+    def allreduce_state(self) -> str | None:
+        """The state file whose all-reduce results a check judges; None when the gate is off."""
+        return self.verify_allreduce_state if self.verify_allreduce else None
 
     def workload_problems(self) -> list[wl.Problem]:
         """The workload against the declared GPUs per node; when none is

@@ -97,6 +97,19 @@ def slurm_lab(request):
         lab.down()
 
 
+def heal_slurm_lab(lab) -> None:
+    """No job, no fault, no drain left on a Slurm lab (each test leaves it so for the next)."""
+    from ccrhost.lab import slurm as lab_slurm
+
+    lab_slurm.run(lab, "scancel", "--user=root")
+    for node in lab.load().nodes:
+        for fault in list(node.faults):
+            lab.clear(node.name, fault)
+    for node, (st, _) in lab_slurm.node_states(lab).items():
+        if "drain" in st:
+            lab_slurm.run(lab, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+
 def node_address(index: int) -> str:
     return f"198.18.{LAB_SUBNET}.{10 + index}"
 

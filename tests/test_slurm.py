@@ -11,7 +11,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import lab_inventory, node_address, run_pyinfra, tree_snapshot
+from conftest import heal_slurm_lab, lab_inventory, node_address, run_pyinfra, tree_snapshot
 
 from ccrhost.lab import slurm as lab_slurm
 
@@ -74,13 +74,7 @@ def cluster(slurm_lab):
     """The shared cluster; afterwards: no job, no fault, every node idle."""
     lab = slurm_lab
     yield lab
-    slurm(lab, "scancel", "--user=root")
-    for node in lab.load().nodes:
-        for fault in list(node.faults):
-            lab.clear(node.name, fault)
-    for node, (st, reason) in lab_slurm.node_states(lab).items():
-        if "drain" in st:
-            slurm(lab, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+    heal_slurm_lab(lab)
     lab_slurm.wait_idle(lab, lab.load(), list(NODES), timeout=60)
 
 

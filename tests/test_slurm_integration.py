@@ -59,6 +59,11 @@ EVERY_KEY = {
     "slurm_drain_cap_window": 600, "slurm_drain_cap_textfile": "/var/lib/node_exporter/textfile/ccrhost-cap.prom",
     "ccrhost_install_dir": "/opt/ccrhost", "ccrhost_wheelhouse": "site/wheels",
     "ccrhost_index_url": "https://pypi.example.org/simple", "ccrhost_python": "/usr/bin/python3.11",
+    "verify_allreduce": True, "verify_allreduce_modes": ("loopback",), "verify_allreduce_binary": "/opt/nt/all_reduce_perf",
+    "verify_allreduce_min_busbw": {"nvlink": 450.0}, "verify_allreduce_retries": 1, "verify_allreduce_timeout": 120,
+    "verify_allreduce_max_bytes": "8G", "verify_allreduce_iters": 10, "verify_allreduce_valid_for": 3600,
+    "verify_allreduce_state": "/var/lib/ccrhost/nccl.json", "verify_allreduce_launcher": "mpirun",
+    "verify_allreduce_mpirun": "/usr/lib64/openmpi/bin/mpirun", "verify_allreduce_port": 30500,
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

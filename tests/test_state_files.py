@@ -133,3 +133,25 @@ def test_a_corrupt_netdev_counter_in_the_stored_fabric_reading_is_no_baseline():
              "     rx_crc_errors_phy: 0"]
     window = fabric_reading(parse_fabric_dump(lines)).window  # main: ValueError out of the check
     assert window.before == {} and window.after == {"eth0": {"rx_crc_errors_phy": 0}}
+
+
+def test_the_active_check_state_is_written_by_the_same_rule(sticky):
+    # issue 37's state file (verify_allreduce_state) came with its own writer: a fixed
+    # <state>.ccrhost-tmp written with `>`, which a planted link turned against the node
+    from ccrhost.model.active import ActiveResult
+    from ccrhost.node import active
+
+    folder, victim = sticky
+    ok = ActiveResult("allreduce", "nvlink", "OK", None, "busbw 480 GB/s", 1000.0, 86400, 480.0)
+    state = folder / "active.json"
+    state.symlink_to(victim)
+    (folder / "active.json.ccrhost-tmp").symlink_to(victim)
+    active.store(str(state), [ok])
+    assert victim.read_text() == "not ccrhost's\n" and not state.is_symlink()
+    assert active.load(str(state)) == {"allreduce/nvlink": ok}
+    state.unlink()
+    state.symlink_to(victim)
+    script = active.store_script(str(state), [ok])
+    assert subprocess.run(["sh", "-c", script], capture_output=True).returncode == 0
+    assert victim.read_text() == "not ccrhost's\n" and not state.is_symlink()
+    assert active.load(str(state)) == {"allreduce/nvlink": ok}

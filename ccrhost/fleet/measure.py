@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import gevent
 
 from ccrhost.facts.perftest import IbWriteBwClients, IbWriteBwServers
-from ccrhost.fleet.pairing import first_rounds, isolation_round
+from ccrhost.fleet.pairing import cover
 from ccrhost.fleet.parallel import once_per_run, parallel_facts
 from ccrhost.probes.perftest import DEFAULT_PORT
 
@@ -82,18 +82,6 @@ def judge_pair(s: str, c: str, n: int, server: dict, client: dict, plan: Measure
     return PairResult(s, c, gbps, errors, slow and not errors)
 
 
-def _with_retries(runner, pairs, plan):
-    results = {(r.server, r.client): r for r in runner(pairs)}
-    for _ in range(plan.retries):
-        again = [key for key, r in results.items() if r.slow or r.errors]
-        if not again:
-            break
-        for r in runner(again):
-            if not (r.slow or r.errors) or results[(r.server, r.client)].errors:
-                results[(r.server, r.client)] = r
-    return list(results.values())
-
-
 def _take(r: PairResult, name: str, note: str | None = None) -> HostMeasurement:
     server = name == r.server
     return HostMeasurement(
@@ -113,7 +101,6 @@ def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[st
             return run_round(state, hosts, pairs, plan)
 
     out: dict[str, HostMeasurement] = {}
-    slow: dict[str, bool] = {}
     names = [n for n in hosts if plan.devices.get(n)]
     for n in hosts:
         if not plan.devices.get(n):
@@ -123,35 +110,8 @@ def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[st
     if len(names) < 2:
         return out
 
-    results = [r for pairs in first_rounds(names) for r in _with_retries(runner, pairs, plan)]
-    for r in results:
-        for name in (r.server, r.client):
-            fine = not (r.slow or r.errors)
-            if name not in out or (fine and (slow[name] or out[name].errors)):
-                out[name], slow[name] = _take(r, name), r.slow
-
-    good = [n for n in names if not slow[n] and not out[n].errors]
-    # Pairs that were slow, or could not measure, are split against known-good
-    # hosts: one bad host must not take its partner down with it.
-    suspects = [(r.server, r.client) for r in results if r.slow or r.errors]
-    retest = {}
-    if suspects:
-        retest = {r.client: r for r in _with_retries(runner, isolation_round(suspects, good), plan)}
-    for a, b in suspects:
-        for suspect, partner in ((a, b), (b, a)):
-            if not slow[suspect] and not out[suspect].errors:
-                continue  # it was fine in another pair
-            r = retest.get(suspect)
-            what = "slow" if slow[suspect] else "unmeasurable"
-            if r is None:
-                if slow[suspect]:
-                    out[suspect].note = f"slow with {partner}; no known-good partner left to tell which is at fault"
-            elif r.errors:
-                out[suspect] = _take(r, suspect, f"{what} with {partner}, unmeasurable with known-good {r.server}")
-            elif r.slow:
-                out[suspect] = _take(r, suspect, f"slow with {partner} and with known-good {r.server}")
-            else:
-                out[suspect] = _take(r, suspect, f"{what} with {partner}, fine with known-good {r.server}")
+    for name, (r, note) in cover(names, runner, plan.retries).items():
+        out[name] = _take(r, name, note)
     return out
 
 

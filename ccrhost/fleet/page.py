@@ -81,6 +81,10 @@ def _detail(v: Verdict) -> str:
     c = v.ccr
     ccr = (f"<p>CCR {c.ccr:.3e} = B {c.bandwidth_gbps:g} Gb/s ({c.model}) / (beta {c.beta:g} x F {c.tflops:.1f} TFLOPS)"
            + (f"; fails below {v.fail_below:.3e}" if v.fail_below else "") + "</p>") if c else ""
+    m = v.measured_ccr
+    if m:
+        ccr += (f"<p>measured CCR {m.ccr:.3e} = B {m.bandwidth_gbps:g} Gb/s (two-node ring all-reduce busbw x 8) / "
+                f"(beta {m.beta:g} x F {m.tflops:.1f} TFLOPS)</p>")
     return f'<details class="detail"><summary>ports, PCIe, GPUs</summary>{ccr}{ports}{gpu_table}</details>'
 
 
@@ -134,13 +138,15 @@ def _rows(items, addresses: dict, show_address: bool) -> str:
         out.append(
             f'<tr id="host-{html.escape(host)}" class="{v.status}"><td>{_badge(v.status)}</td>'
             f"<td>{html.escape(host)}</td>{address}<td class=num>{_num(c.ccr if c else None, '.3e')}</td>"
+            f"<td class=num>{_num(v.measured_ccr.ccr if v.measured_ccr else None, '.3e')}</td>"
             f'<td class=num>{share}</td><td class="reasons">{_reasons(v)}{_detail(v)}</td></tr>')
     return "".join(out)
 
 
 def _table(items, addresses: dict, show_address: bool) -> str:
     head = "<th>status</th><th>host</th>" + ("<th>address</th>" if show_address else "")
-    return (f"<table><thead><tr>{head}<th>CCR</th><th>of expected</th><th>reasons</th></tr></thead>"
+    return (f"<table><thead><tr>{head}<th>CCR</th><th>measured CCR</th><th>of expected</th><th>reasons</th></tr>"
+            "</thead>"
             f"<tbody>{_rows(items, addresses, show_address)}</tbody></table>")
 
 

@@ -37,9 +37,10 @@ def fleet_versions(verdicts: dict[str, Verdict]) -> dict:
 def text_table(verdicts: dict[str, Verdict]) -> str:
     rows = sorted(verdicts.items(), key=lambda kv: (kv[1].ccr.ccr if kv[1].ccr else -1.0, kv[0]))
     model = next((v.ccr.model for v in verdicts.values() if v.ccr), "bottleneck")
-    lines = [f"CCR per host (B = {model} bandwidth, F = peak dense compute, CCR = B / (beta x F)):",
+    lines = [f"CCR per host (B = {model} bandwidth, F = peak dense compute, CCR = B / (beta x F); measured: "
+             "B from the two-node all-reduce):",
              f"{'host':24} {'status':8} {'CCR':>10} {'band':17} {'MFU':>6} {'expected':>10} {'B Gb/s':>8} "
-             f"{'F TFLOPS':>9} {'beta':>8}  reasons"]
+             f"{'F TFLOPS':>9} {'beta':>8} {'measured':>10}  reasons"]
     for host, v in rows:
         c = v.ccr
         mfu = c.workload["mfu_end_to_end"]["causal"] if c and c.workload else None
@@ -47,7 +48,7 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
             f"{host:24} {v.status:8} {_cell(c and c.ccr, '10.3e')} {(c.band if c else None) or '-':17} "
             f"{_cell(mfu, '6.1%')} {_cell(v.expected_ccr or None, '10.3e')} "
             f"{_cell(c and c.bandwidth_gbps, '8.0f')} {_cell(c and c.tflops, '9.1f')} "
-            f"{_cell(c and c.beta, '8.3g')}  {v.summary()}"
+            f"{_cell(c and c.beta, '8.3g')} {_cell(v.measured_ccr and v.measured_ccr.ccr, '10.3e')}  {v.summary()}"
         )
     models = [(host, v.ccr.workload) for host, v in rows if v.ccr and v.ccr.workload]
     statements: dict[str, list[str]] = {}  # each host's own (its GPUs and bandwidth enter it); alike ones once
@@ -97,6 +98,10 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
                        skipped=str(sum(v.status == UNKNOWN for v in verdicts.values())))
     for host, v in sorted(verdicts.items()):
         case = ET.SubElement(suite, "testcase", classname="ccrhost.ccr", name=host)
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="ccr", value=_cell(v.ccr and v.ccr.ccr, ".6e").strip())
+        ET.SubElement(props, "property", name="ccr_measured",
+                      value=_cell(v.measured_ccr and v.measured_ccr.ccr, ".6e").strip())
         if v.status == FAIL:
             ET.SubElement(case, "failure", message=v.summary()).text = v.summary()
         elif v.status == UNKNOWN:

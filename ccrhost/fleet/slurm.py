@@ -7,7 +7,9 @@ deploys/slurm.py). And the fleet job, ``ccrhost slurm verify``: one
 allocation, a job step that runs ``ccrhost check`` on every node at once,
 with ``--measure`` ib_write_bw between node pairs as job steps (the pairing,
 retries and culprit isolation of ``ccrhost.measure``), the fleet reports,
-and a drain for every FAIL node.
+and a drain for every FAIL node. With ``--nccl`` the allocation is cut into
+batches of at most ``--nccl-max-nodes`` idle nodes (:class:`Batches`), one
+held at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 
 import click
@@ -178,7 +181,7 @@ def _unknown(code: str, message: str) -> Verdict:
     return unjudged(UNKNOWN, code, message)
 
 
-def judge(out: CheckOutput, measured=None) -> tuple[Verdict, HostSettings | None]:
+def judge(out: CheckOutput, measured=None, allreduce=None) -> tuple[Verdict, HostSettings | None]:
     """The node's verdict as its own ``ccrhost check`` made it: taken, never
     judged again from part of its readings. A check that printed no verdict
     is UNKNOWN with what it said. With a ``measured`` bandwidth the node's
@@ -200,9 +203,12 @@ def judge(out: CheckOutput, measured=None) -> tuple[Verdict, HostSettings | None
         settings = validate_host(out.node, yaml.safe_load(out.config or "") or {})
     except (InventoryDataError, yaml.YAMLError, ValueError) as exc:
         return _unknown("check_config", f"{out.node}: {CHECK_CONFIG}: {exc}"), None
-    if measured is None or not verdict.evaluated:
+    if (measured is None and allreduce is None) or not verdict.evaluated:
         return verdict, settings
-    return evaluate(with_measurement(verdict.readings, measured), settings.expectation(), settings.policy()), settings
+    readings = with_measurement(verdict.readings, measured) if measured is not None else verdict.readings
+    if allreduce is not None:  # the all-reduce results of this run (ccrhost.fleet.slurm_nccl)
+        readings = replace(readings, allreduce=allreduce)
+    return evaluate(readings, settings.expectation(), settings.policy()), settings
 
 
 def _labelled(lines, tasks: dict[int, list[str]]) -> None:
@@ -337,6 +343,7 @@ class VerifyOptions:
     wait: float = 600                  # for the allocation
     check_timeout: float = 300
     sbatch_options: tuple[str, ...] = ()
+    nccl: object = None                # a ccrhost.fleet.slurm_nccl.NcclOptions: run the all-reduce gate
 
 
 class Progress:
@@ -436,6 +443,69 @@ def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
         time.sleep(0.3)
 
 
+_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STOPPED")
+
+
+def _release(job: str, nodes: list[str], say, timeout: float = 120) -> None:
+    """Cancel the job and wait until Slurm has given its nodes back (no
+    longer the job's, none completing), so the next batch never overlaps it."""
+    run_slurm("scancel", job, check=False)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = run_slurm("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
+        if state not in _ACTIVE:
+            now = list_nodes(nodelist=",".join(nodes)) if nodes else {}
+            if not any("comp" in v.state for v in now.values()):
+                return
+        time.sleep(0.2)
+    say(f"job {job}: still not released after {timeout:g} s")
+
+
+class Batches:
+    """Allocations of at most ``cap`` nodes, one at a time: each batch is
+    its own exclusive job on the batch's nodes that are idle when it starts,
+    released before the next (``--nccl-max-nodes``: the rest of the
+    partition stays free for jobs). A node running another job is never
+    allocated; inside an existing allocation (``job``) nothing new is held."""
+
+    def __init__(self, opts: VerifyOptions, say, cap: int, job: str | None = None):
+        self.opts, self.say, self.cap, self.job = opts, say, cap, job
+        self.lost: dict[str, SlurmNode] = {}   # drained or down while their job waited
+        self.busy: dict[str, SlurmNode] = {}   # running another job when their batch came
+
+    def chunks(self, names: list[str]) -> list[list[str]]:
+        return [names[i:i + self.cap] for i in range(0, len(names), self.cap)]
+
+    @contextmanager
+    def hold(self, nodes: list[str]):
+        """Yields ``(job, taken)``: the job and the nodes it holds (maybe fewer than asked, maybe none)."""
+        if self.job:
+            yield self.job, list(nodes)
+            return
+        now = list_nodes(nodelist=",".join(nodes)) if nodes else {}
+        taken = [n for n in nodes if n in now and now[n].state == "idle"]
+        for n in nodes:
+            if n not in taken and n in now:
+                self.busy[n] = now[n]
+        job = None
+        try:
+            while taken and not job:
+                try:
+                    job = _submit(taken, self.opts, self.say)
+                except _Drained as lost:
+                    self.lost.update(lost.nodes)
+                    taken = [n for n in taken if n not in lost.nodes]
+            yield job, taken
+        finally:
+            if job:
+                _release(job, taken, self.say)
+
+
+def busy_verdict(node: SlurmNode) -> Verdict:
+    return _unknown("not_checked", f"not checked: {node.state}: running another job when its batch came "
+                                   "(--nccl-max-nodes allocates only idle nodes)")
+
+
 def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[str, CheckOutput]:
     proc = subprocess.Popen([*srun_args(job, nodes, "ccrhost-check"), "/bin/sh", "-c",
                              check_script(opts.ccrhost, opts.config)],
@@ -471,7 +541,23 @@ def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[st
     return results
 
 
-def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: dict, opts: VerifyOptions, say):
+def batch_pairs(batches: Batches, pairs: list[tuple[str, str]]):
+    """Each group of pairs that fits the cap, with its allocation held while the caller uses it."""
+    per = max(1, batches.cap // 2)
+    for i in range(0, len(pairs), per):
+        group = pairs[i:i + per]
+        with batches.hold(list(dict.fromkeys(n for p in group for n in p))) as (held, taken):
+            yield group, (held, taken)
+
+
+def busy_note(batches: Batches, *nodes: str) -> str:
+    why = [f"{n} {(batches.busy.get(n) or batches.lost.get(n)).state}" for n in nodes
+           if n in batches.busy or n in batches.lost]
+    return ", ".join(why) or "not allocated"
+
+
+def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: dict, opts: VerifyOptions, say,
+             batches: Batches | None = None):
     from ccrhost.fleet.measure import MeasurePlan, measure_fleet
 
     names = [n for n in verdicts if n in settings]
@@ -490,9 +576,42 @@ def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: 
         rounds[0] += 1
         say(f"measure round {rounds[0]}: {len(pairs)} pair(s): "
             + ", ".join(f"{s}<->{c}" for s, c in pairs[:4]) + (" ..." if len(pairs) > 4 else ""))
-        return slurm_round(job, pairs, plan)
+        if batches is None:
+            return slurm_round(job, pairs, plan)
+        from ccrhost.fleet.measure import PairResult
+
+        out = []
+        for group, (held, taken) in batch_pairs(batches, pairs):
+            ok = [p for p in group if p[0] in taken and p[1] in taken]
+            out += slurm_round(held, ok, plan) if ok else []
+            out += [PairResult(s, c, [], [f"{s}<->{c}: not run: {busy_note(batches, s, c)}"], False)
+                    for s, c in group if (s, c) not in ok]
+        return out
 
     return measure_fleet(None, dict.fromkeys(names), plan, runner=runner)
+
+
+def _store_allreduce(job: str | None, readings: dict, settings: dict, say, batches: Batches | None = None) -> None:
+    """Each node's results in its state file, where the prolog and the
+    health check read them with their age: only on nodes whose settings
+    turn the gate on (``verify_allreduce``), each at its own path."""
+    from ccrhost.model.active import ActiveResult
+    from ccrhost.node.active import store_script
+
+    branches = {name: store_script(settings[name].verify_allreduce_state,
+                                   [ActiveResult.from_dict(d) for d in reading.results.values()])
+                for name, reading in readings.items() if name in settings and settings[name].verify_allreduce}
+    if not branches:
+        return
+    stored, errors = {}, []
+    for chunk in ([list(branches)] if batches is None else batches.chunks(list(branches))):
+        with (nullcontext((job, chunk)) if batches is None else batches.hold(chunk)) as (held, taken):
+            if taken:
+                out, err = _run_steps(held, {n: branches[n] for n in taken}, "ccrhost-nccl-store", 60)()
+                stored.update(out)
+                errors += [err] if err else []
+    say(f"all-reduce results stored on {len(stored)} of {len(branches)} node(s)"
+        + (f" ({'; '.join(errors)})" if errors else ""))
 
 
 def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict], dict]:
@@ -516,14 +635,22 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
     if not nodes:
         raise VerifyError(f"no nodes{f' in partition {opts.partition}' if opts.partition else ''}"
                           f"{f' matching {opts.nodelist}' if opts.nodelist else ''}")
-    verdicts: dict[str, Verdict] = {n: drained_verdict(v) for n, v in nodes.items() if n not in usable}
+    capped = opts.nccl is not None and not inside
+    if capped:  # only idle nodes, in batches of at most --nccl-max-nodes
+        usable = [n for n in usable if nodes[n].state == "idle"]
+    verdicts: dict[str, Verdict] = {n: drained_verdict(v) if not v.usable or inside else busy_verdict(v)
+                                    for n, v in nodes.items() if n not in usable}
     say(f"{len(nodes)} nodes, {len(usable)} can run the check"
         + (f"; not checked: {', '.join(sorted(verdicts))}" if verdicts else ""))
     job = inside
+    batches = None
     try:
         if inside:
             say(f"running in the existing allocation of job {inside}")
-        while usable and not job:
+        if capped:
+            batches = Batches(opts, say, opts.nccl.max_nodes)
+            say(f"at most {batches.cap} nodes held at once: each batch its own job, released before the next")
+        while usable and not job and not capped:
             try:
                 job = _submit(usable, opts, say)
             except _Drained as lost:  # never wait on them: report each with its reason, go on with the rest
@@ -531,20 +658,46 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                     verdicts[name] = drained_verdict(node)
                 usable = [n for n in usable if n not in lost.nodes]
         if usable:
-            outputs = _check_step(job, usable, opts, say)
+            if capped:
+                outputs = {}
+                for chunk in batches.chunks(usable):
+                    with batches.hold(chunk) as (held, taken):
+                        if taken:
+                            outputs.update(_check_step(held, taken, opts, say))
+                usable = [n for n in usable if n in outputs]
+            else:
+                outputs = _check_step(job, usable, opts, say)
             settings = {}
             for name in usable:
                 verdicts[name], node_settings = judge(outputs[name])
                 if node_settings is not None:
                     settings[name] = node_settings
+            measured = {}
             if opts.measure:
                 measured = _measure(job, {n: verdicts[n] for n in usable}, settings,
-                                    {n: nodes[n].address for n in usable}, opts, say)
+                                    {n: nodes[n].address for n in usable}, opts, say, batches)
                 for name, m in measured.items():
                     verdicts[name] = judge(outputs[name], m)[0]
+            if opts.nccl is not None:
+                from ccrhost.fleet.slurm_nccl import node_infos, run_modes
+
+                infos = node_infos({n: verdicts[n] for n in usable if n in settings},
+                                   {n: nodes[n].address for n in usable})
+                readings = run_modes(job, infos, opts.nccl, say, batches=batches)
+                for name, reading in readings.items():
+                    verdicts[name] = judge(outputs[name], measured.get(name), reading)[0]
+                _store_allreduce(job, readings, settings, say, batches)
+            if batches is not None:
+                for name, node in batches.lost.items():
+                    if name not in outputs:
+                        verdicts[name] = drained_verdict(node)
+                for name, node in batches.busy.items():
+                    if name not in outputs:
+                        verdicts[name] = busy_verdict(node)
             apply_fleet_rules(verdicts, opts.fleet_tolerance)
             if opts.drain:
                 # before the allocation ends, so no job lands on a node about to be drained
+                # (capped: after the last batch; a job that landed meanwhile runs to its end)
                 for name in usable:
                     v, reason = verdicts[name], nodes[name].reason
                     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
@@ -552,7 +705,9 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                         cap = settings[name].drain_cap() if name in settings else None
                         if cap is not None:
                             cap = replace(cap, textfile=None)  # the node's own file, not the controller's
-                        note = node_check.drain(v, node=name, scontrol="scontrol", measured=opts.measure, cap=cap)
+                        note = node_check.drain(v, node=name, scontrol="scontrol",
+                                                measured=opts.measure or opts.nccl is not None,
+                                                cap=cap)
                         say(note)
                         if note.held:
                             v.reasons.append(Reason(WARN, "drain_capped",
@@ -600,8 +755,25 @@ def slurm():
 @click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
 @click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="OPT",
               help="Passed to sbatch, e.g. --sbatch-option=--account=ops (repeatable).")
+@click.option("--nccl", is_flag=True, help="Also run the NCCL all-reduce gate (nccl-tests all_reduce_perf): "
+              "single-node NVLink and NIC-loopback modes on every node, and node pairs on ring (docs/allreduce.md).")
+@click.option("--nccl-modes", default="nvlink,loopback,pair", show_default=True, help="Comma-separated modes.")
+@click.option("--nccl-binary", help="all_reduce_perf on the nodes [default: verify_allreduce_binary].")
+@click.option("--nccl-max-bytes", help="The size judged [default: verify_allreduce_max_bytes].")
+@click.option("--nccl-iters", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--nccl-retries", type=click.IntRange(0, 10), help="[default: verify_allreduce_retries]")
+@click.option("--nccl-timeout", type=click.IntRange(10, 7200), help="[default: verify_allreduce_timeout]")
+@click.option("--nccl-max-nodes", type=click.IntRange(2), default=64, show_default=True,
+              help="With --nccl, at most this many nodes of the partition held at once: each batch its own "
+              "job on idle nodes, released before the next (inside an allocation: steps on at most this many).")
+@click.option("--nccl-port", type=click.IntRange(1024, 60000), default=29500, show_default=True,
+              help="NCCL_COMM_ID port of the first pair; each pair takes the next four.")
+@click.option("--nccl-srun-option", "nccl_srun_options", multiple=True, metavar="OPT",
+              help="Passed to each all-reduce srun step, e.g. --nccl-srun-option=--mpi=pmix (repeatable).")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
-           measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options):
+           measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
+           nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
+           nccl_port, nccl_srun_options):
     """Check every node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -618,8 +790,33 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
     opts = VerifyOptions(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance,
                          measure_seconds, measure_retries, measure_timeout, measure_port, measure_ports, wait_s,
                          check_timeout, tuple(sbatch_options))
+    if nccl:
+        opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
+                                 nccl_max_nodes, nccl_port, nccl_srun_options)
     try:
         code, _, _ = run_verify(opts)
     except SlurmError as exc:
         raise VerifyError(str(exc)) from None
     return code
+
+
+def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, port, srun_options):
+    """The gate's options, each validated as its inventory key is (defaults: the keys' own)."""
+    from ccrhost.fleet.slurm_nccl import NcclOptions
+    from ccrhost.model.allreduce import MODES
+
+    picked = tuple(m.strip() for m in modes.split(",") if m.strip())
+    bad = [m for m in picked if m not in MODES]
+    if bad or not picked:
+        raise click.UsageError(f"--nccl-modes {modes!r}: allowed a comma-separated list of {', '.join(MODES)}")
+    given = {k: v for k, v in {"verify_allreduce_binary": binary, "verify_allreduce_max_bytes": max_bytes,
+                               "verify_allreduce_retries": retries, "verify_allreduce_timeout": timeout}.items()
+             if v is not None}
+    try:
+        s = validate_host("ccrhost slurm verify", given)
+    except InventoryDataError as exc:
+        raise click.UsageError("; ".join(str(e) for e in exc.errors)) from None
+    return NcclOptions(modes=picked, binary=s.verify_allreduce_binary, max_bytes=s.verify_allreduce_max_bytes,
+                       iters=iters, retries=s.verify_allreduce_retries, timeout=s.verify_allreduce_timeout,
+                       valid_for=s.verify_allreduce_valid_for, max_nodes=max_nodes, port=port,
+                       min_busbw=s.verify_allreduce_min_busbw, srun_options=tuple(srun_options))

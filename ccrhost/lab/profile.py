@@ -398,6 +398,11 @@ FAULT_KINDS = {
     "rx_discards": "[DEV]: that NIC's netdev drops 10 received packets a second (ethtool -S rx_discards_phy)",
     "rnr_retry": "[DEV]: that NIC's port counts a receiver-not-ready retry failure a second "
                  "(hw_counters/rnr_nak_retry_err)",
+    # the lab's all_reduce_perf (shims/all_reduce_perf; docs/allreduce.md)
+    "allreduce_wrong": "the node corrupts data in a collective: all_reduce_perf counts wrong elements",
+    "allreduce_hang": "the node's all_reduce_perf ranks stop after start-up: the run never ends",
+    "allreduce_missing": "all_reduce_perf is not installed on the node: the launcher cannot exec it",
+    "gpu_busy": "the node's GPUs are held (another process, exclusive mode): CUDA refuses them to all_reduce_perf",
 }
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay")
@@ -559,6 +564,7 @@ def _guid(node_index: int, nic_index: int) -> str:
 # they change what sysfs, nvidia-smi or the lab link report, nothing else.
 FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
+              "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy",
               *GPU_HEALTH_KINDS, *FABRIC_FAULTS)
 
 

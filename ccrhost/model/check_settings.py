@@ -25,6 +25,7 @@ class CheckSettings:
     expected: Expectation                  # HostSettings.expectation()
     judged_by: Policy                      # HostSettings.policy()
     drain_cap: DrainCap = DrainCap()       # HostSettings.drain_cap(): slurm_drain_cap_*
+    allreduce_state: str | None = None     # HostSettings.allreduce_state: the stored all-reduce results, if judged
 
     def expectation(self) -> Expectation:
         return self.expected

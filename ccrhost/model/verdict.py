@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from ccrhost.model import allreduce as ar
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
@@ -44,6 +45,7 @@ class Readings:
     datapath: dp.DatapathReading | None = None  # None: the data path was not read (not judged)
     gpu_health: gh.GpuHealthReading | None = None  # None: GPU health was not read (not judged)
     fabric: fab.FabricReading | None = None      # None: the lossless-fabric counters were not read
+    allreduce: ar.AllReduceReading | None = None  # None: no all-reduce result was read (not judged)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -100,6 +102,7 @@ class Verdict:
     readings: Readings
     fail_below: float | None = None  # the CCR under which this host fails
     evaluated: bool = True  # False: no readings were judged (a probe that hung, a check that never answered)
+    measured_ccr: ccrmod.CcrResult | None = None  # B from the two-node all-reduce (ring busbw), beside the nominal
 
     @property
     def exit_code(self) -> int:
@@ -116,6 +119,7 @@ class Verdict:
             "status": self.status,
             "reasons": [x.to_dict() for x in self.reasons],
             "ccr": self.ccr.to_dict() if self.ccr else None,
+            "measured_ccr": self.measured_ccr.to_dict() if self.measured_ccr else None,
             "expected_ccr": self.expected_ccr,
             "fail_below": self.fail_below,
             "ports": [{**p.__dict__, "effective_gbps": p.effective_gbps, "active": p.active, "efa": p.efa}
@@ -134,17 +138,19 @@ class Verdict:
     def from_dict(cls, doc: dict) -> Verdict:
         """The verdict a node printed (``to_dict``), as it printed it: status
         and reasons are taken, never judged again."""
-        ccr = doc.get("ccr")
-        result = None
-        if ccr is not None:
+        def ccr_of(ccr):
+            if ccr is None:
+                return None
             value = ccr["ccr"] if ccr["ccr"] is not None else math.inf
-            result = ccrmod.CcrResult(value, ccr["bandwidth_gbps"], ccr["tflops"], ccr["beta"],
-                                      ccr["bandwidth_model"], ccr["band"], ccr.get("workload"))
+            return ccrmod.CcrResult(value, ccr["bandwidth_gbps"], ccr["tflops"], ccr["beta"],
+                                    ccr["bandwidth_model"], ccr["band"], ccr.get("workload"))
+
         readings = doc.get("readings")
         return cls(
             status=doc["status"],
             reasons=[Reason.from_dict(r) for r in doc["reasons"]],
-            ccr=result,
+            ccr=ccr_of(doc.get("ccr")),
+            measured_ccr=ccr_of(doc.get("measured_ccr")),
             expected_ccr=doc.get("expected_ccr"),
             readings=readings_from_dict(readings) if readings is not None else Readings([], []),
             fail_below=doc.get("fail_below"),
@@ -296,6 +302,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     # the kernel log's link-down lines come with the XIDs: one read of the log
     downs = readings.gpu_health.link_downs if readings.gpu_health is not None else None
     reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds, downs)
+    reasons += ar.check_allreduce(readings.allreduce)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))
@@ -324,8 +331,29 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
                                   f"CCR {result.ccr:.3g} below {ccrmod.LOW_BAND}: this workload is bandwidth-bound "
                                   f"here (exposed communication {w['exposed_comm_fraction']:.0%} of the step)"))
     floors = [f for f in (policy.min_ccr, expected and policy.min_ccr_fraction * expected) if f]
+    measured, measured_reasons = _measured_ccr(readings, tflops, expect.gpu_count or len(gpus), policy,
+                                               max(floors) if floors else None)
+    reasons.extend(measured_reasons)
     status = worst(r.level for r in reasons)
-    return Verdict(status, reasons, result, expected, readings, max(floors) if floors else None)
+    return Verdict(status, reasons, result, expected, readings, max(floors) if floors else None, measured_ccr=measured)
+
+
+def _measured_ccr(readings: Readings, tflops: float | None, gpu_count: int, policy: Policy,
+                  floor: float | None) -> tuple[ccrmod.CcrResult | None, list[Reason]]:
+    """CCR_measured = B_measured / (beta x F), B_measured the fresh two-node
+    ring busbw (GB/s, x 8 for Gb/s: a ring's busbw is what each node's NICs
+    carry), judged against the same floor as the nominal CCR."""
+    busbw = ar.pair_busbw(readings.allreduce)
+    if busbw is None or not tflops:
+        return None, []
+    result, model_reasons = node_ccr([busbw * 8], tflops, gpu_count, policy)
+    if result is None:
+        return None, model_reasons
+    if floor is not None and result.ccr < floor:
+        return result, [*model_reasons, Reason(FAIL, "ccr_measured_low",
+                                               f"measured CCR {result.ccr:.3g} (B {busbw * 8:g} Gb/s from the "
+                                               f"two-node all-reduce) below {floor:.3g}")]
+    return result, model_reasons
 
 
 def host_versions(verdicts: dict[str, Verdict]) -> dict[str, dp.HostVersions]:

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 # an operator lifts it. Its reason names the code; an older ccrhost's began
 # with this prefix instead.
 MEASURED_PREFIX = "ccrhost: measured:"
-MEASURED_CODES = ("measured_slow",)
+# codes only a fleet measurement gives (ib_write_bw, the all-reduce pairs): the node-local check cannot see them
+MEASURED_CODES = ("measured_slow", "allreduce_slow", "allreduce_wrong", "ccr_measured_low")
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
@@ -76,6 +77,10 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath,
                                    gpu_health=health)
     readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
+    if settings.allreduce_state:  # the stored results and their age: the check never runs the test itself
+        from ccrhost.node.allreduce import stored_reading
+
+        readings.allreduce = stored_reading(settings.allreduce_state)
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
@@ -230,6 +235,9 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  expected {verdict.expected_ccr:.3e} from the declared hardware")
         if c.workload:
             lines.append(f"  workload model: {c.workload['statement']}")
+    if verdict.measured_ccr:
+        m = verdict.measured_ccr
+        lines.append(f"  measured CCR {m.ccr:.3e} (B {m.bandwidth_gbps:g} Gb/s from the two-node all-reduce)")
     shown: dict[str, int] = {}
     printed = 0
     for r in verdict.reasons:
@@ -327,6 +335,16 @@ def format_prometheus(verdict: Verdict) -> str:
             "# HELP ccrhost_compute_tflops Node GPU compute F used for the CCR.",
             "# TYPE ccrhost_compute_tflops gauge",
             f"ccrhost_compute_tflops {c.tflops:g}",
+        ]
+    if verdict.measured_ccr:
+        m = verdict.measured_ccr
+        out += [
+            "# HELP ccrhost_ccr_measured CCR from the measured bandwidth: two-node ring all-reduce busbw / (beta * F).",
+            "# TYPE ccrhost_ccr_measured gauge",
+            f"ccrhost_ccr_measured {m.ccr:.6e}",
+            "# HELP ccrhost_bandwidth_measured_gbps Node bandwidth measured by the two-node all-reduce.",
+            "# TYPE ccrhost_bandwidth_measured_gbps gauge",
+            f"ccrhost_bandwidth_measured_gbps {m.bandwidth_gbps:g}",
         ]
     out += ["# HELP ccrhost_port_effective_gbps Effective rate of each compute port.",
             "# TYPE ccrhost_port_effective_gbps gauge"]

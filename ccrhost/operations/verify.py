@@ -29,7 +29,7 @@ def fabric(snap, settings, first=None):
                           settings.verify_window_max_age)
 
 
-def node_verdict(snap, settings, measured=None, gpudirect=None, first=None) -> Verdict:
+def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allreduce=None) -> Verdict:
     """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
     as ``ccrhost check`` makes it from the same output: RDMA ports that
     cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
@@ -46,11 +46,12 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None) -> V
     health = snap.gpu_health if "gpu_health" not in snap.errors else GpuHealthReading(error=snap.errors["gpu_health"])
     readings = readings_from_facts(snap.rdma, gpus, exclude, measured, datapath, health)
     readings.fabric = fabric(snap, settings, first)
+    readings.allreduce = allreduce
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
 @operation
-def ccr(settings, report=None, measured=None, gpudirect=None):
+def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
     """
     Measure this node's CCR from its RDMA ports and GPUs, read its GPU-to-NIC
     data path (peer memory, ACS, IOMMU, topology, versions) and its lossless
@@ -61,6 +62,8 @@ def ccr(settings, report=None, measured=None, gpudirect=None):
     + report: a ``FleetReport`` that collects the verdict for the fleet report
     + measured: this host's ``HostMeasurement`` from ``ccrhost.measure``, if any
     + gpudirect: this host's measured ``GpuDirectBandwidth``, if any
+    + allreduce: this host's all-reduce results (``ActiveResult``), if run: judged with the rest
+      and stored in ``verify_allreduce_state`` for the prolog and ``ccrhost check``
 
     Read-only: yields nothing for OK, WARN and UNKNOWN (reasons are logged),
     and fails the host, naming the reasons, for FAIL.
@@ -73,13 +76,24 @@ def ccr(settings, report=None, measured=None, gpudirect=None):
     """
     fact_cache.fresh(host)  # judge the node as the stages before left it
     snap = fact_cache.snapshot(host)  # the fabric counters' window comes with it: no second read, no sleep
-    verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host))
+    reading = None
+    if allreduce is not None:
+        import time
+
+        from ccrhost.model.allreduce import AllReduceReading
+
+        reading = AllReduceReading(time.time(), {r.mode: r.to_dict() for r in allreduce})
+    verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         host.log(f"note: {fabric.window.note}")  # a first reading: rates start from now
+    if allreduce is not None:  # what the prolog and `ccrhost check` read later, with its age
+        from ccrhost.node.active import store_script
+
+        yield store_script(settings.verify_allreduce_state, allreduce)
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

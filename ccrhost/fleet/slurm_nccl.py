@@ -1,0 +1,215 @@
+"""``ccrhost slurm verify --nccl``: the all-reduce modes as job steps of the
+verify job. Single-node modes run on every node at once (one step per node,
+all its GPUs in one process); the pair mode runs pairs as two-node steps
+(one task per GPU, ``NCCL_COMM_ID`` at the pair's first node), covered and
+isolated by ``ccrhost.fleet.allreduce``. At most ``max_nodes`` nodes run
+steps at once. Every run is judged by ``judge_run``; each node's results go
+into its readings, and the node's verdict is made by the same evaluation
+as ``ccrhost check`` (the one verdict).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from ccrhost.fleet.allreduce import AllReducePair, pair_fleet, pair_figure
+from ccrhost.model.active import ActiveResult
+from ccrhost.model.allreduce import (
+    LOOPBACK,
+    NVLINK,
+    PAIR,
+    AllReduceReading,
+    RunResult,
+    RunVerdict,
+    judge_run,
+    threshold,
+    with_retries,
+)
+from ccrhost.node.active import run_tool
+from ccrhost.probes.nccl_tests import command, environment, run_result
+
+
+@dataclass
+class NcclOptions:
+    modes: tuple[str, ...] = (NVLINK, LOOPBACK, PAIR)
+    binary: str = "all_reduce_perf"
+    max_bytes: str = "16G"
+    iters: int = 20
+    retries: int = 2
+    timeout: int = 300
+    valid_for: int = 86400
+    max_nodes: int = 64          # nodes running steps at once
+    port: int = 29500            # NCCL_COMM_ID port of the first pair (each pair its own, two more per pair)
+    min_busbw: dict | None = None
+    srun_options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    address: str
+    gpus: int
+    gpu_name: str | None
+    nic_gbps: tuple[float, ...]
+
+
+def node_infos(verdicts: dict, addresses: dict[str, str]) -> dict[str, NodeInfo]:
+    """What the gate needs of each node, from its own check's readings: its
+    GPUs and active compute ports. A node whose check judged nothing, or
+    read no GPU, is not tested (its verdict already says why)."""
+    out = {}
+    for name, v in verdicts.items():
+        gpus = v.readings.gpus
+        if not v.evaluated or not gpus:
+            continue
+        out[name] = NodeInfo(name, addresses[name], len(gpus), gpus[0].name,
+                             tuple(p.effective_gbps for p in v.readings.ports if p.active and not p.efa))
+    return out
+
+
+def _step(job: str, nodes: list[str], tasks_per_node: int, name: str, opts: NcclOptions) -> list[str]:
+    return ["srun", f"--jobid={job}", "--overlap", "--overcommit", "-J", name, "-N", str(len(nodes)),
+            "-n", str(len(nodes) * tasks_per_node), f"--ntasks-per-node={tasks_per_node}", "-w", ",".join(nodes),
+            "-l", "--kill-on-bad-exit=1", *opts.srun_options]
+
+
+def _env_args(env: dict[str, str]) -> list[str]:
+    return ["env", *(f"{k}={v}" for k, v in env.items())]
+
+
+class _Slots:
+    """At most ``n`` nodes busy at once."""
+
+    def __init__(self, n: int):
+        self.free, self.cond = n, threading.Condition()
+
+    def take(self, k: int):
+        with self.cond:
+            self.cond.wait_for(lambda: self.free >= k)
+            self.free -= k
+
+    def give(self, k: int):
+        with self.cond:
+            self.free += k
+            self.cond.notify_all()
+
+
+def _parallel(jobs, slots: _Slots):
+    """Run ``(k nodes, fn)`` jobs in threads within the slots; results in order."""
+    out = [None] * len(jobs)
+
+    def one(i, k, fn):
+        slots.take(k)
+        try:
+            out[i] = fn()
+        finally:
+            slots.give(k)
+
+    threads = [threading.Thread(target=one, args=(i, k, fn)) for i, (k, fn) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def single_node(job: str, info: NodeInfo, mode: str, opts: NcclOptions, run=run_tool, clock=time.time) -> ActiveResult:
+    figure = threshold(mode, info.gpu_name, list(info.nic_gbps), opts.min_busbw)
+    argv = [*_step(job, [info.name], 1, f"ccrhost-nccl-{mode}", opts),
+            *_env_args(environment(mode)),
+            *command(opts.binary, mode, info.gpus, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,
+                     iters=opts.iters)]
+    tail = {}
+
+    def once():
+        tool = run(argv, opts.timeout, None)
+        tail["t"] = tool.tail
+        return judge_run(run_result(tool.output, tool.rc, tool.timed_out, tool.missing), mode, figure, info.name)
+
+    verdict, runs = with_retries(once, opts.retries)
+    return ActiveResult("allreduce", mode, verdict.status, verdict.code, verdict.message, clock(), opts.valid_for,
+                        verdict.busbw, runs, tail.get("t", ""))
+
+
+def _not_run(mode: str, what: str, why: str) -> RunVerdict:
+    """A run that could not start (its node not allocated), judged as any launch failure is."""
+    return judge_run(RunResult(None, error=f"not run: {why}"), mode, None, what)
+
+
+def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, say, run=run_tool,
+              clock=time.time, batches=None) -> dict[str, AllReduceReading]:
+    """Every node's all-reduce results, as readings for its verdict. With
+    ``batches`` (``ccrhost.fleet.slurm.Batches``) each batch of at most
+    ``max_nodes`` nodes is its own allocation, held only while it runs;
+    without, the steps run in ``job`` with at most ``max_nodes`` nodes busy."""
+    from ccrhost.fleet.slurm import batch_pairs, busy_note
+
+    slots = _Slots(max(opts.max_nodes, 2))
+    results: dict[str, dict] = {n: {} for n in infos}
+    singles = [m for m in opts.modes if m != PAIR]
+    if singles and batches is not None:
+        for chunk in batches.chunks(list(infos)):
+            with batches.hold(chunk) as (held, taken):
+                for mode in singles:
+                    say(f"all-reduce {mode}: {len(taken)} node(s) of {len(chunk)} in this batch")
+                    done = _parallel([(1, lambda i=infos[n]: single_node(held, i, mode, opts, run, clock))
+                                      for n in taken], slots)
+                    for name, result in zip(taken, done):
+                        results[name][mode] = result.to_dict()
+                    for name in chunk:
+                        if name not in taken:
+                            v = _not_run(mode, name, busy_note(batches, name))
+                            results[name][mode] = ActiveResult("allreduce", mode, v.status, v.code, v.message,
+                                                               clock(), opts.valid_for).to_dict()
+    for mode in singles if batches is None else ():
+        say(f"all-reduce {mode}: {len(infos)} node(s), at most {opts.max_nodes} at once")
+        done = _parallel([(1, lambda i=i: single_node(job, i, mode, opts, run, clock)) for i in infos.values()],
+                         slots)
+        for info, result in zip(infos.values(), done):
+            results[info.name][mode] = result.to_dict()
+    if PAIR in opts.modes:
+        rounds = [0]
+
+        def run_pairs(pairs):
+            rounds[0] += 1
+            say(f"all-reduce pair round {rounds[0]}: {len(pairs)} pair(s): "
+                + ", ".join(f"{a}+{b}" for a, b in pairs[:4]) + (" ..." if len(pairs) > 4 else ""))
+            if batches is None:
+                return _parallel([(2, lambda k=k, a=a, b=b: pair_run(job, infos[a], infos[b], opts, k, run))
+                                  for k, (a, b) in enumerate(pairs)], slots)
+            out = []
+            for group, (held, taken) in batch_pairs(batches, pairs):
+                ok = [(k, p) for k, p in enumerate(group) if p[0] in taken and p[1] in taken]
+                out += _parallel([(2, lambda k=k, a=a, b=b: pair_run(held, infos[a], infos[b], opts, k, run))
+                                  for k, (a, b) in ok], slots)
+                out += [AllReducePair(a, b, _not_run(PAIR, f"{a}+{b}", busy_note(batches, a, b)))
+                        for a, b in group if (a, b) not in {p for _, p in ok}]
+            return out
+
+        for name, result in pair_fleet(list(infos), run_pairs, opts.retries, opts.valid_for, clock).items():
+            results[name][PAIR] = result.to_dict()
+    now = clock()
+    return {n: AllReduceReading(now, r) for n, r in results.items()}
+
+
+def _natural(name: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def pair_run(job: str, a: NodeInfo, b: NodeInfo, opts: NcclOptions, index: int, run=run_tool) -> AllReducePair:
+    tasks = min(a.gpus, b.gpus)
+    figure = pair_figure(list(a.nic_gbps), list(b.nic_gbps), a.gpu_name, opts.min_busbw)
+    port = opts.port + 4 * index
+    # task 0 lands on the node Slurm lists first (its node order, by name on most sites): the root is there
+    first = min((a, b), key=lambda n: _natural(n.name))
+    env = {**environment(PAIR), "NCCL_COMM_ID": f"{first.address}:{port}"}
+    argv = [*_step(job, [a.name, b.name], max(tasks, 1), "ccrhost-nccl-pair", opts), *_env_args(env),
+            *command(opts.binary, PAIR, tasks, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,
+                     iters=opts.iters, per_process=True)]
+    tool = run(argv, opts.timeout, None)
+    verdict = judge_run(run_result(tool.output, tool.rc, tool.timed_out, tool.missing), PAIR, figure,
+                        f"{a.name}+{b.name}")
+    return AllReducePair(a.name, b.name, verdict)

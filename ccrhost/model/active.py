@@ -1,0 +1,58 @@
+"""An active check's stored result: what ran, what it decided, when, and for
+how long that holds. Shared by every active check (NCCL all-reduce; DCGM
+diag and nvbandwidth reuse it). Pure: the runner (``ccrhost.node.active``)
+measures and stores; a prolog or ``ccrhost check`` reads the stored result
+and its age, and never runs the slow test itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ccrhost.model.status import EXIT_CODES, OK, UNKNOWN
+
+
+@dataclass(frozen=True)
+class ActiveResult:
+    check: str                  # "allreduce", "dcgm_diag", ...
+    mode: str                   # the check's variant ("nvlink", "pair", "level 2", ...)
+    status: str                 # OK, WARN, FAIL, UNKNOWN: the verdict function's, as it gave it
+    code: str | None            # the reason code when not OK
+    message: str
+    measured_at: float          # seconds since the epoch, when the (last) run ended
+    valid_for: float            # seconds the result holds; after that it is stale
+    value: float | None = None  # the figure judged (busbw GB/s, ...)
+    runs: int = 1               # launches made (retries included)
+    tail: str = ""              # the output's last lines, for a person reading the state file
+
+    def age(self, now: float) -> float:
+        return now - self.measured_at
+
+    def stale(self, now: float) -> bool:
+        # a clock that went backwards is not a fresh result either
+        return not 0 <= self.age(now) <= self.valid_for
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ActiveResult:
+        """A stored result; one that is not one raises ``ValueError``."""
+        try:
+            result = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except TypeError as exc:
+            raise ValueError(f"not a stored active-check result: {exc}") from None
+        if result.status not in EXIT_CODES or not isinstance(result.measured_at, (int, float)) \
+                or not isinstance(result.valid_for, (int, float)):
+            raise ValueError(f"not a stored active-check result: status {result.status!r}")
+        return result
+
+
+def evaluate(result: ActiveResult | None, now: float) -> tuple[str, str]:
+    """(status, why) of a stored result now: a missing one is UNKNOWN, a
+    stale one is UNKNOWN as stale (never its old OK), else its own verdict."""
+    if result is None:
+        return UNKNOWN, "never run"
+    if result.stale(now):
+        return UNKNOWN, f"stale: measured {result.age(now):.0f} s ago, valid for {result.valid_for:g} s"
+    return result.status, result.message if result.status != OK else "passed"

@@ -1,0 +1,262 @@
+"""NCCL all-reduce (nccl-tests' ``all_reduce_perf``): its report as a typed
+record, the three modes, their thresholds, and the verdict of a run.
+
+Pure: the probe (``ccrhost.probes.nccl_tests``) fills :class:`AllReduceOutput`
+from the tool's stdout; :func:`judge_run` decides one run; :func:`with_retries`
+runs again below threshold only. Figures and sources: shared/reference/
+active-checks.md §2 (each row of :data:`PLATFORMS` names its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccrhost.model.status import FAIL, OK, UNKNOWN, Reason
+
+# -- the report ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Half:
+    """One half of a size row (src/common.cu Reporter::result: "  %7s  %6.2f  %6.2f  %5li")."""
+    time_us: float        # "time (us)": mean time of one collective over the iterations
+    algbw: float          # "algbw (GB/s)": bytes / time
+    busbw: float          # "busbw (GB/s)": algbw x 2(n-1)/n for all-reduce
+    wrong: int | None     # "#wrong": elements that failed validation; None when not validated (N/A, -1)
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """A size row (Reporter::parameters, then out-of-place, then in-place)."""
+    size: int             # "size (B)"
+    count: int            # "count (elements)"
+    dtype: str            # "type": float, bfloat16, ...
+    redop: str | None     # "redop": sum, ...; None where the build's header has no redop column
+    out_of_place: Half
+    in_place: Half
+
+    @property
+    def busbw(self) -> float:
+        # both halves move the same bytes; the better is the node's figure (one slow half is noise)
+        return max(self.out_of_place.busbw, self.in_place.busbw)
+
+    @property
+    def wrong(self) -> int:
+        return sum(h.wrong or 0 for h in (self.out_of_place, self.in_place))
+
+
+@dataclass(frozen=True)
+class AllReduceOutput:
+    """What rank 0 of ``all_reduce_perf`` printed (src/common.cu run())."""
+    rows: tuple[SizeRow, ...]
+    ranks: int                          # "#  Rank N Group ..." lines (one per GPU in the run)
+    out_of_bounds: int | None           # "# Out of bounds values : N OK|FAILED"; None when not printed
+    avg_busbw: float | None             # "# Avg bus bandwidth    : X" (mixes in latency-bound sizes: not judged)
+    warnings: tuple[str, ...] = ()      # "NCCL WARN" lines (printed with NCCL_DEBUG=WARN)
+    failures: tuple[str, ...] = ()      # "Test failure", "Test CUDA failure", "Test NCCL failure", "Test timeout"
+    version: str | None = None          # "# nccl-tests version X" (2.14 and later)
+
+    @property
+    def largest(self) -> SizeRow | None:
+        return max(self.rows, key=lambda r: r.size, default=None)
+
+    @property
+    def wrong(self) -> int:
+        """Elements that failed validation, over every row; the summary line's count when larger."""
+        return max(sum(r.wrong for r in self.rows), self.out_of_bounds or 0)
+
+
+# -- modes and thresholds --------------------------------------------------------
+
+NVLINK, LOOPBACK, PAIR = "nvlink", "loopback", "pair"
+MODES = (NVLINK, LOOPBACK, PAIR)
+# What each mode sets for NCCL (shared/reference/active-checks.md §2).
+MODE_ENV = {
+    NVLINK: {},
+    # every byte through the NICs: the anchors' "IB loopback"
+    LOOPBACK: {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
+    # two-node tree busbw can read above what the NICs carry (nccl #2409, #1576): judge the network on ring
+    PAIR: {"NCCL_ALGO": "RING"},
+}
+MODE_TEXT = {NVLINK: "single-node all-reduce over NVLink",
+             LOOPBACK: "single-node all-reduce through the NICs (NVLink and shared memory off)",
+             PAIR: "two-node ring all-reduce"}
+
+
+@dataclass(frozen=True)
+class Figure:
+    busbw: float   # GB/s: FAIL below
+    source: str
+
+
+# GPU model (as NVML names it, matched by substring) -> mode -> FAIL-below figure.
+PLATFORMS: dict[str, dict[str, Figure]] = {
+    "H100": {NVLINK: Figure(460, "Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf (all_reduce 16G)"),
+             LOOPBACK: Figure(40, "Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf (NVLink disabled)")},
+    "H200": {NVLINK: Figure(431, "Azure azurehpc-health-checks conf/nd96isr_h200_v5.conf (all_reduce 16G)")},
+    "GB200": {NVLINK: Figure(432, "Azure azurehpc-health-checks conf/nd128isr_ndr_gb200_v6.conf (4 GPUs)"),
+              LOOPBACK: Figure(48, "Azure azurehpc-health-checks conf/nd128isr_ndr_gb200_v6.conf (NVLink disabled)")},
+}
+# Ring busbw per NIC: "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (nccl-tests #290, maintainer);
+# the low end, scaled by the NIC's rate.
+RING_GBS_PER_400G = 46.0
+RING_SOURCE = "nccl-tests #290 (maintainer): 46-48 GB/s per 400G NIC on ring; the low end, scaled by rate"
+
+
+def platform_of(gpu_name: str | None) -> str | None:
+    """The table's platform for an NVML GPU name; GB200 before H100/H200 (its name has neither)."""
+    if not gpu_name:
+        return None
+    name = gpu_name.upper()
+    return next((p for p in sorted(PLATFORMS, key=len, reverse=True) if p in name), None)
+
+
+def threshold(mode: str, gpu_name: str | None, nic_gbps: list[float],
+              overrides: dict[str, float] | None = None) -> Figure | None:
+    """The FAIL-below busbw for ``mode``: a setting's override first, then the
+    pair figure from the node's own NICs, then the platform table. None: no figure."""
+    if overrides and overrides.get(mode) is not None:
+        return Figure(float(overrides[mode]), f"setting verify_allreduce_min_busbw.{mode}")
+    if mode == PAIR:
+        if not nic_gbps:
+            return None
+        busbw = sum(RING_GBS_PER_400G * g / 400 for g in nic_gbps)
+        return Figure(round(busbw, 1), f"{len(nic_gbps)} NICs, {sum(nic_gbps):g} Gb/s in all; {RING_SOURCE}")
+    platform = platform_of(gpu_name)
+    return PLATFORMS.get(platform, {}).get(mode) if platform else None
+
+
+# -- one run's verdict -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one launch gave, as the runner saw it (before judging)."""
+    output: AllReduceOutput | None      # None: nothing parseable was printed
+    rc: int | None = None               # the launcher's exit status; None when it was killed
+    timed_out: bool = False             # killed at its deadline (a hang)
+    missing: str | None = None          # the binary or launcher was not found: what was looked for
+    error: str | None = None            # the launch failed before the tool ran: what was said
+    tail: str = ""                      # the output's last lines, for the message
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    reason: Reason | None     # None: passed
+    busbw: float | None = None
+    retry: bool = False       # below threshold: another run may pass
+    passed: str = ""          # what a pass says
+
+    @property
+    def status(self) -> str:
+        return self.reason.level if self.reason else OK
+
+    @property
+    def code(self) -> str | None:
+        return self.reason.code if self.reason else None
+
+    @property
+    def message(self) -> str:
+        return self.reason.message if self.reason else self.passed
+
+
+def judge_run(run: RunResult, mode: str, figure: Figure | None, what: str = "") -> RunVerdict:
+    """One run: wrong results FAIL before anything else (never retried);
+    a run that could not measure is UNKNOWN naming why; then the busbw at
+    the largest size against ``figure``."""
+    label = f"{MODE_TEXT[mode]}{f' ({what})' if what else ''}"
+    out = run.output
+    if run.missing:
+        return RunVerdict(Reason(UNKNOWN, "allreduce_missing", f"{label}: {run.missing}"))
+    if out is not None and out.wrong:
+        return RunVerdict(Reason(FAIL, "allreduce_wrong",
+                                 f"{label}: wrong results ({out.wrong} elements failed validation; "
+                                 "'Out of bounds values' FAILED)"))
+    if run.timed_out:
+        return RunVerdict(Reason(UNKNOWN, "allreduce_hang", f"{label}: no result before its deadline (killed)"))
+    if run.error:
+        return RunVerdict(Reason(UNKNOWN, "allreduce_failed", f"{label}: could not launch: {run.error}"))
+    if out is not None and out.failures:
+        return RunVerdict(Reason(UNKNOWN, "allreduce_failed", f"{label}: {out.failures[0]}"))
+    if out is not None and out.warnings:
+        return RunVerdict(Reason(UNKNOWN, "allreduce_nccl_warn", f"{label}: {out.warnings[0]}"))
+    if out is None or out.largest is None or run.rc not in (0, None):
+        said = run.tail.strip().splitlines()[-1:] or ["no output"]
+        return RunVerdict(Reason(UNKNOWN, "allreduce_failed",
+                                 f"{label}: no result rows (exit {run.rc}): {said[0][:200]}"))
+    row = out.largest
+    if figure is None:
+        return RunVerdict(Reason(UNKNOWN, "allreduce_no_threshold",
+                                 f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, but no threshold is known "
+                                 "for this platform: set verify_allreduce_min_busbw"), row.busbw)
+    if row.busbw < figure.busbw:
+        return RunVerdict(Reason(FAIL, "allreduce_slow",
+                                 f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, below {figure.busbw:g} GB/s "
+                                 f"({figure.source})"), row.busbw, retry=True)
+    return RunVerdict(None, row.busbw, passed=f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B "
+                      f"(threshold {figure.busbw:g} GB/s)")
+
+
+def with_retries(run_once, retries: int) -> tuple[RunVerdict, int]:
+    """``run_once() -> RunVerdict`` until one is not a retryable shortfall,
+    at most ``1 + retries`` times: a healthy node that falls short once
+    passes on its first good run; wrong results and UNKNOWN are final at once.
+    Returns (verdict, runs made)."""
+    verdict = run_once()
+    runs = 1
+    while verdict.retry and runs <= retries:
+        verdict = run_once()
+        runs += 1
+    return verdict, runs
+
+
+# -- the node's reading and its reasons -----------------------------------------------
+
+
+@dataclass
+class AllReduceReading:
+    """The all-reduce results of one node (the state file's, or the fleet
+    run's just made), one per mode, and when they were read."""
+    read_at: float                                           # seconds since the epoch
+    results: dict[str, dict] = field(default_factory=dict)  # mode -> ActiveResult.to_dict()
+    error: str | None = None                                 # the state file could not be read
+
+
+def pair_busbw(reading: AllReduceReading | None) -> float | None:
+    """The node's delivered bandwidth from its fresh pair result (GB/s busbw), if one was measured."""
+    from ccrhost.model.active import ActiveResult
+
+    data = reading.results.get(PAIR) if reading is not None else None
+    if data is None:
+        return None
+    result = ActiveResult.from_dict(data)
+    if result.stale(reading.read_at) or result.value is None or result.code not in (None, "allreduce_slow"):
+        return None
+    return result.value
+
+
+def check_allreduce(reading: AllReduceReading | None) -> list[Reason]:
+    """Reasons from the results (``ccrhost.model.active.ActiveResult``
+    dicts): a result past its validity is UNKNOWN as stale, never its old pass."""
+    from ccrhost.model.active import ActiveResult
+
+    if reading is None:
+        return []
+    if reading.error:
+        return [Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce results: {reading.error}")]
+    now = reading.read_at
+    reasons = []
+    for mode, data in sorted(reading.results.items()):
+        try:
+            result = ActiveResult.from_dict(data)
+        except ValueError as exc:
+            reasons.append(Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce result {mode}: {exc}"))
+            continue
+        if result.stale(now):
+            reasons.append(Reason(UNKNOWN, "allreduce_stale",
+                                  f"{MODE_TEXT.get(mode, mode)}: the stored result is {result.age(now):.0f} s old, "
+                                  f"valid for {result.valid_for:g} s: run the test again"))
+        elif result.status != OK:
+            # the reason judge_run gave when the result was made, as it gave it (never judged again)
+            reasons.append(Reason.from_dict({"level": result.status, "code": result.code, "message": result.message}))
+    return reasons

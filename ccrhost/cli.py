@@ -126,7 +126,11 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
                    "exit 0, so slurmd does not drain the node either.")
 @click.option("--probe-timeout", type=click.FloatRange(1, 600), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds a probe (the RDMA snippet, nvidia-smi) may take before it counts as hung: UNKNOWN.")
-def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, **overrides):
+@click.option("--refresh-nic", is_flag=True,
+              help="Health-check use, with verify_nic_firmware: query each compute NIC's firmware settings "
+                   "(mlxconfig, seconds per NIC) and store them before judging. Never in a prolog, which judges "
+                   "the stored reading and its age.")
+def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, refresh_nic, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (--format
     npd: Node Problem Detector's codes).
 
@@ -155,7 +159,7 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, *
         verdict = node_check.unknown("check_config", problem)
     else:
         try:
-            verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads)
+            verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads, refresh_nic=refresh_nic)
         except Exception as exc:  # a bug must not read as WARN to the scheduler
             problem = f"internal error: {type(exc).__name__}: {exc}"
             verdict = node_check.unknown("check_error", problem)

@@ -606,6 +606,27 @@ class HostSettings(BaseModel):
         29500, ge=1024, le=60000, description="NCCL_COMM_ID port of the pair mode's root (on each pair's first "
         "host); pairs of one round use this port and the next ones, four apart.",
     )
+    # NIC firmware audit (model/nicfw.py, node/nicfw.py; docs/nic-firmware.md)
+    verify_nic_firmware: bool = Field(
+        False, description="Audit each compute NIC's firmware settings (`mlxconfig -e q`, or mstflint's "
+        "`mstconfig`) against the profile: the deploy and the health check (`ccrhost check --refresh-nic`) "
+        "query and store them in verify_allreduce_state, every check judges the stored reading and its age.",
+    )
+    verify_nic_valid_for: int = Field(
+        86400, ge=60, le=30 * 86400, description="Seconds a stored NIC firmware reading holds; an older one is "
+        "UNKNOWN as stale.",
+    )
+    nic_fw_max_acc_out_read: tuple[Annotated[int, Field(ge=0, le=255)], ...] = Field(
+        (0, 44, 128), min_length=1, description="MAX_ACC_OUT_READ values allowed (NVIDIA's NIC configuration "
+        "operator: 0 = auto, or 44 or 128; OCI's and DGX's Max ACC checks).",
+    )
+    nic_fw_ats_enabled: bool = Field(
+        False, description="The ATS_ENABLED wanted: off for bare-metal GPUDirect (the operator's "
+        "gpuDirectOptimized); on only where a VM's IOMMU needs it.",
+    )
+    nic_fw_link_type: Literal[1, 2] | None = Field(
+        None, description="LINK_TYPE_P1 wanted (1 InfiniBand, 2 Ethernet) on NICs that have it; None: not judged.",
+    )
     verify_npd_warn_unhealthy: bool = Field(
         False, description="`ccrhost check --format npd` exits 1 (Node Problem Detector: problem) on WARN too; "
         "default: only FAIL is a problem.",
@@ -858,7 +879,8 @@ class HostSettings(BaseModel):
 
         return CheckSettings(tuple(self.rdma_exclude_devices), self.verify_link_state, self.verify_gpu_state,
                              self.verify_window_max_age, self.verify_npd_warn_unhealthy, self.expectation(),
-                             self.policy(), self.drain_cap(), self.allreduce_state)
+                             self.policy(), self.drain_cap(), self.allreduce_state, self.nic_fw_state,
+                             self.verify_nic_valid_for)
 
     def drain_cap(self):
         """The drain cap (``slurm_drain_cap_*``)."""
@@ -913,7 +935,21 @@ class HostSettings(BaseModel):
                 nvlink_errors_per_min=self.verify_gpu_nvlink_errors_per_min,
                 pcie_replays_per_min=self.verify_gpu_pcie_replays_per_min,
                 hw_slowdown_level=self.verify_gpu_hw_slowdown),
+            nic_fw=self.nic_fw_policy(),
         )
+
+    def nic_fw_policy(self):
+        """The NIC firmware profile (its CNP values are this host's QoS settings)."""
+        from ccrhost.model.nicfw import NicFwPolicy, default_profile
+
+        return NicFwPolicy(self.verify_nic_firmware, default_profile(
+            self.qos_cnp_dscp, self.qos_cnp_priority, tuple(self.nic_fw_max_acc_out_read), self.nic_fw_link_type,
+            self.nic_fw_ats_enabled))
+
+    @property
+    def nic_fw_state(self) -> str | None:
+        """The state file whose NIC firmware readings a check judges; None when the audit is off."""
+        return self.verify_allreduce_state if self.verify_nic_firmware else None
 
     def qos_wanted(self) -> Wanted:
         pfc = set(self.qos_pfc_priorities if self.qos_pfc_priorities is not None else (self.qos_roce_priority,))

@@ -24,6 +24,7 @@ class ActiveResult:
     value: float | None = None  # the figure judged (busbw GB/s, ...)
     runs: int = 1               # launches made (retries included)
     tail: str = ""              # the output's last lines, for a person reading the state file
+    data: dict | None = None    # the parsed reading, where the verdict is made when it is judged (NIC firmware)
 
     def age(self, now: float) -> float:
         return now - self.measured_at

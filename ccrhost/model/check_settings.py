@@ -26,6 +26,8 @@ class CheckSettings:
     judged_by: Policy                      # HostSettings.policy()
     drain_cap: DrainCap = DrainCap()       # HostSettings.drain_cap(): slurm_drain_cap_*
     allreduce_state: str | None = None     # HostSettings.allreduce_state: the stored all-reduce results, if judged
+    nic_fw_state: str | None = None        # HostSettings.nic_fw_state: the stored NIC firmware readings, if judged
+    verify_nic_valid_for: int = 86400      # verify_nic_valid_for: how long a reading the check stores holds
 
     def expectation(self) -> Expectation:
         return self.expected

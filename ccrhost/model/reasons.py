@@ -983,6 +983,74 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["pyinfra INVENTORY deploys/rdma.py --dry --limit HOST   # what it would run"],
          ["fix what the stage's error names and rerun the deploy"],
          "failure-behaviour.md"),
+    # -- NIC firmware settings (model/nicfw.py; docs/nic-firmware.md) --
+    _doc("nic_fw_wrong", FAIL,
+         "A compute NIC's firmware runs a setting the profile requires otherwise (ADVANCED_PCI_SETTINGS, "
+         "MAX_ACC_OUT_READ, LINK_TYPE_P1): GPUDirect reads or the link type are not what the site declared.",
+         "The stored `mlxconfig -d <bdf> -e q` reading's Current column (Next Boot where the query printed only "
+         "that), against the profile (`nic_fw_*`; NVIDIA's NIC configuration operator's values).",
+         ["the NIC was never configured, or was reset to its defaults by a firmware update",
+          "a replaced NIC, fresh from the factory"],
+         ["mlxconfig -d <bdf> -e q", "ccrhost check --refresh-nic --config /etc/ccrhost/check.yaml"],
+         ["mlxconfig -d <bdf> -y set NAME=VALUE, then reboot the node (a rolling reboot through Slurm drains "
+          "it first)"],
+         "nic-firmware.md"),
+    _doc("nic_fw_differs", WARN,
+         "A compute NIC's firmware setting differs from the profile where the difference costs performance, not "
+         "correctness (ATS_ENABLED, the RoCE congestion mask, the CNP DSCP and priority).",
+         "The stored `mlxconfig -e q` reading's Current column against the profile; CNP values against "
+         "qos_cnp_dscp and qos_cnp_priority.",
+         ["the NIC keeps its factory defaults", "the QoS settings changed after the firmware was set"],
+         ["mlxconfig -d <bdf> -e q"],
+         ["mlxconfig -d <bdf> -y set NAME=VALUE, then reboot the node"],
+         "nic-firmware.md"),
+    _doc("nic_fw_pending", WARN,
+         "Firmware setting pending reboot: a value was written (Next Boot) that the NIC does not run yet "
+         "(Current); the node owes a reboot, or a cold power cycle for some settings.",
+         "The stored `mlxconfig -e q` reading: Next Boot against Current.",
+         ["`mlxconfig set` ran (by ccrhost or by hand) and the node was not rebooted since"],
+         ["mlxconfig -d <bdf> -e q   # the row is marked with *"],
+         ["reboot the node through Slurm: scontrol reboot ASAP nextstate=RESUME reason=... NODE"],
+         "nic-firmware.md"),
+    _doc("nic_fw_pci_hidden", FAIL,
+         "MAX_ACC_OUT_READ is hidden because ADVANCED_PCI_SETTINGS is off: the NIC's outstanding PCIe read "
+         "setting cannot be checked or set (OCI's and DGX's Max ACC checks fail such a node).",
+         "The stored `mlxconfig -e q` reading: ADVANCED_PCI_SETTINGS False(0) and no MAX_ACC_OUT_READ row.",
+         ["factory defaults: ADVANCED_PCI_SETTINGS is off unless set"],
+         ["mlxconfig -d <bdf> -e q | grep -E 'ADVANCED_PCI_SETTINGS|MAX_ACC_OUT_READ'"],
+         ["mlxconfig -d <bdf> -y set ADVANCED_PCI_SETTINGS=1, reboot, then set MAX_ACC_OUT_READ (0, 44 or 128)"],
+         "nic-firmware.md"),
+    _doc("nic_fw_tool_missing", UNKNOWN,
+         "Neither mlxconfig (NVIDIA MFT) nor mstconfig (mstflint) is installed, so the NIC firmware settings are "
+         "not known; only these keys are UNKNOWN, the rest of the node is judged.",
+         "`command -v mlxconfig mstconfig` on the node, when the reading is stored.",
+         ["MFT or mstflint not installed", "the tool outside the PATH of the health check or deploy"],
+         ["command -v mlxconfig mstconfig"],
+         ["apt-get install mstflint (Debian/Ubuntu) or install NVIDIA MFT; or turn verify_nic_firmware off"],
+         "nic-firmware.md"),
+    _doc("nic_fw_unreadable", UNKNOWN,
+         "The NIC's firmware settings could not be read: the tool refused, failed, timed out, or printed a table "
+         "ccrhost does not know; or the stored readings could not be read.",
+         "The tool's output and exit status, as stored in `verify_allreduce_state`.",
+         ["not run as root", "the device is busy or being reset", "a damaged state file"],
+         ["mlxconfig -d <bdf> -e q"],
+         ["run it by hand and fix what it says; the next health check or deploy stores a new reading"],
+         "nic-firmware.md"),
+    _doc("nic_fw_never_read", UNKNOWN,
+         "A compute NIC has no stored firmware reading: the deploy or the health check has not queried it yet "
+         "(the prolog never queries it: the query takes seconds per NIC).",
+         "The stored readings in `verify_allreduce_state`.",
+         ["a node that was never deployed with verify_nic_firmware", "a NIC added since the last reading"],
+         ["cat /var/lib/ccrhost/active.json"],
+         ["ccrhost check --refresh-nic --config /etc/ccrhost/check.yaml", "pyinfra -y INVENTORY deploys/verify.py"],
+         "nic-firmware.md"),
+    _doc("nic_fw_stale", UNKNOWN,
+         "The stored NIC firmware reading is older than `verify_nic_valid_for`: an old reading proves nothing now.",
+         "The stored reading's time against the clock.",
+         ["the health check does not run with --refresh-nic", "the node's clock moved"],
+         ["cat /var/lib/ccrhost/active.json"],
+         ["ccrhost check --refresh-nic --config /etc/ccrhost/check.yaml"],
+         "nic-firmware.md"),
 )
 
 REGISTRY: dict[str, ReasonDoc] = {}

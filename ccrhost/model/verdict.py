@@ -17,6 +17,7 @@ from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
+from ccrhost.model import nicfw
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.plain import plain
 from ccrhost.model.ports import Port, compute_ports
@@ -46,6 +47,7 @@ class Readings:
     gpu_health: gh.GpuHealthReading | None = None  # None: GPU health was not read (not judged)
     fabric: fab.FabricReading | None = None      # None: the lossless-fabric counters were not read
     allreduce: ar.AllReduceReading | None = None  # None: no all-reduce result was read (not judged)
+    nic_fw: nicfw.NicFwReading | None = None      # None: no NIC firmware reading was read (not judged)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -91,6 +93,7 @@ class Policy:
     gpu_health: gh.GpuHealthPolicy = gh.GpuHealthPolicy()
     fabric: fab.FabricPolicy = fab.FabricPolicy()
     window_max_age: float | None = 3600  # verify_window_max_age: the oldest stored reading a rate starts from
+    nic_fw: nicfw.NicFwPolicy = nicfw.NicFwPolicy()
 
 
 @dataclass
@@ -303,6 +306,12 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     downs = readings.gpu_health.link_downs if readings.gpu_health is not None else None
     reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds, downs)
     reasons += ar.check_allreduce(readings.allreduce)
+    # the compute NICs (RDMA devices with a non-EFA port) and whether RoCE congestion settings apply to them
+    ethernet: dict[str, bool] = {}
+    for p in ports:
+        if not p.efa:
+            ethernet[p.device] = ethernet.get(p.device, False) or p.link_layer == "Ethernet"
+    reasons += nicfw.check_nic_firmware(readings.nic_fw, policy.nic_fw, ethernet)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))

@@ -118,3 +118,17 @@ def store_script(path: str, results: list[ActiveResult]) -> str:
 
     data = base64.b64encode(state_document(results).encode()).decode()
     return write_state_command(path, f'"$(echo {data} | base64 -d)"')
+
+
+def merged(text: str, results: list[ActiveResult]) -> list[ActiveResult]:
+    """``results`` added to (or replacing, by check and mode) those of a state
+    file's ``text``: a deploy that stores one check keeps the others'. A file
+    that does not parse is replaced, as :func:`store` does."""
+    try:
+        doc = json.loads(text) if text.strip() else {"results": {}}
+        current = {key: ActiveResult.from_dict(value) for key, value in doc["results"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        current = {}
+    for r in results:
+        current[f"{r.check}/{r.mode}"] = r
+    return list(current.values())

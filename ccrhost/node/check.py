@@ -35,13 +35,15 @@ MEASURED_CODES = ("measured_slow", "allreduce_slow", "allreduce_wrong", "ccr_mea
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
-              gather_health=None, gather_fabric=None) -> Verdict:
+              gather_health=None, gather_fabric=None, refresh_nic: bool = False, query_nic=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``started``: the reads
     already under way (:class:`ccrhost.node.gather.Started`), else they
     start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
     path) are for tests; with ``gather`` alone the data path is not read,
     GPU health only with ``gather_health`` and the lossless-fabric counters
-    only with ``gather_fabric``.
+    only with ``gather_fabric``. ``refresh_nic`` (the health check, never the
+    prolog): query the compute NICs' firmware settings first and store them
+    (``query_nic``: the runner, for tests).
 
     What could not be read is UNKNOWN, never a guess: an RDMA probe that
     hangs past ``timeout`` or prints what sysfs never prints gives the
@@ -81,6 +83,14 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         from ccrhost.node.allreduce import stored_reading
 
         readings.allreduce = stored_reading(settings.allreduce_state)
+    nic_state = getattr(settings, "nic_fw_state", None)
+    if nic_state:  # the stored firmware readings and their age; the slow query only where asked
+        from ccrhost.node import nicfw
+
+        if refresh_nic:
+            devices = sorted({p.device for p in readings.ports if not p.efa})
+            nicfw.run_and_store(nic_state, devices, settings.verify_nic_valid_for, run=query_nic)
+        readings.nic_fw = nicfw.stored_reading(nic_state)
     return evaluate(readings, settings.expectation(), settings.policy())
 
 

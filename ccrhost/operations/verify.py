@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pyinfra import host, state
 from pyinfra.api.state import StateStage
 
@@ -29,7 +31,8 @@ def fabric(snap, settings, first=None):
                           settings.verify_window_max_age)
 
 
-def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allreduce=None) -> Verdict:
+def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allreduce=None,
+                 nic_fw=None) -> Verdict:
     """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
     as ``ccrhost check`` makes it from the same output: RDMA ports that
     cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
@@ -47,7 +50,21 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
     readings = readings_from_facts(snap.rdma, gpus, exclude, measured, datapath, health)
     readings.fabric = fabric(snap, settings, first)
     readings.allreduce = allreduce
+    readings.nic_fw = nic_fw
     return evaluate(readings, settings.expectation(), settings.policy())
+
+
+def nic_firmware(snap, settings) -> list:
+    """Each compute NIC's firmware settings, queried now (``mlxconfig -e q``;
+    seconds per NIC), as the active-check results the node stores."""
+    from ccrhost.facts.nicfw import NicFirmwareQuery
+    from ccrhost.model.ports import compute_ports
+    from ccrhost.node.nicfw import result
+
+    now = time.time()
+    devices = sorted({p.device for p in compute_ports(snap.rdma, settings.rdma_exclude_devices) if not p.efa})
+    nics = fact_cache._real(host).get_fact(NicFirmwareQuery, devices=tuple(devices), attempt=now)
+    return [result(nic, settings.verify_nic_valid_for, now) for nic in nics]
 
 
 @operation
@@ -78,22 +95,30 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
     snap = fact_cache.snapshot(host)  # the fabric counters' window comes with it: no second read, no sleep
     reading = None
     if allreduce is not None:
-        import time
-
         from ccrhost.model.allreduce import AllReduceReading
 
         reading = AllReduceReading(time.time(), {r.mode: r.to_dict() for r in allreduce})
-    verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading)
+    nic_results = nic_firmware(snap, settings) if settings.verify_nic_firmware else None
+    nic_reading = None
+    if nic_results is not None:
+        from ccrhost.model.nicfw import NicFwReading
+
+        nic_reading = NicFwReading(time.time(), {r.mode: r.to_dict() for r in nic_results})
+    verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading, nic_reading)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         host.log(f"note: {fabric.window.note}")  # a first reading: rates start from now
-    if allreduce is not None:  # what the prolog and `ccrhost check` read later, with its age
-        from ccrhost.node.active import store_script
+    stored = (allreduce or []) + (nic_results or [])
+    if stored:  # what the prolog and `ccrhost check` read later, with its age; other checks' results kept
+        from ccrhost.facts.nicfw import ActiveStateText
+        from ccrhost.node.active import merged, store_script
 
-        yield store_script(settings.verify_allreduce_state, allreduce)
+        text = fact_cache._real(host).get_fact(ActiveStateText, path=settings.verify_allreduce_state,
+                                               attempt=time.time())
+        yield store_script(settings.verify_allreduce_state, merged(text, stored))
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

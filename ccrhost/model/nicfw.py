@@ -1,0 +1,189 @@
+"""A ConnectX NIC's non-volatile firmware settings (``mlxconfig -e q``)
+against a declared profile.
+
+Pure: the probe (``ccrhost.probes.nicfw``) parses the tool's table into
+:class:`FwParam` records; the runner (``ccrhost.node.nicfw``) stores them per
+NIC as an active-check result (``ccrhost.model.active``) with their time,
+because the tool takes seconds per device; :func:`check_nic_firmware`,
+called once from ``verdict.evaluate``, judges the stored readings and their
+age on every path. Profile defaults and sources: docs/nic-firmware.md and
+shared/reference/active-checks.md §3 (NVIDIA's NIC configuration operator,
+pkg/host/configvalidation.go and pkg/consts/consts.go).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
+
+CHECK = "nic_fw"  # the active-check name its results are stored under (ActiveResult.check)
+
+
+@dataclass(frozen=True)
+class FwValue:
+    """One cell of the table: ``True(1)``, ``_256KB(1)``, ``255``, ``Array[0..7]``."""
+    text: str                  # as printed
+    alias: str | None = None   # the name before "(N)": "True", "_256KB"; None for a bare number
+    number: int | None = None  # the N of "Alias(N)", or the bare number; None for an array or text
+
+
+@dataclass(frozen=True)
+class FwParam:
+    """One row after ``Configurations:`` (mlxcfg_ui.cpp queryDevCfg)."""
+    name: str                      # "MAX_ACC_OUT_READ", "CNP_DSCP_P1"
+    next_boot: FwValue             # "Next Boot": what the firmware loads at the next reset
+    default: FwValue | None = None  # "Default" (with -e)
+    current: FwValue | None = None  # "Current" (with -e); None: the query printed no such column
+    marked: bool = False           # the leading "*": next value differs from default/current
+
+
+@dataclass(frozen=True)
+class NicFirmware:
+    """What one NIC's query gave, as stored (``ActiveResult.data``)."""
+    device: str                                   # RDMA device, /sys/class/infiniband/<device>
+    bdf: str | None                               # its PCI function, the tool's -d argument
+    tool: str | None = None                       # "mlxconfig" or "mstconfig"
+    params: dict[str, FwParam] = field(default_factory=dict)
+    error: str | None = None                      # why it could not be read (tool missing, refused, timed out)
+    missing: bool = False                         # no mlxconfig or mstconfig on the node
+
+
+# -- the declared profile ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Want:
+    """One parameter's wanted value(s) and the level of a Current that differs."""
+    values: tuple[int, ...]
+    level: str = FAIL
+    ethernet_only: bool = False  # RoCE congestion parameters: not judged on an InfiniBand port
+    source: str = ""
+
+
+def default_profile(cnp_dscp: int = 48, cnp_prio: int = 6, max_acc_out_read: tuple[int, ...] = (0, 44, 128),
+                    link_type: int | None = None, ats: bool = False) -> dict[str, Want]:
+    """The profile's parameters (``_P1``: the NIC's first port, the one a
+    single-port PF's RDMA device has). Defaults are the NIC configuration
+    operator's; CNP values are ccrhost's own QoS settings (qos_cnp_dscp,
+    qos_cnp_priority) so the firmware's CNPs match what the QoS stage maps."""
+    op = "Mellanox/nic-configuration-operator pkg/host/configvalidation.go"
+    wants = {
+        "ADVANCED_PCI_SETTINGS": Want((1,), FAIL, source=f"{op} (pciPerformanceOptimized); OCI and DGX Max ACC checks"),
+        "MAX_ACC_OUT_READ": Want(tuple(max_acc_out_read), FAIL,
+                                 source=f"{op}: 0 = auto, 44 or 128; OCI and DGX Max ACC checks fail other values"),
+        "ATS_ENABLED": Want((1,) if ats else (0,), WARN, source=f"{op} (gpuDirectOptimized, bare metal)"),
+        "ROCE_CC_PRIO_MASK_P1": Want((255,), WARN, True, source=f"{op} (roceOptimized)"),
+        "CNP_DSCP_P1": Want((cnp_dscp,), WARN, True, source="qos_cnp_dscp (ccrhost's QoS)"),
+        "CNP_802P_PRIO_P1": Want((cnp_prio,), WARN, True, source="qos_cnp_priority (ccrhost's QoS)"),
+    }
+    if link_type is not None:
+        wants["LINK_TYPE_P1"] = Want((link_type,), FAIL, source=f"{op} (linkType: 1 IB, 2 ETH)")
+    return wants
+
+
+@dataclass(frozen=True)
+class NicFwPolicy:
+    enabled: bool = False
+    wants: dict[str, Want] = field(default_factory=dict)
+
+
+@dataclass
+class NicFwReading:
+    """The stored per-NIC results (``ActiveResult`` dicts, by RDMA device) and when they were read."""
+    read_at: float
+    results: dict[str, dict] = field(default_factory=dict)
+    error: str | None = None  # the state file could not be read
+
+
+def _shown(v: FwValue | None) -> str:
+    return v.text if v is not None else "?"
+
+
+def judge_nic(nic: NicFirmware, wants: dict[str, Want], ethernet: bool) -> list[Reason]:
+    """The reasons of one NIC's readings against the profile."""
+    where = f"NIC {nic.device}" + (f" ({nic.bdf})" if nic.bdf else "")
+    if nic.missing:
+        return [Reason(UNKNOWN, "nic_fw_tool_missing",
+                       f"{where}: neither mlxconfig (MFT) nor mstconfig (mstflint) is installed: its firmware "
+                       "settings are not known")]
+    if nic.error:
+        return [Reason(UNKNOWN, "nic_fw_unreadable", f"{where}: firmware settings not read: {nic.error}")]
+    reasons = []
+    for name, want in wants.items():
+        if want.ethernet_only and not ethernet:
+            continue
+        p = nic.params.get(name)
+        if p is None:
+            advanced = nic.params.get("ADVANCED_PCI_SETTINGS")
+            if name == "MAX_ACC_OUT_READ" and advanced is not None and _now(advanced).number == 0:
+                # mlxconfig lists it only once ADVANCED_PCI_SETTINGS is on (the operator's configvalidation.go)
+                reasons.append(Reason(FAIL, "nic_fw_pci_hidden",
+                                      f"{where}: MAX_ACC_OUT_READ is hidden because ADVANCED_PCI_SETTINGS is "
+                                      f"{_shown(_now(advanced))}: its read-request setting cannot be checked or set"))
+            continue  # a parameter this device does not have is not judged
+        now = _now(p)
+        wanted = " or ".join(str(v) for v in want.values)
+        if now.number not in want.values:
+            if want.level == FAIL:
+                reasons.append(Reason(FAIL, "nic_fw_wrong", f"{where}: {name} is {now.text}, the profile wants "
+                                      f"{wanted}"))
+            else:
+                reasons.append(Reason(WARN, "nic_fw_differs", f"{where}: {name} is {now.text}, the profile "
+                                      f"wants {wanted}"))
+        if p.current is not None and p.next_boot.text != p.current.text:
+            reasons.append(Reason(WARN, "nic_fw_pending",
+                                  f"{where}: firmware setting pending reboot: {name} is {p.current.text}, "
+                                  f"{p.next_boot.text} at the next boot"))
+    return reasons
+
+
+def _now(p: FwParam) -> FwValue:
+    # a query without -e prints only Next Boot: that is all it says of the setting
+    return p.current if p.current is not None else p.next_boot
+
+
+def nic_from_dict(data: dict) -> NicFirmware:
+    """A stored :class:`NicFirmware` (``plain`` dicts); raises ``ValueError`` when it is not one."""
+    try:
+        def value(v):
+            return None if v is None else FwValue(str(v["text"]), v.get("alias"), v.get("number"))
+        params = {name: FwParam(name, value(p["next_boot"]), value(p.get("default")), value(p.get("current")),
+                                bool(p.get("marked")))
+                  for name, p in (data.get("params") or {}).items()}
+        return NicFirmware(str(data["device"]), data.get("bdf"), data.get("tool"), params, data.get("error"),
+                           bool(data.get("missing")))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a stored NIC firmware reading: {exc}") from None
+
+
+def check_nic_firmware(reading: NicFwReading | None, policy: NicFwPolicy, ethernet: dict[str, bool]) -> list[Reason]:
+    """Reasons from the stored readings (``ethernet``: RDMA device -> whether
+    its port is Ethernet): a result past its validity is UNKNOWN as stale,
+    never its old reading; a compute NIC with no stored result is UNKNOWN."""
+    from ccrhost.model.active import ActiveResult
+
+    if reading is None or not policy.enabled:
+        return []
+    if reading.error:
+        return [Reason(UNKNOWN, "nic_fw_unreadable", f"NIC firmware results: {reading.error}")]
+    reasons = []
+    for device in sorted(ethernet):
+        data = reading.results.get(device)
+        if data is None:
+            reasons.append(Reason(UNKNOWN, "nic_fw_never_read",
+                                  f"NIC {device}: no stored firmware reading (the deploy, the health check or "
+                                  "`ccrhost check --refresh-nic` reads it)"))
+            continue
+        try:
+            result = ActiveResult.from_dict(data)
+            nic = nic_from_dict(result.data or {})
+        except ValueError as exc:
+            reasons.append(Reason(UNKNOWN, "nic_fw_unreadable", f"NIC {device}: {exc}"))
+            continue
+        if result.stale(reading.read_at):
+            reasons.append(Reason(UNKNOWN, "nic_fw_stale",
+                                  f"NIC {device}: the stored firmware reading is {result.age(reading.read_at):.0f} s "
+                                  f"old, valid for {result.valid_for:g} s: read it again"))
+            continue
+        reasons += judge_nic(nic, policy.wants, ethernet[device])
+    return reasons

@@ -1,0 +1,72 @@
+"""The NIC firmware audit on this node: query each compute NIC, store.
+
+``mlxconfig`` (or ``mstconfig``) takes seconds per device, so it runs in the
+health check (``ccrhost check --refresh-nic``), the deploy and sweeps, never
+in the prolog: each NIC's reading is stored as an active-check result
+(``ccrhost.node.active``, the same state file and runner as the all-reduce
+gate) with its time, and every path judges the stored reading and its age
+(``ccrhost.model.nicfw.check_nic_firmware``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from ccrhost.model.active import ActiveResult
+from ccrhost.model.nicfw import CHECK, NicFirmware, NicFwReading
+from ccrhost.model.plain import plain
+from ccrhost.model.status import OK, UNKNOWN
+from ccrhost.node import active
+from ccrhost.probes import nicfw as probe
+
+
+def result(nic: NicFirmware, valid_for: float, now: float) -> ActiveResult:
+    """One NIC's stored result: its status says whether it was read (the
+    verdict on the values is made when it is judged, against the profile
+    of that time)."""
+    status, code = (OK, None) if not (nic.missing or nic.error) else \
+        (UNKNOWN, "nic_fw_tool_missing" if nic.missing else "nic_fw_unreadable")
+    message = "read" if status == OK else (nic.error or "neither mlxconfig nor mstconfig is installed")
+    return ActiveResult(CHECK, nic.device, status, code, message, now, valid_for, data=plain(nic))
+
+
+def bdf_of(device: str, sys: str = "/sys") -> str | None:
+    path = os.path.realpath(f"{sys}/class/infiniband/{device}/device")
+    name = os.path.basename(path)
+    return name if ":" in name else None
+
+
+def query(devices: list[str], run=None, which=shutil.which) -> list[NicFirmware]:
+    """Each RDMA device's firmware settings, through the first tool found."""
+    run = run or active.run_tool
+    tool = next((t for t in probe.TOOLS if which(t)), None)
+    out = []
+    for device in devices:
+        bdf = bdf_of(device)
+        if tool is None or bdf is None:
+            out.append(probe.reading(device, bdf, tool, "", None, missing=tool is None))
+            continue
+        ran = run([tool, "-d", bdf, "-e", "q"], probe.DEADLINE)
+        out.append(probe.reading(device, bdf, tool, ran.output, ran.rc, missing=bool(ran.missing),
+                                 timed_out=ran.timed_out))
+    return out
+
+
+def run_and_store(path: str, devices: list[str], valid_for: float, run=None, clock=time.time,
+                  which=shutil.which) -> list[ActiveResult]:
+    now = clock()
+    results = [result(nic, valid_for, now) for nic in query(devices, run, which)]
+    active.store(path, results)
+    return results
+
+
+def stored_reading(path: str, clock=time.time) -> NicFwReading:
+    """What every path judges: the stored results and their age, never a new query."""
+    now = clock()
+    try:
+        stored = active.load(path)
+    except ValueError as exc:
+        return NicFwReading(now, {}, str(exc))
+    return NicFwReading(now, {r.mode: r.to_dict() for r in stored.values() if r.check == CHECK})

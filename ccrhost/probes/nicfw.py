@@ -1,0 +1,117 @@
+"""A ConnectX NIC's firmware settings: ``mlxconfig -d <bdf> -e q`` (MFT), or
+``mstconfig -d <bdf> -e q`` (mstflint, which Debian ships) where MFT is absent.
+
+Format (verbatim samples in tests/fixtures/nicfw/; mstflint mlxconfig/mlxcfg_ui.cpp
+printConfHeader and queryDevCfg): a ``Configurations:`` header naming the
+columns (``Default  Current  Next Boot`` with ``-e``, ``Next Boot`` alone
+without), then one row per parameter: a ``*`` where the next value differs
+from the default or current one, the name, and a value per column, columns
+padded with spaces (the operator's parser splits on runs of two or more).
+A value is ``Alias(N)`` (``True(1)``, ``_256KB(1)``), a number, or an array
+(``Array[0..7]``). Errors are ``-E- <text>`` lines (mlxcfg_ui.cpp ``err``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ccrhost.model.nicfw import FwParam, FwValue, NicFirmware
+from ccrhost.probes.sections import split
+
+TOOLS = ("mlxconfig", "mstconfig")
+DEADLINE = 60  # seconds per device: a query takes seconds on real NICs, a hung one is killed
+
+
+class NicFwFormatError(ValueError):
+    """Output no mlxconfig or mstconfig prints; the message quotes it."""
+
+
+_COLUMNS = re.compile(r"\s{2,}")
+_ALIAS = re.compile(r"^(.*)\((\d{1,10})\)$")
+_NAME = re.compile(r"^[A-Z0-9_]+(?:\[\d+\])?$")
+
+
+def parse_value(text: str) -> FwValue:
+    m = _ALIAS.match(text)
+    if m:
+        return FwValue(text, m.group(1), int(m.group(2)))
+    if text.isdigit() and text.isascii():
+        return FwValue(text, None, int(text))
+    return FwValue(text)
+
+
+def parse_query(text: str) -> dict[str, FwParam]:
+    """The parameters of one device's query; an ``-E-`` line or a table that
+    does not parse raises :class:`NicFwFormatError`, quoting it."""
+    columns: list[str] | None = None
+    params: dict[str, FwParam] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("-E-"):
+            raise NicFwFormatError(stripped[:200])
+        if stripped.startswith("Configurations:"):
+            columns = _COLUMNS.split(stripped[len("Configurations:"):].strip())
+            if columns[-1] != "Next Boot" or len(columns) not in (1, 3):
+                raise NicFwFormatError(f"unexpected columns: {stripped[:200]!r}")
+            continue
+        if columns is None or not stripped or stripped.startswith("The '"):
+            continue
+        marked = stripped.startswith("*")
+        cells = _COLUMNS.split(stripped.lstrip("*").strip())
+        if len(cells) != len(columns) + 1 or not _NAME.match(cells[0]):
+            raise NicFwFormatError(f"unexpected row: {stripped[:200]!r}")
+        values = [parse_value(c) for c in cells[1:]]
+        if len(values) == 3:
+            params[cells[0]] = FwParam(cells[0], values[2], values[0], values[1], marked)
+        else:
+            params[cells[0]] = FwParam(cells[0], values[0], marked=marked)
+    if columns is None:
+        said = " ".join(text.split())[:200]
+        raise NicFwFormatError(f"no 'Configurations:' table in the output: {said!r}" if said else "no output")
+    return params
+
+
+def reading(device: str, bdf: str | None, tool: str | None, output: str, rc: int | None,
+            missing: bool = False, timed_out: bool = False) -> NicFirmware:
+    """One NIC's record from its query's output and exit status."""
+    if missing or tool is None:
+        return NicFirmware(device, bdf, None, missing=True)
+    if bdf is None:
+        return NicFirmware(device, None, tool, error="its PCI function is not known (no device link in sysfs)")
+    if timed_out:
+        return NicFirmware(device, bdf, tool, error=f"{tool} -d {bdf} -e q did not answer within {DEADLINE} s")
+    try:
+        params = parse_query(output)
+    except NicFwFormatError as exc:
+        return NicFirmware(device, bdf, tool, error=f"{tool} -d {bdf} -e q (exit {rc}): {exc}")
+    return NicFirmware(device, bdf, tool, params)
+
+
+def command(devices: list[str]) -> str:
+    """A shell command querying each RDMA device's PCI function with the
+    first tool the node has: ``@@nic DEVICE BDF TOOL`` then the tool's
+    output, then ``@@rc N`` (the deploy's remote read)."""
+    names = " ".join(d for d in devices if re.fullmatch(r"[A-Za-z0-9_.-]+", d))
+    return (
+        "t=; for c in " + " ".join(TOOLS) + "; do command -v $c >/dev/null 2>&1 && { t=$c; break; }; done; "
+        f"for d in {names}; do b=$(readlink -f /sys/class/infiniband/$d/device 2>/dev/null); b=${{b##*/}}; "
+        'echo "@@nic $d ${b:--} ${t:--}"; '
+        f'if [ -n "$t" ] && [ -n "$b" ]; then timeout -k 2 {DEADLINE} $t -d $b -e q 2>&1; echo "@@rc $?"; fi; done'
+    )
+
+
+def parse_dump(lines: list[str]) -> list[NicFirmware]:
+    """:func:`command`'s output, one record per device."""
+    out = []
+    sections = split(lines)
+    for i, s in enumerate(sections):
+        if s.tag != "nic":
+            continue
+        parts = s.arg.split()
+        if len(parts) != 3:
+            continue
+        device, bdf, tool = (None if p == "-" else p for p in parts)
+        nxt = sections[i + 1] if i + 1 < len(sections) else None
+        rc = int(nxt.arg) if nxt is not None and nxt.tag == "rc" and nxt.arg.strip().lstrip("-").isdigit() else None
+        out.append(reading(device, bdf, tool, "\n".join(s.lines), rc, missing=tool is None, timed_out=rc == 124))
+    return out

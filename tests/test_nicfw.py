@@ -1,0 +1,199 @@
+"""NIC firmware settings: the mlxconfig/mstconfig table from verbatim samples,
+the profile's verdict, the stored reading and its age, and every path
+(``ccrhost check``, the deploy's node verdict) judging alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ccrhost.model import nicfw
+from ccrhost.model.active import ActiveResult
+from ccrhost.model.nicfw import FwParam, FwValue, NicFirmware, NicFwPolicy, NicFwReading
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
+from ccrhost.node import active
+from ccrhost.node import nicfw as node_nicfw
+from ccrhost.node.active import ToolRun
+from ccrhost.probes import nicfw as probe
+
+FIX = Path(__file__).parent / "fixtures" / "nicfw"
+
+
+def test_operator_fixture_parses_every_column_alias_and_marker():
+    params = probe.parse_query((FIX / "operator_utils_test.txt").read_text())
+    assert list(params) == ["KEEP_IB_LINK_UP_P2", "KEEP_LINK_UP_ON_BOOT_P2", "ESWITCH_HAIRPIN_DESCRIPTORS",
+                            "MEMIC_SIZE_LIMIT"]
+    keep = params["KEEP_IB_LINK_UP_P2"]
+    assert keep.marked and keep.default == FwValue("False(0)", "False", 0)
+    assert keep.current == FwValue("True(1)", "True", 1) and keep.next_boot == FwValue("True(1)", "True", 1)
+    assert not params["KEEP_LINK_UP_ON_BOOT_P2"].marked
+    array = params["ESWITCH_HAIRPIN_DESCRIPTORS"]
+    assert array.current == FwValue("Array[0..7]") and array.current.number is None
+    memic = params["MEMIC_SIZE_LIMIT"]
+    assert memic.current == FwValue("_256KB(1)", "_256KB", 1)
+    assert memic.next_boot == FwValue("DISABLED(0)", "DISABLED", 0) and memic.marked
+
+
+def test_mstconfig_without_e_has_next_boot_only():
+    params = probe.parse_query((FIX / "mstconfig_q_cx4lx.txt").read_text())
+    assert params["CNP_DSCP_P1"] == FwParam("CNP_DSCP_P1", FwValue("48", None, 48))
+    assert params["ADVANCED_PCI_SETTINGS"].next_boot.number == 0
+    assert params["PCI_WR_ORDERING"].next_boot == FwValue("per_mkey(0)", "per_mkey", 0)
+    assert "MAX_ACC_OUT_READ" not in params
+
+
+@pytest.mark.parametrize("text, quoted", [
+    ("-E- Failed to open the device", "-E- Failed to open the device"),
+    ("", "no output"),
+    ("Configurations:     Default     Next Boot\n", "unexpected columns"),
+    ("Configurations:    Next Boot\n   SRIOV_EN   True(1)   False(0)\n", "unexpected row"),
+])
+def test_output_no_tool_prints_is_an_error_quoting_it(text, quoted):
+    with pytest.raises(probe.NicFwFormatError, match=quoted):
+        probe.parse_query(text)
+
+
+def _row(name, current, next_boot=None, default="0"):
+    nxt = next_boot if next_boot is not None else current
+    return f"         {name:<36}{default:<16}{current:<16}{nxt}"
+
+
+def table(**params) -> str:
+    """An ``-e q`` table in the operator fixture's layout, for the values given."""
+    rows = [_row(k, *v) if isinstance(v, tuple) else _row(k, v) for k, v in params.items()]
+    return ("\nDevice #1:\n----------\n\nDevice type:    ConnectX7\n"
+            "Configurations:                              Default         Current         Next Boot\n"
+            + "\n".join(rows) + "\nThe '*' shows parameters with next value different from default/current value.\n")
+
+
+GOOD = dict(ADVANCED_PCI_SETTINGS="True(1)", MAX_ACC_OUT_READ="0", ATS_ENABLED="False(0)",
+            ROCE_CC_PRIO_MASK_P1="255", CNP_DSCP_P1="48", CNP_802P_PRIO_P1="6")
+
+
+def judge(text, ethernet=True, **profile):
+    nic = NicFirmware("mlx5_0", "0000:1a:00.0", "mlxconfig", probe.parse_query(text))
+    return [(r.level, r.code, r.message) for r in nicfw.judge_nic(nic, nicfw.default_profile(**profile), ethernet)]
+
+
+def test_the_profile_passes_a_nic_set_as_the_operator_sets_it():
+    assert judge(table(**GOOD)) == []
+
+
+def test_a_wrong_current_fails_or_warns_by_setting():
+    got = judge(table(**{**GOOD, "MAX_ACC_OUT_READ": "64", "ATS_ENABLED": "True(1)"}))
+    assert got == [(FAIL, "nic_fw_wrong", "NIC mlx5_0 (0000:1a:00.0): MAX_ACC_OUT_READ is 64, the profile wants "
+                    "0 or 44 or 128"),
+                   (WARN, "nic_fw_differs", "NIC mlx5_0 (0000:1a:00.0): ATS_ENABLED is True(1), the profile wants 0")]
+
+
+def test_cnp_values_come_from_the_qos_settings_and_only_on_ethernet():
+    assert judge(table(**GOOD), cnp_dscp=46)[0][:2] == (WARN, "nic_fw_differs")
+    assert judge(table(**GOOD), ethernet=False, cnp_dscp=46) == []
+
+
+def test_a_pending_next_boot_warns_naming_the_parameter():
+    got = judge(table(**{**GOOD, "MAX_ACC_OUT_READ": ("0", "128")}))
+    assert got == [(WARN, "nic_fw_pending", "NIC mlx5_0 (0000:1a:00.0): firmware setting pending reboot: "
+                    "MAX_ACC_OUT_READ is 0, 128 at the next boot")]
+
+
+def test_max_acc_hidden_by_advanced_pci_settings_off_is_its_own_reason():
+    good = {k: v for k, v in GOOD.items() if k != "MAX_ACC_OUT_READ"}
+    got = judge(table(**{**good, "ADVANCED_PCI_SETTINGS": "False(0)"}))
+    assert [(lvl, code) for lvl, code, _ in got] == [(FAIL, "nic_fw_wrong"), (FAIL, "nic_fw_pci_hidden")]
+    assert "MAX_ACC_OUT_READ is hidden because ADVANCED_PCI_SETTINGS is False(0)" in got[1][2]
+
+
+def test_mstconfig_sample_is_judged_on_its_next_boot_column():
+    got = judge((FIX / "mstconfig_q_cx4lx.txt").read_text())
+    assert [(lvl, code) for lvl, code, _ in got] == [(FAIL, "nic_fw_wrong"), (FAIL, "nic_fw_pci_hidden")]
+
+
+def test_link_type_only_when_declared():
+    assert judge(table(**GOOD, LINK_TYPE_P1="ETH(2)")) == []
+    assert judge(table(**GOOD, LINK_TYPE_P1="ETH(2)"), link_type=1)[0][:2] == (FAIL, "nic_fw_wrong")
+
+
+# -- the stored reading, its age, and every path ---------------------------------
+
+def _sysfs(tmp_path, monkeypatch, devices=("mlx5_0",)):
+    real = node_nicfw.bdf_of
+    for i, d in enumerate(devices):
+        (tmp_path / f"pci/0000:{0x1a + i:02x}:00.0").mkdir(parents=True)
+        (tmp_path / "class/infiniband" / d).mkdir(parents=True)
+        (tmp_path / "class/infiniband" / d / "device").symlink_to(tmp_path / f"pci/0000:{0x1a + i:02x}:00.0")
+    monkeypatch.setattr(node_nicfw, "bdf_of", lambda dev: real(dev, str(tmp_path)))
+
+
+def _runner(output, rc=0, **kw):
+    calls = []
+
+    def run(argv, deadline, env=None):
+        calls.append(argv)
+        return ToolRun(tuple(argv), rc, output, 0.1, **kw)
+    run.calls = calls
+    return run
+
+
+def test_runner_stores_each_nic_with_its_time_and_the_check_judges_its_age(tmp_path, monkeypatch):
+    _sysfs(tmp_path, monkeypatch)
+    state = str(tmp_path / "active.json")
+    run = _runner(table(**{**GOOD, "ATS_ENABLED": "True(1)"}))
+    node_nicfw.run_and_store(state, ["mlx5_0"], 600, run=run, clock=lambda: 1000.0, which=lambda t: t == "mstconfig")
+    assert run.calls == [["mstconfig", "-d", "0000:1a:00.0", "-e", "q"]]
+    policy = NicFwPolicy(True, nicfw.default_profile())
+    fresh = node_nicfw.stored_reading(state, clock=lambda: 1100.0)
+    assert [r.code for r in nicfw.check_nic_firmware(fresh, policy, {"mlx5_0": True})] == ["nic_fw_differs"]
+    old = node_nicfw.stored_reading(state, clock=lambda: 1700.0)
+    assert [(r.level, r.code) for r in nicfw.check_nic_firmware(old, policy, {"mlx5_0": True})] == \
+        [(UNKNOWN, "nic_fw_stale")]
+    assert [r.code for r in nicfw.check_nic_firmware(fresh, policy, {"mlx5_0": True, "mlx5_1": True})] == \
+        ["nic_fw_differs", "nic_fw_never_read"]
+    # off: not judged at all
+    assert nicfw.check_nic_firmware(fresh, NicFwPolicy(False, policy.wants), {"mlx5_0": True}) == []
+
+
+def test_no_tool_is_unknown_for_these_keys_only(tmp_path, monkeypatch):
+    _sysfs(tmp_path, monkeypatch)
+    state = str(tmp_path / "active.json")
+    got = node_nicfw.query(["mlx5_0"], run=_runner(""), which=lambda name: None)
+    assert got == [NicFirmware("mlx5_0", "0000:1a:00.0", None, missing=True)]
+    node_nicfw.run_and_store(state, ["mlx5_0"], 600, which=lambda name: None)
+    reasons = nicfw.check_nic_firmware(node_nicfw.stored_reading(state), NicFwPolicy(True, nicfw.default_profile()),
+                                       {"mlx5_0": True})
+    assert [(r.level, r.code) for r in reasons] == [(UNKNOWN, "nic_fw_tool_missing")]
+
+
+def test_other_checks_results_are_kept_in_the_shared_state_file(tmp_path):
+    state = str(tmp_path / "active.json")
+    active.store(state, [ActiveResult("allreduce", "nvlink", OK, None, "passed", 1.0, 10.0, 476.0)])
+    text = Path(state).read_text()
+    nic = node_nicfw.result(NicFirmware("mlx5_0", "0000:1a:00.0", "mlxconfig"), 600, 2.0)
+    both = active.merged(text, [nic])
+    assert sorted((r.check, r.mode) for r in both) == [("allreduce", "nvlink"), ("nic_fw", "mlx5_0")]
+    assert active.merged("not json", [nic]) == [nic]
+
+
+def test_dump_of_the_remote_command_reads_each_device():
+    out = ["@@nic mlx5_0 0000:1a:00.0 mlxconfig", *table(**GOOD).splitlines(), "@@rc 0",
+           "@@nic mlx5_1 0000:2a:00.0 -", "@@nic mlx5_2 - mlxconfig",
+           "@@nic mlx5_3 0000:3a:00.0 mstconfig", "-E- Failed to open the device", "@@rc 1",
+           "@@nic mlx5_4 0000:4a:00.0 mlxconfig", "@@rc 124"]
+    got = probe.parse_dump(out)
+    assert [n.device for n in got] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"]
+    assert got[0].params["CNP_DSCP_P1"].current.number == 48 and got[0].error is None
+    assert got[1].missing
+    assert "PCI function is not known" in got[2].error
+    assert got[3].error == "mstconfig -d 0000:3a:00.0 -e q (exit 1): -E- Failed to open the device"
+    assert "did not answer within" in got[4].error
+
+
+def test_the_stored_reading_rides_in_the_readings_document():
+    from ccrhost.model.verdict import Readings, readings_from_dict
+
+    data = node_nicfw.result(NicFirmware("mlx5_0", "0000:1a:00.0", "mlxconfig",
+                                         probe.parse_query(table(**GOOD))), 600, 5.0).to_dict()
+    readings = Readings([], [], nic_fw=NicFwReading(6.0, {"mlx5_0": data}))
+    again = readings_from_dict(readings.to_dict())
+    assert again.nic_fw == readings.nic_fw

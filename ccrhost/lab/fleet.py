@@ -62,6 +62,7 @@ NODES_PER_24 = 245  # 198.18.<subnet>.11 to .255; more take the next /24 too
 
 # Shims a check or deploy runs many times: served by each node's labsysfsd
 # (shims/labtools.py) so that a call costs no interpreter start.
+MLX_TOOLS = ("mlxconfig", "mstconfig")  # removed from a node by the mlx_tools_missing fault
 SERVED_SHIMS = ("ethtool", "nvidia-smi", "journalctl", "dmesg", "setpci", "mlnx_qos", "dcb")
 
 
@@ -395,10 +396,17 @@ class Lab:
         if driver is not None:
             (ndir / "boot" / "nvidia_version").write_text(nvidia_proc_version(driver))
         shims = self.dir / "shims"
-        if "perftest_missing" in kinds:
+        gone = (["ib_write_bw"] if "perftest_missing" in kinds else []) + \
+            (list(MLX_TOOLS) if "mlx_tools_missing" in kinds else [])
+        if gone:
             shims = ndir / "shims"
             shutil.copytree(self.dir / "shims", shims, dirs_exist_ok=True)
-            (shims / "ib_write_bw").unlink()
+            for tool in gone:
+                (shims / tool).unlink()
+        # the NICs' flash: first power-on writes it, each later one loads Next Boot (lab/nicfw.py)
+        from ccrhost.lab import nicfw
+
+        nicfw.prepare(ndir, built["nics"], faults)
         (ndir / "boot" / "shims").write_text(str(shims))
         import ccrhost
 

@@ -403,6 +403,12 @@ FAULT_KINDS = {
     "allreduce_hang": "the node's all_reduce_perf ranks stop after start-up: the run never ends",
     "allreduce_missing": "all_reduce_perf is not installed on the node: the launcher cannot exec it",
     "gpu_busy": "the node's GPUs are held (another process, exclusive mode): CUDA refuses them to all_reduce_perf",
+    # NIC firmware (lab/nicfw.py, shims/labfw.py: mlxconfig, mstconfig; docs/nic-firmware.md)
+    "nicfw_wrong": "[DEV[:PARAM=VALUE]]: that NIC's firmware (default: the first NIC's) runs PARAM=VALUE, Current "
+                   "and Next Boot (default MAX_ACC_OUT_READ=64)",
+    "nicfw_pending": "[DEV[:PARAM=VALUE]]: PARAM=VALUE is written for that NIC's next boot (default: the first "
+                     "NIC, MAX_ACC_OUT_READ=128); a reboot makes it Current",
+    "mlx_tools_missing": "neither mlxconfig nor mstconfig is installed on the node",
 }
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay")

@@ -1,0 +1,109 @@
+"""The NIC firmware audit end to end on a 4-node lab: the lab's mlxconfig and
+mstconfig over each NIC's emulated firmware. Each fault is exactly its node's
+reason on the deploy's verification, the health check (`ccrhost check
+--refresh-nic`, which queries and stores), the prolog's check (which judges
+the stored reading only) and `ccrhost slurm verify`'s judgement of what the
+check printed; a set writes Next Boot, a reboot makes it Current, a refused
+set changes nothing."""
+
+import json
+import sys
+
+import pytest
+from conftest import REPO, lab_inventory, lab_ssh, node_address, run_pyinfra
+
+from ccrhost.fleet.slurm import CheckOutput, judge
+from ccrhost.lab import nicfw as lab_nicfw
+
+pytestmark = pytest.mark.lab
+
+STATE = "/run/ccrhost/active.json"  # the node's own /run: each lab node keeps its own results
+CONFIG = f"printf 'verify_nic_firmware: true\\nverify_allreduce_state: {STATE}\\n' > /tmp/check.yaml"
+CHECK = f"{CONFIG} && cd {REPO} && {sys.executable} -m ccrhost check --config /tmp/check.yaml " \
+        "--profile hgx-h100-8x400 --format json"
+NICS = 8
+# node -> (fault at lab up, status, reason codes, reasons, a piece of the first message)
+FAULTS = {
+    "node2": ("nicfw_wrong", "FAIL", {"nic_fw_wrong"}, 1, "MAX_ACC_OUT_READ is 64, the profile wants 0 or 44 or 128"),
+    "node3": ("nicfw_pending=mlx5_3:ATS_ENABLED=1", "WARN", {"nic_fw_pending"}, 1,
+              "firmware setting pending reboot: ATS_ENABLED is False(0), True(1) at the next boot"),
+    "node4": ("mlx_tools_missing", "UNKNOWN", {"nic_fw_tool_missing"}, NICS,
+              "neither mlxconfig (MFT) nor mstconfig (mstflint) is installed"),
+}
+
+
+@pytest.fixture
+def fleet(make_lab):
+    return make_lab(nodes=4, faults=[f"{node}:{spec}" for node, (spec, *_) in FAULTS.items()])
+
+
+def check(lab, node: str, refresh: bool = False) -> tuple[dict, int]:
+    run = lab_ssh(lab, node, CHECK + (" --refresh-nic" if refresh else ""))
+    assert run.returncode in (0, 1, 2, 3) and run.stdout.startswith("{"), run.stdout + run.stderr
+    return json.loads(run.stdout), run.returncode
+
+
+def codes(reasons) -> tuple[set, int]:
+    return {r["code"] for r in reasons}, len(reasons)
+
+
+def test_each_fault_is_its_nodes_reason_on_every_path(fleet, tmp_path):
+    for node in FAULTS:  # before any reading is stored, the prolog's check cannot judge the NICs
+        doc, _ = check(fleet, node)
+        assert codes(doc["reasons"]) == ({"nic_fw_never_read"}, NICS), doc["reasons"]
+
+    report_dir = tmp_path / "report"
+    run = run_pyinfra("deploys/verify.py", inventory=lab_inventory(
+        tmp_path, verify_report_dir=str(report_dir), verify_nic_firmware=True, verify_allreduce_state=STATE),
+        timeout=400)
+    assert run.rc == 1 and "Traceback" not in run.out, run.out
+    deployed = json.loads((report_dir / "ccr-report.json").read_text())["hosts"]
+    for i in range(1, 5):
+        node = f"node{i}"
+        _, status, wanted, count, text = FAULTS.get(node, (None, "OK", set(), 0, ""))
+        host = deployed[node_address(i)]
+        assert (host["status"], *codes(host["reasons"])) == (status, wanted, count), (node, host["reasons"])
+        assert all(text in r["message"] for r in host["reasons"]), host["reasons"]
+
+        prolog, _ = check(fleet, node)  # judges what the deploy stored on the node, never queries
+        health, rc = check(fleet, node, refresh=True)  # queries and stores again
+        for doc in (prolog, health):
+            assert (doc["status"], *codes(doc["reasons"])) == (status, wanted, count), (node, doc["reasons"])
+            assert [r["message"] for r in doc["reasons"]] == [r["message"] for r in host["reasons"]]
+        verdict, _ = judge(CheckOutput(node, None, json.dumps(health), rc))  # ccrhost slurm verify
+        assert (verdict.status, {r.code for r in verdict.reasons}) == (status, wanted)
+
+    # the wrong value names its NIC by its PCI function
+    first = deployed[node_address(2)]["reasons"][0]["message"]
+    assert first.startswith("NIC mlx5_0 (0000:") and "): MAX_ACC_OUT_READ is 64" in first
+
+
+def test_set_writes_next_boot_a_reboot_makes_it_current_and_a_refused_set_changes_nothing(fleet):
+    bdf = json.loads((fleet.node_dir("node2") / "node.json").read_text())["nics"][0]["pci"]
+    before = lab_nicfw.read_state(fleet.node_dir("node2"), bdf)
+    for bad, said in (("FOO=1", "-E- Unknown Parameter FOO"),
+                      ("MAX_ACC_OUT_READ=300", "-E- Cannot set the value 300 for the parameter MAX_ACC_OUT_READ"),
+                      ("ATS_ENABLED=maybe", "-E- Cannot set the value maybe for the parameter ATS_ENABLED")):
+        refused = lab_ssh(fleet, "node2", f"mlxconfig -d {bdf} -y set MAX_ACC_OUT_READ=0 {bad}")
+        assert refused.returncode == 1 and said in refused.stdout, refused.stdout
+    assert lab_nicfw.read_state(fleet.node_dir("node2"), bdf) == before
+
+    applied = lab_ssh(fleet, "node2", f"mstconfig -d {bdf[5:]} -y set MAX_ACC_OUT_READ=0")
+    assert applied.returncode == 0 and "-I- Please reboot machine to load new configurations." in applied.stdout
+    doc, _ = check(fleet, "node2", refresh=True)
+    assert [(r["code"], r["level"]) for r in doc["reasons"]] == [("nic_fw_wrong", "FAIL"), ("nic_fw_pending", "WARN")]
+    assert doc["reasons"][1]["message"].endswith("MAX_ACC_OUT_READ is 64, 0 at the next boot")
+
+    fleet.reboot("node2")
+    doc, rc = check(fleet, "node2", refresh=True)
+    assert (doc["status"], rc, doc["reasons"]) == ("OK", 0, [])
+    query = lab_ssh(fleet, "node2", f"mlxconfig -d {bdf} -e q")
+    assert "         MAX_ACC_OUT_READ                    0               0               0" in query.stdout
+
+    off = lab_ssh(fleet, "node1", f"mlxconfig -d {bdf} -y set ADVANCED_PCI_SETTINGS=0")
+    assert off.returncode == 0, off.stdout
+    fleet.reboot("node1")
+    doc, _ = check(fleet, "node1", refresh=True)  # MAX_ACC_OUT_READ hidden now: its own reason
+    assert [r["code"] for r in doc["reasons"]] == ["nic_fw_wrong", "nic_fw_pci_hidden"], doc["reasons"]
+    hidden = lab_ssh(fleet, "node1", f"mlxconfig -d {bdf} -y set MAX_ACC_OUT_READ=0")
+    assert hidden.returncode == 1 and "-E- The Device doesn't support MAX_ACC_OUT_READ parameter" in hidden.stdout

@@ -616,15 +616,15 @@ class HostSettings(BaseModel):
         86400, ge=60, le=30 * 86400, description="Seconds a stored NIC firmware reading holds; an older one is "
         "UNKNOWN as stale.",
     )
-    nic_fw_max_acc_out_read: tuple[Annotated[int, Field(ge=0, le=255)], ...] = Field(
+    verify_nic_max_acc_out_read: tuple[Annotated[int, Field(ge=0, le=255)], ...] = Field(
         (0, 44, 128), min_length=1, description="MAX_ACC_OUT_READ values allowed (NVIDIA's NIC configuration "
         "operator: 0 = auto, or 44 or 128; OCI's and DGX's Max ACC checks).",
     )
-    nic_fw_ats_enabled: bool = Field(
+    verify_nic_ats_enabled: bool = Field(
         False, description="The ATS_ENABLED wanted: off for bare-metal GPUDirect (the operator's "
         "gpuDirectOptimized); on only where a VM's IOMMU needs it.",
     )
-    nic_fw_link_type: Literal[1, 2] | None = Field(
+    verify_nic_link_type: Literal[1, 2] | None = Field(
         None, description="LINK_TYPE_P1 wanted (1 InfiniBand, 2 Ethernet) on NICs that have it; None: not judged.",
     )
     verify_npd_warn_unhealthy: bool = Field(
@@ -943,8 +943,8 @@ class HostSettings(BaseModel):
         from ccrhost.model.nicfw import NicFwPolicy, default_profile
 
         return NicFwPolicy(self.verify_nic_firmware, default_profile(
-            self.qos_cnp_dscp, self.qos_cnp_priority, tuple(self.nic_fw_max_acc_out_read), self.nic_fw_link_type,
-            self.nic_fw_ats_enabled))
+            self.qos_cnp_dscp, self.qos_cnp_priority, tuple(self.verify_nic_max_acc_out_read), self.verify_nic_link_type,
+            self.verify_nic_ats_enabled))
 
     @property
     def nic_fw_state(self) -> str | None:

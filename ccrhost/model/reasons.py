@@ -988,7 +988,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "A compute NIC's firmware runs a setting the profile requires otherwise (ADVANCED_PCI_SETTINGS, "
          "MAX_ACC_OUT_READ, LINK_TYPE_P1): GPUDirect reads or the link type are not what the site declared.",
          "The stored `mlxconfig -d <bdf> -e q` reading's Current column (Next Boot where the query printed only "
-         "that), against the profile (`nic_fw_*`; NVIDIA's NIC configuration operator's values).",
+         "that), against the profile (`verify_nic_*`; NVIDIA's NIC configuration operator's values).",
          ["the NIC was never configured, or was reset to its defaults by a firmware update",
           "a replaced NIC, fresh from the factory"],
          ["mlxconfig -d <bdf> -e q", "ccrhost check --refresh-nic --config /etc/ccrhost/check.yaml"],

@@ -409,6 +409,8 @@ FAULT_KINDS = {
     "nicfw_pending": "[DEV[:PARAM=VALUE]]: PARAM=VALUE is written for that NIC's next boot (default: the first "
                      "NIC, MAX_ACC_OUT_READ=128); a reboot makes it Current",
     "mlx_tools_missing": "neither mlxconfig nor mstconfig is installed on the node",
+    "mlx5_fatal": "[DEV[:KIND]]: the kernel log has an mlx5_core fatal line for that NIC (default: the first) of "
+                  "KIND cmd_exec_timeout, health_poll_failed (default) or unrecoverable_err",
 }
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay")
@@ -571,7 +573,7 @@ def _guid(node_index: int, nic_index: int) -> str:
 FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
               "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy",
-              *GPU_HEALTH_KINDS, *FABRIC_FAULTS)
+              *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal")
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -915,8 +917,14 @@ def _link_faults(profile: Profile, faults: list[Fault]) -> tuple[set, set, dict,
 
 
 def _gpu_health_faults(profile: Profile, faults: list[Fault]) -> None:
-    """Refuse a GPU health fault the shims could not render (before anything changes)."""
+    """Refuse a GPU health fault (and an mlx5_fatal one) the shims could not render (before anything changes)."""
     last = profile.gpus.count - 1
+    for value in _fault_values(faults, "mlx5_fatal"):
+        dev, _, kind = (value or "").partition(":")
+        nics = [n.name for n in profile.nics if n.pci]
+        if (dev and dev not in nics) or kind not in ("", "cmd_exec_timeout", "health_poll_failed", "unrecoverable_err"):
+            raise ProfileError(f"fault mlx5_fatal={value}: need [DEV[:KIND]] with a NIC of {profile.name} and a "
+                               "KIND cmd_exec_timeout, health_poll_failed or unrecoverable_err")
     for f in faults:
         if f.kind not in GPU_HEALTH_KINDS:
             continue

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from ccrhost.model.fabric import LinkDown
+from ccrhost.model.nic_log import NicLogEvent
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 
 # --- which XIDs mean what: one table, ccrhost/model/xids.py -------------------
@@ -107,6 +108,8 @@ class GpuHealthReading:
     uptime_s: float | None = None                      # /proc/uptime, read with the kernel log
     # the same kernel-log read: mlx5e "Link down" lines, which the fabric check judges
     link_downs: list[LinkDown] = field(default_factory=list)
+    # and mlx5_core's fatal lines (model/nic_log.py), by NIC PCI function
+    nic_events: list[NicLogEvent] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

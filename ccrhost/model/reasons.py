@@ -1044,6 +1044,17 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["cat /var/lib/ccrhost/active.json"],
          ["ccrhost check --refresh-nic --config /etc/ccrhost/check.yaml", "pyinfra -y INVENTORY deploys/verify.py"],
          "nic-firmware.md"),
+    _doc("nic_fatal_log", FAIL,
+         "mlx5_core logged a fatal error for a NIC this boot: a firmware command timed out and leaked its "
+         "resource, the firmware stopped answering its health counter, or the device reported an unrecoverable "
+         "hardware error. NVSentinel treats each as fatal (REPLACE_VM).",
+         "The kernel log since boot (`journalctl -k -b`, else `dmesg`), in the same read as the XIDs: "
+         "`mlx5_core <bdf>: ... timeout. Will cause a leak of a command resource`, `... device's health "
+         "compromised - reached miss count`, `... unrecoverable hardware error`; the NIC named by its PCI function.",
+         ["a NIC firmware hang or fault", "a failing NIC or PCIe slot", "firmware too old for the driver"],
+         ["dmesg | grep mlx5_core", "journalctl -k -b | grep -E 'mlx5_core.*(leak of a command|miss count|unrecoverable)'"],
+         ["drain the node and reboot it (a cold power cycle resets the NIC); replace the NIC if it comes back"],
+         "nic-firmware.md#kernel-log"),
     _doc("nic_fw_stale", UNKNOWN,
          "The stored NIC firmware reading is older than `verify_nic_valid_for`: an old reading proves nothing now.",
          "The stored reading's time against the clock.",

@@ -17,7 +17,7 @@ from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
-from ccrhost.model import nicfw
+from ccrhost.model import nic_log, nicfw
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.plain import plain
 from ccrhost.model.ports import Port, compute_ports
@@ -305,6 +305,10 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     # the kernel log's link-down lines come with the XIDs: one read of the log
     downs = readings.gpu_health.link_downs if readings.gpu_health is not None else None
     reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds, downs)
+    if readings.gpu_health is not None:  # mlx5_core's fatal lines, from the same read; named by the data path's NICs
+        dpr = readings.datapath
+        names = {e.bdf.lower(): e.name for e in dpr.nics} if dpr is not None and not dpr.error else {}
+        reasons += nic_log.check_nic_log(readings.gpu_health.nic_events, names)
     reasons += ar.check_allreduce(readings.allreduce)
     # the compute NICs (RDMA devices with a non-EFA port) and whether RoCE congestion settings apply to them
     ethernet: dict[str, bool] = {}

@@ -28,6 +28,7 @@ import re
 from ccrhost import numbers
 from ccrhost.model.fabric import LinkDown
 from ccrhost.model.gpu_health import GpuHealth, GpuHealthReading, NvLink, Xid
+from ccrhost.model.nic_log import FATAL, NicLogEvent
 from ccrhost.probes import local
 from ccrhost.probes.sections import split
 
@@ -37,8 +38,10 @@ class GpuHealthFormatError(ValueError):
 
 
 _NVSMI = "timeout -k 5 20 nvidia-smi"
-# the kernel-log lines kept: NVIDIA's XIDs and SXids, mlx5e's carrier changes going down
-_LOG_LINES = "NVRM: Xid|SXid \\(|mlx5_core .*: Link down"
+# the kernel-log lines kept: NVIDIA's XIDs and SXids, mlx5e's carrier changes going down,
+# mlx5_core's fatal lines (model/nic_log.py FATAL)
+_LOG_LINES = ("NVRM: Xid|SXid \\(|mlx5_core .*: Link down|mlx5_core .*(Will cause a leak of a command resource"
+              "|health compromised - reached miss count|unrecoverable hardware error)")
 # Every part prints its own section; a part that fails says why in its own.
 COMMAND_LOG = (
     # read, a builtin: no process per PCI function
@@ -286,6 +289,34 @@ def parse_link_downs(tag: str, arg: str, lines: list[str]) -> list[LinkDown]:
     return downs
 
 
+_NIC_LINE = re.compile(r"mlx5_core ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (.*)$")
+
+
+def parse_nic_events(tag: str, arg: str, lines: list[str]) -> list[NicLogEvent]:
+    """mlx5_core's fatal lines in the same log as :func:`parse_log`, aged the
+    same way; lines of one kind for one function merge into one record."""
+    now = numbers.decimal(arg)
+    stamp = _JOURNAL_TIME if tag == "journal" else _DMESG_TIME
+    merged: dict[tuple[str, str], NicLogEvent] = {}
+    for line in lines:
+        m = _NIC_LINE.search(line)
+        if not m:
+            continue
+        kind = next((k for k, text in FATAL.items() if text in m.group(2)), None)
+        if kind is None:
+            continue
+        t = stamp.match(line)
+        age = round(max(0.0, now - float(t.group(1))), 1) if t and now is not None else None
+        key = (m.group(1).lower(), kind)
+        have = merged.get(key)
+        if have is None:
+            merged[key] = NicLogEvent(key[0], kind, age, m.group(2).strip())
+        else:
+            have.count += 1
+            have.age_s, have.text = age, m.group(2).strip()  # the log runs oldest first
+    return list(merged.values())
+
+
 def parse_command_output(lines: list[str]) -> GpuHealthReading:
     """:data:`COMMAND`'s output (the deploy's snapshot and the check's fallback)."""
     reading = GpuHealthReading()
@@ -320,6 +351,7 @@ def parse_command_output(lines: list[str]) -> GpuHealthReading:
         reading.log_source = "journalctl" if log.tag == "journal" else "dmesg"
         reading.xids, error = parse_log(log.tag, log.arg, log.lines)
         reading.link_downs = parse_link_downs(log.tag, log.arg, log.lines)
+        reading.nic_events = parse_nic_events(log.tag, log.arg, log.lines)
         if error:
             reading.log_error = f"{reading.log_source}: {error}"
     elif "logerror" in parts:

@@ -295,6 +295,29 @@ def link_lines() -> list[tuple[float, str]]:
     return lines
 
 
+# mlx5_core's fatal lines as NVSentinel's test holds them (mlx5_core_err: "<func>:<line>:(pid N): text")
+MLX5_FATAL = {
+    "cmd_exec_timeout": "wait_func:964:(pid 112): ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource",
+    "health_poll_failed": "poll_health:852:(pid 0): device's health compromised - reached miss count",
+    "unrecoverable_err": "print_health_info:458:(pid 0): synd 0x8: unrecoverable hardware error",
+}
+
+
+def mlx5_lines() -> list[tuple[float, str]]:
+    """(seconds before now, text) of the mlx5_fatal faults: ``[DEV[:KIND]]``."""
+    nics = [n for n in node()["nics"] if n.get("pci")]
+    lines = []
+    for fault in node()["faults"]:
+        kind, _, value = fault.partition("=")
+        if kind != "mlx5_fatal" or not nics:
+            continue
+        dev, _, what = value.partition(":")
+        nic = next((n for n in nics if n["name"] == dev), None) if dev else nics[0]
+        if nic is not None:
+            lines.append((3.0, f"mlx5_core {nic['pci']}: {MLX5_FATAL.get(what or 'health_poll_failed', what)}"))
+    return lines
+
+
 def kernel_lines() -> list[tuple[float, str]]:
     """Everything the node's kernel logged, oldest first."""
-    return sorted(xid_lines() + link_lines(), key=lambda x: -x[0])
+    return sorted(xid_lines() + link_lines() + mlx5_lines(), key=lambda x: -x[0])

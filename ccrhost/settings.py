@@ -612,6 +612,15 @@ class HostSettings(BaseModel):
         "`mstconfig`) against the profile: the deploy and the health check (`ccrhost check --refresh-nic`) "
         "query and store them in verify_allreduce_state, every check judges the stored reading and its age.",
     )
+    verify_nic_optics: bool = Field(
+        False, description="Read each compute NIC's transceiver and link with `mlxlink -m -c` (or mstflint's "
+        "`mstlink`) where the firmware audit reads (the deploy, `ccrhost check --refresh-nic`): module state, "
+        "per-lane fault flags, DDM values against the ranges mlxlink prints, effective BER (gcm's check_mlxlink).",
+    )
+    verify_nic_raw_ber_max: float | None = Field(
+        None, gt=0, lt=1, description="Raw (pre-FEC) physical BER above which a NIC's link WARNs; None: the raw "
+        "BER is not judged (no sourced figure; the effective BER is judged against the IBTA's 1e-12).",
+    )
     verify_nic_valid_for: int = Field(
         86400, ge=60, le=30 * 86400, description="Seconds a stored NIC firmware reading holds; an older one is "
         "UNKNOWN as stale.",
@@ -944,12 +953,12 @@ class HostSettings(BaseModel):
 
         return NicFwPolicy(self.verify_nic_firmware, default_profile(
             self.qos_cnp_dscp, self.qos_cnp_priority, tuple(self.verify_nic_max_acc_out_read), self.verify_nic_link_type,
-            self.verify_nic_ats_enabled))
+            self.verify_nic_ats_enabled), self.verify_nic_optics, self.verify_nic_raw_ber_max)
 
     @property
     def nic_fw_state(self) -> str | None:
         """The state file whose NIC firmware readings a check judges; None when the audit is off."""
-        return self.verify_allreduce_state if self.verify_nic_firmware else None
+        return self.verify_allreduce_state if self.verify_nic_firmware or self.verify_nic_optics else None
 
     def qos_wanted(self) -> Wanted:
         pfc = set(self.qos_pfc_priorities if self.qos_pfc_priorities is not None else (self.qos_roce_priority,))

@@ -73,7 +73,8 @@ GOOD = dict(ADVANCED_PCI_SETTINGS="True(1)", MAX_ACC_OUT_READ="0", ATS_ENABLED="
 
 def judge(text, ethernet=True, **profile):
     nic = NicFirmware("mlx5_0", "0000:1a:00.0", "mlxconfig", probe.parse_query(text))
-    return [(r.level, r.code, r.message) for r in nicfw.judge_nic(nic, nicfw.default_profile(**profile), ethernet)]
+    policy = NicFwPolicy(True, nicfw.default_profile(**profile))
+    return [(r.level, r.code, r.message) for r in nicfw.judge_nic(nic, policy, ethernet)]
 
 
 def test_the_profile_passes_a_nic_set_as_the_operator_sets_it():

@@ -65,7 +65,8 @@ EVERY_KEY = {
     "verify_allreduce_state": "/var/lib/ccrhost/nccl.json", "verify_allreduce_launcher": "mpirun",
     "verify_allreduce_mpirun": "/usr/lib64/openmpi/bin/mpirun", "verify_allreduce_port": 30500,
     "verify_nic_firmware": True, "verify_nic_valid_for": 3600, "verify_nic_max_acc_out_read": (0, 128),
-    "verify_nic_ats_enabled": True, "verify_nic_link_type": 2,
+    "verify_nic_ats_enabled": True, "verify_nic_link_type": 2, "verify_nic_optics": True,
+    "verify_nic_raw_ber_max": 1e-5,
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

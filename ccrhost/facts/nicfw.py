@@ -15,8 +15,8 @@ class NicFirmwareQuery(FactBase):
     def default(self):
         return []
 
-    def command(self, devices, attempt=0):
-        return command(list(devices))
+    def command(self, devices, firmware=True, optics=False, attempt=0):
+        return command(list(devices), firmware, optics)
 
     def process(self, output):
         return parse_dump(list(output))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ccrhost.model.optics import Ddm, LinkReading, judge_link
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 
 CHECK = "nic_fw"  # the active-check name its results are stored under (ActiveResult.check)
@@ -47,6 +48,8 @@ class NicFirmware:
     params: dict[str, FwParam] = field(default_factory=dict)
     error: str | None = None                      # why it could not be read (tool missing, refused, timed out)
     missing: bool = False                         # no mlxconfig or mstconfig on the node
+    link: LinkReading | None = None               # mlxlink -m -c (model/optics.py), where it was read
+    link_error: str | None = None                 # why mlxlink gave no reading (not installed, failed, timed out)
 
 
 # -- the declared profile ------------------------------------------------------
@@ -83,8 +86,10 @@ def default_profile(cnp_dscp: int = 48, cnp_prio: int = 6, max_acc_out_read: tup
 
 @dataclass(frozen=True)
 class NicFwPolicy:
-    enabled: bool = False
+    enabled: bool = False                 # verify_nic_firmware: the mlxconfig audit
     wants: dict[str, Want] = field(default_factory=dict)
+    optics: bool = False                  # verify_nic_optics: mlxlink's module and BER
+    raw_ber_max: float | None = None      # verify_nic_raw_ber_max
 
 
 @dataclass
@@ -99,9 +104,20 @@ def _shown(v: FwValue | None) -> str:
     return v.text if v is not None else "?"
 
 
-def judge_nic(nic: NicFirmware, wants: dict[str, Want], ethernet: bool) -> list[Reason]:
-    """The reasons of one NIC's readings against the profile."""
+def judge_nic(nic: NicFirmware, policy: NicFwPolicy, ethernet: bool) -> list[Reason]:
+    """The reasons of one NIC's readings: its firmware against the profile, its module and link."""
     where = f"NIC {nic.device}" + (f" ({nic.bdf})" if nic.bdf else "")
+    reasons = _judge_firmware(where, nic, policy.wants, ethernet) if policy.enabled else []
+    if policy.optics:
+        if nic.link is None:
+            reasons.append(Reason(UNKNOWN, "nic_link_unreadable", f"{where}: transceiver and BER not read: "
+                                  f"{nic.link_error or 'no mlxlink reading stored'}"))
+        else:
+            reasons += judge_link(where, nic.link, policy.raw_ber_max)
+    return reasons
+
+
+def _judge_firmware(where: str, nic: NicFirmware, wants: dict[str, Want], ethernet: bool) -> list[Reason]:
     if nic.missing:
         return [Reason(UNKNOWN, "nic_fw_tool_missing",
                        f"{where}: neither mlxconfig (MFT) nor mstconfig (mstflint) is installed: its firmware "
@@ -150,8 +166,15 @@ def nic_from_dict(data: dict) -> NicFirmware:
         params = {name: FwParam(name, value(p["next_boot"]), value(p.get("default")), value(p.get("current")),
                                 bool(p.get("marked")))
                   for name, p in (data.get("params") or {}).items()}
+        link = data.get("link")
+        if link is not None:
+            link = LinkReading(link.get("module_state"), list(link.get("datapath") or []),
+                               {k: [int(x) for x in v] for k, v in (link.get("flags") or {}).items()},
+                               {k: Ddm(tuple(float(x) for x in v["values"]), v.get("low"), v.get("high"))
+                                for k, v in (link.get("ddm") or {}).items()},
+                               link.get("effective_ber"), link.get("raw_ber"), link.get("fec"))
         return NicFirmware(str(data["device"]), data.get("bdf"), data.get("tool"), params, data.get("error"),
-                           bool(data.get("missing")))
+                           bool(data.get("missing")), link, data.get("link_error"))
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a stored NIC firmware reading: {exc}") from None
 
@@ -162,7 +185,7 @@ def check_nic_firmware(reading: NicFwReading | None, policy: NicFwPolicy, ethern
     never its old reading; a compute NIC with no stored result is UNKNOWN."""
     from ccrhost.model.active import ActiveResult
 
-    if reading is None or not policy.enabled:
+    if reading is None or not (policy.enabled or policy.optics):
         return []
     if reading.error:
         return [Reason(UNKNOWN, "nic_fw_unreadable", f"NIC firmware results: {reading.error}")]
@@ -171,7 +194,7 @@ def check_nic_firmware(reading: NicFwReading | None, policy: NicFwPolicy, ethern
         data = reading.results.get(device)
         if data is None:
             reasons.append(Reason(UNKNOWN, "nic_fw_never_read",
-                                  f"NIC {device}: no stored firmware reading (the deploy, the health check or "
+                                  f"NIC {device}: no stored NIC tools' reading (mlxconfig, mlxlink; the deploy, the health check or "
                                   "`ccrhost check --refresh-nic` reads it)"))
             continue
         try:
@@ -182,8 +205,8 @@ def check_nic_firmware(reading: NicFwReading | None, policy: NicFwPolicy, ethern
             continue
         if result.stale(reading.read_at):
             reasons.append(Reason(UNKNOWN, "nic_fw_stale",
-                                  f"NIC {device}: the stored firmware reading is {result.age(reading.read_at):.0f} s "
+                                  f"NIC {device}: the stored NIC tools' reading is {result.age(reading.read_at):.0f} s "
                                   f"old, valid for {result.valid_for:g} s: read it again"))
             continue
-        reasons += judge_nic(nic, policy.wants, ethernet[device])
+        reasons += judge_nic(nic, policy, ethernet[device])
     return reasons

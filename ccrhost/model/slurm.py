@@ -27,7 +27,7 @@ def integration_files(settings) -> list[tuple[str, str, str]]:
     """``(path, content, mode)`` of every file the Slurm integration owns on a node."""
     values = {"header": MANAGED_HEADER, "path": settings.slurm_path, "slurm_conf": settings.slurm_conf,
               "ccrhost": settings.slurm_ccrhost, "config": CHECK_CONFIG,
-              "refresh_nic": settings.verify_nic_firmware}
+              "refresh_nic": settings.verify_nic_firmware or settings.verify_nic_optics}
     fragment = render("slurm-ccrhost.conf.j2", header=MANAGED_HEADER, fragment=settings.slurm_fragment,
                       prolog=settings.slurm_prolog, prolog_path=SLURM_PROLOG, healthcheck_path=SLURM_HEALTHCHECK,
                       interval=settings.slurm_healthcheck_interval, node_state=settings.slurm_healthcheck_node_state)

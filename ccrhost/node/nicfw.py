@@ -38,26 +38,41 @@ def bdf_of(device: str, sys: str = "/sys") -> str | None:
     return name if ":" in name else None
 
 
-def query(devices: list[str], run=None, which=shutil.which) -> list[NicFirmware]:
-    """Each RDMA device's firmware settings, through the first tool found."""
+def query(devices: list[str], run=None, which=shutil.which, firmware: bool = True,
+          optics: bool = False) -> list[NicFirmware]:
+    """Each RDMA device's firmware settings (and with ``optics`` its module
+    and BER), through the first tool found."""
+    from ccrhost.probes import mlxlink
+
     run = run or active.run_tool
     tool = next((t for t in probe.TOOLS if which(t)), None)
+    link = next((t for t in mlxlink.TOOLS if which(t)), None)
     out = []
     for device in devices:
         bdf = bdf_of(device)
-        if tool is None or bdf is None:
-            out.append(probe.reading(device, bdf, tool, "", None, missing=tool is None))
-            continue
-        ran = run([tool, "-d", bdf, "-e", "q"], probe.DEADLINE)
-        out.append(probe.reading(device, bdf, tool, ran.output, ran.rc, missing=bool(ran.missing),
-                                 timed_out=ran.timed_out))
+        if not firmware:
+            nic = NicFirmware(device, bdf, tool)
+        elif tool is None or bdf is None:
+            nic = probe.reading(device, bdf, tool, "", None, missing=tool is None)
+        else:
+            ran = run([tool, "-d", bdf, "-e", "q"], probe.DEADLINE)
+            nic = probe.reading(device, bdf, tool, ran.output, ran.rc, missing=bool(ran.missing),
+                                timed_out=ran.timed_out)
+        if optics:
+            if link is None or bdf is None:
+                nic = probe.link_reading(nic, link, "", None, missing=link is None)
+            else:
+                ran = run([link, "-d", bdf, "-m", "-c"], probe.DEADLINE)
+                nic = probe.link_reading(nic, link, ran.output, ran.rc, missing=bool(ran.missing),
+                                         timed_out=ran.timed_out)
+        out.append(nic)
     return out
 
 
 def run_and_store(path: str, devices: list[str], valid_for: float, run=None, clock=time.time,
-                  which=shutil.which) -> list[ActiveResult]:
+                  which=shutil.which, firmware: bool = True, optics: bool = False) -> list[ActiveResult]:
     now = clock()
-    results = [result(nic, valid_for, now) for nic in query(devices, run, which)]
+    results = [result(nic, valid_for, now) for nic in query(devices, run, which, firmware, optics)]
     active.store(path, results)
     return results
 

@@ -63,7 +63,8 @@ def nic_firmware(snap, settings) -> list:
 
     now = time.time()
     devices = sorted({p.device for p in compute_ports(snap.rdma, settings.rdma_exclude_devices) if not p.efa})
-    nics = fact_cache._real(host).get_fact(NicFirmwareQuery, devices=tuple(devices), attempt=now)
+    nics = fact_cache._real(host).get_fact(NicFirmwareQuery, devices=tuple(devices), firmware=settings.verify_nic_firmware,
+                                           optics=settings.verify_nic_optics, attempt=now)
     return [result(nic, settings.verify_nic_valid_for, now) for nic in nics]
 
 
@@ -98,7 +99,7 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
         from ccrhost.model.allreduce import AllReduceReading
 
         reading = AllReduceReading(time.time(), {r.mode: r.to_dict() for r in allreduce})
-    nic_results = nic_firmware(snap, settings) if settings.verify_nic_firmware else None
+    nic_results = nic_firmware(snap, settings) if settings.verify_nic_firmware or settings.verify_nic_optics else None
     nic_reading = None
     if nic_results is not None:
         from ccrhost.model.nicfw import NicFwReading

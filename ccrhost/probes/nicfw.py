@@ -87,31 +87,64 @@ def reading(device: str, bdf: str | None, tool: str | None, output: str, rc: int
     return NicFirmware(device, bdf, tool, params)
 
 
-def command(devices: list[str]) -> str:
+def command(devices: list[str], firmware: bool = True, optics: bool = False) -> str:
     """A shell command querying each RDMA device's PCI function with the
     first tool the node has: ``@@nic DEVICE BDF TOOL`` then the tool's
-    output, then ``@@rc N`` (the deploy's remote read)."""
+    output, then ``@@rc N``; with ``optics``, ``@@link TOOL`` then mlxlink's
+    (the deploy's remote read)."""
+    from ccrhost.probes.mlxlink import TOOLS as LINK_TOOLS
+
     names = " ".join(d for d in devices if re.fullmatch(r"[A-Za-z0-9_.-]+", d))
+    fw = (f'if [ -n "$t" ] && [ -n "$b" ]; then timeout -k 2 {DEADLINE} $t -d $b -e q 2>&1; echo "@@rc $?"; fi; '
+          if firmware else "")
+    link = ('echo "@@link ${l:--}"; if [ -n "$l" ] && [ -n "$b" ]; then '
+            f'timeout -k 2 {DEADLINE} $l -d $b -m -c 2>&1; echo "@@rc $?"; fi; ' if optics else "")
     return (
         "t=; for c in " + " ".join(TOOLS) + "; do command -v $c >/dev/null 2>&1 && { t=$c; break; }; done; "
+        "l=; for c in " + " ".join(LINK_TOOLS) + "; do command -v $c >/dev/null 2>&1 && { l=$c; break; }; done; "
         f"for d in {names}; do b=$(readlink -f /sys/class/infiniband/$d/device 2>/dev/null); b=${{b##*/}}; "
-        'echo "@@nic $d ${b:--} ${t:--}"; '
-        f'if [ -n "$t" ] && [ -n "$b" ]; then timeout -k 2 {DEADLINE} $t -d $b -e q 2>&1; echo "@@rc $?"; fi; done'
+        f'echo "@@nic $d ${{b:--}} ${{t:--}}"; {fw}{link}done'
     )
+
+
+def link_reading(nic: NicFirmware, tool: str | None, output: str, rc: int | None, missing: bool = False,
+                 timed_out: bool = False) -> NicFirmware:
+    """``nic`` with its mlxlink reading (or why there is none)."""
+    from dataclasses import replace
+
+    from ccrhost.probes.mlxlink import MlxlinkFormatError, parse
+
+    if missing or tool is None:
+        return replace(nic, link_error="neither mlxlink (MFT) nor mstlink (mstflint) is installed")
+    if nic.bdf is None:
+        return replace(nic, link_error="its PCI function is not known")
+    if timed_out:
+        return replace(nic, link_error=f"{tool} -d {nic.bdf} -m -c did not answer within {DEADLINE} s")
+    try:
+        return replace(nic, link=parse(output))
+    except MlxlinkFormatError as exc:
+        return replace(nic, link_error=f"{tool} -d {nic.bdf} -m -c (exit {rc}): {exc}")
 
 
 def parse_dump(lines: list[str]) -> list[NicFirmware]:
     """:func:`command`'s output, one record per device."""
-    out = []
+    out: list[NicFirmware] = []
     sections = split(lines)
-    for i, s in enumerate(sections):
-        if s.tag != "nic":
-            continue
-        parts = s.arg.split()
-        if len(parts) != 3:
-            continue
-        device, bdf, tool = (None if p == "-" else p for p in parts)
+
+    def rc_after(i):
         nxt = sections[i + 1] if i + 1 < len(sections) else None
-        rc = int(nxt.arg) if nxt is not None and nxt.tag == "rc" and nxt.arg.strip().lstrip("-").isdigit() else None
-        out.append(reading(device, bdf, tool, "\n".join(s.lines), rc, missing=tool is None, timed_out=rc == 124))
+        return int(nxt.arg) if nxt is not None and nxt.tag == "rc" and nxt.arg.strip().lstrip("-").isdigit() else None
+
+    for i, s in enumerate(sections):
+        if s.tag == "nic":
+            parts = s.arg.split()
+            if len(parts) != 3:
+                continue
+            device, bdf, tool = (None if p == "-" else p for p in parts)
+            rc = rc_after(i)
+            out.append(reading(device, bdf, tool, "\n".join(s.lines), rc, missing=tool is None, timed_out=rc == 124))
+        elif s.tag == "link" and out:
+            tool = None if s.arg.strip() in ("", "-") else s.arg.strip()
+            rc = rc_after(i)
+            out[-1] = link_reading(out[-1], tool, "\n".join(s.lines), rc, missing=tool is None, timed_out=rc == 124)
     return out

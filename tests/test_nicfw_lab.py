@@ -1,4 +1,5 @@
-"""The NIC firmware audit and mlx5_core's fatal kernel-log lines end to end on a 5-node lab: the lab's mlxconfig and
+"""The NIC firmware audit, the transceiver and BER (mlxlink) and mlx5_core's fatal kernel-log lines end
+to end on an 8-node lab: the lab's mlxconfig and
 mstconfig over each NIC's emulated firmware. Each fault is exactly its node's
 reason on the deploy's verification, the health check (`ccrhost check
 --refresh-nic`, which queries and stores), the prolog's check (which judges
@@ -19,7 +20,7 @@ from ccrhost.lab import nicfw as lab_nicfw
 pytestmark = pytest.mark.lab
 
 STATE = "/run/ccrhost/active.json"  # the node's own /run: each lab node keeps its own results
-CONFIG = f"printf 'verify_nic_firmware: true\\nverify_allreduce_state: {STATE}\\n' > /tmp/check.yaml"
+CONFIG = f"printf 'verify_nic_firmware: true\\nverify_nic_optics: true\\nverify_allreduce_state: {STATE}\\n' > /tmp/check.yaml"
 CHECK = f"{CONFIG} && cd {REPO} && {sys.executable} -m ccrhost check --config /tmp/check.yaml " \
         "--profile hgx-h100-8x400 --format json"
 NICS = 8
@@ -28,17 +29,21 @@ FAULTS = {
     "node2": ("nicfw_wrong", "FAIL", {"nic_fw_wrong"}, 1, "MAX_ACC_OUT_READ is 64, the profile wants 0 or 44 or 128"),
     "node3": ("nicfw_pending=mlx5_3:ATS_ENABLED=1", "WARN", {"nic_fw_pending"}, 1,
               "firmware setting pending reboot: ATS_ENABLED is False(0), True(1) at the next boot"),
-    "node4": ("mlx_tools_missing", "UNKNOWN", {"nic_fw_tool_missing"}, NICS,
-              "neither mlxconfig (MFT) nor mstconfig (mstflint) is installed"),
+    "node4": ("mlx_tools_missing", "UNKNOWN", {"nic_fw_tool_missing", "nic_link_unreadable"}, 2 * NICS,
+              " is installed"),
     "node5": ("mlx5_fatal=mlx5_2:cmd_exec_timeout", "FAIL", {"nic_fatal_log"}, 1,
               "): mlx5_core logged a fatal error (cmd_exec_timeout) N s ago: wait_func:964:(pid 112): ENABLE_HCA"),
+    "node6": ("module_fault=mlx5_1", "FAIL", {"nic_module_fault"}, 1, "): transceiver Rx LOS set on lane 2"),
+    "node7": ("ddm_out_of_range", "WARN", {"nic_module_ddm"}, 1,
+              "): transceiver Temperature [C] 85 outside its range [-10..80]"),
+    "node8": ("high_ber=mlx5_7", "FAIL", {"nic_ber_high"}, 1, "): effective physical BER 1e-10 above 1e-12"),
 }
 FIRMWARE_FAULTS = ("node2", "node3", "node4")
 
 
 @pytest.fixture
 def fleet(make_lab):
-    return make_lab(nodes=5, faults=[f"{node}:{spec}" for node, (spec, *_) in FAULTS.items()])
+    return make_lab(nodes=8, faults=[f"{node}:{spec}" for node, (spec, *_) in FAULTS.items()])
 
 
 def check(lab, node: str, refresh: bool = False) -> tuple[dict, int]:
@@ -63,11 +68,12 @@ def test_each_fault_is_its_nodes_reason_on_every_path(fleet, tmp_path):
 
     report_dir = tmp_path / "report"
     run = run_pyinfra("deploys/verify.py", inventory=lab_inventory(
-        tmp_path, verify_report_dir=str(report_dir), verify_nic_firmware=True, verify_allreduce_state=STATE),
+        tmp_path, verify_report_dir=str(report_dir), verify_nic_firmware=True, verify_nic_optics=True,
+        verify_allreduce_state=STATE),
         timeout=400)
     assert run.rc == 1 and "Traceback" not in run.out, run.out
     deployed = json.loads((report_dir / "ccr-report.json").read_text())["hosts"]
-    for i in range(1, 6):
+    for i in range(1, 9):
         node = f"node{i}"
         _, status, wanted, count, text = FAULTS.get(node, (None, "OK", set(), 0, ""))
         host = deployed[node_address(i)]
@@ -88,6 +94,8 @@ def test_each_fault_is_its_nodes_reason_on_every_path(fleet, tmp_path):
     fatal = deployed[node_address(5)]["reasons"][0]["message"]
     bdf = json.loads((fleet.node_dir("node5") / "node.json").read_text())["nics"][2]["pci"]
     assert fatal.startswith(f"NIC mlx5_2 ({bdf}): mlx5_core logged"), fatal
+    assert deployed[node_address(6)]["reasons"][0]["message"].startswith("NIC mlx5_1 (")
+    assert deployed[node_address(8)]["reasons"][0]["message"].startswith("NIC mlx5_7 (")
 
 
 def test_set_writes_next_boot_a_reboot_makes_it_current_and_a_refused_set_changes_nothing(fleet):

@@ -62,7 +62,7 @@ NODES_PER_24 = 245  # 198.18.<subnet>.11 to .255; more take the next /24 too
 
 # Shims a check or deploy runs many times: served by each node's labsysfsd
 # (shims/labtools.py) so that a call costs no interpreter start.
-MLX_TOOLS = ("mlxconfig", "mstconfig")  # removed from a node by the mlx_tools_missing fault
+MLX_TOOLS = ("mlxconfig", "mstconfig", "mlxlink", "mstlink")  # removed from a node by the mlx_tools_missing fault
 SERVED_SHIMS = ("ethtool", "nvidia-smi", "journalctl", "dmesg", "setpci", "mlnx_qos", "dcb")
 
 

@@ -408,7 +408,11 @@ FAULT_KINDS = {
                    "and Next Boot (default MAX_ACC_OUT_READ=64)",
     "nicfw_pending": "[DEV[:PARAM=VALUE]]: PARAM=VALUE is written for that NIC's next boot (default: the first "
                      "NIC, MAX_ACC_OUT_READ=128); a reboot makes it Current",
-    "mlx_tools_missing": "neither mlxconfig nor mstconfig is installed on the node",
+    "mlx_tools_missing": "none of mlxconfig, mstconfig, mlxlink and mstlink is installed on the node",
+    "module_fault": "[DEV[:FLAG]]: that NIC's transceiver (default: the first NIC's) sets FLAG in mlxlink -m: rx_los "
+                    "(lane 2, the default), tx_fault (lane 2), module_fw_fault or cdr_lol (Tx, lane 0)",
+    "ddm_out_of_range": "[DEV]: that NIC's transceiver (default: the first) reads 85 C against mlxlink's [-10..80]",
+    "high_ber": "[DEV]: that NIC's link (default: the first) has an effective physical BER of 1E-10 in mlxlink -c",
     "mlx5_fatal": "[DEV[:KIND]]: the kernel log has an mlx5_core fatal line for that NIC (default: the first) of "
                   "KIND cmd_exec_timeout, health_poll_failed (default) or unrecoverable_err",
 }
@@ -573,7 +577,7 @@ def _guid(node_index: int, nic_index: int) -> str:
 FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
               "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy",
-              *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal")
+              *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal", "module_fault", "ddm_out_of_range", "high_ber")
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -919,6 +923,13 @@ def _link_faults(profile: Profile, faults: list[Fault]) -> tuple[set, set, dict,
 def _gpu_health_faults(profile: Profile, faults: list[Fault]) -> None:
     """Refuse a GPU health fault (and an mlx5_fatal one) the shims could not render (before anything changes)."""
     last = profile.gpus.count - 1
+    for kind in ("module_fault", "ddm_out_of_range", "high_ber"):
+        for value in _fault_values(faults, kind):
+            dev, _, flag = (value or "").partition(":")
+            if (dev and dev not in [n.name for n in profile.nics]) or \
+                    flag not in ("", *(("rx_los", "tx_fault", "module_fw_fault", "cdr_lol") if kind == "module_fault" else ())):
+                raise ProfileError(f"fault {kind}={value}: need [DEV" + (":FLAG" if kind == "module_fault" else "")
+                                   + f"] with a NIC of {profile.name}")
     for value in _fault_values(faults, "mlx5_fatal"):
         dev, _, kind = (value or "").partition(":")
         nics = [n.name for n in profile.nics if n.pci]

@@ -129,6 +129,14 @@ def install_stage() -> None:
     )
 
 
+def nic_firmware_stage() -> None:
+    """The NIC firmware profile written for the next boot (mlxconfig -y set);
+    never reboots, logs "reboot required" per host."""
+    from ccrhost.operations import nicfw
+
+    nicfw.firmware(name="NIC firmware", settings=host_settings(host, inventory))
+
+
 def slurm_stage() -> None:
     """The Slurm prolog, health check and fragment; a node whose
     ``slurm_ccrhost --version`` does not run the controller's version fails

@@ -198,3 +198,19 @@ def test_the_stored_reading_rides_in_the_readings_document():
     readings = Readings([], [], nic_fw=NicFwReading(6.0, {"mlx5_0": data}))
     again = readings_from_dict(readings.to_dict())
     assert again.nic_fw == readings.nic_fw
+
+
+def test_the_plan_writes_only_what_differs_in_next_boot():
+    policy = nicfw.default_profile()
+    good = NicFirmware("mlx5_0", "b", "mlxconfig", probe.parse_query(table(**GOOD)))
+    assert nicfw.plan(good, policy, True) == {} and nicfw.reboot_owed(good, {}) == []
+    wrong = NicFirmware("mlx5_0", "b", "mlxconfig", probe.parse_query(table(**{**GOOD, "MAX_ACC_OUT_READ": "64",
+                                                                               "CNP_DSCP_P1": "26"})))
+    assert nicfw.plan(wrong, policy, True) == {"MAX_ACC_OUT_READ": 0, "CNP_DSCP_P1": 48}
+    assert nicfw.plan(wrong, policy, False) == {"MAX_ACC_OUT_READ": 0}  # no RoCE congestion keys on IB
+    # written already, a reboot owed: nothing to write again
+    pending = NicFirmware("mlx5_0", "b", "mlxconfig", probe.parse_query(table(**{**GOOD, "MAX_ACC_OUT_READ": ("64", "0")})))
+    assert nicfw.plan(pending, policy, True) == {} and nicfw.reboot_owed(pending, {}) == ["MAX_ACC_OUT_READ"]
+    hidden = NicFirmware("mlx5_0", "b", "mlxconfig", probe.parse_query((FIX / "mstconfig_q_cx4lx.txt").read_text()))
+    assert nicfw.plan(hidden, policy, True) == {"ADVANCED_PCI_SETTINGS": 1, "MAX_ACC_OUT_READ": 0}
+    assert nicfw.plan(NicFirmware("mlx5_0", "b", None, missing=True), policy, True) == {}

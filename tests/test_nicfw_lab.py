@@ -139,3 +139,29 @@ def test_a_live_mlx5_fatal_line_comes_and_goes(fleet):
     assert (doc["status"], rc, doc["reasons"]) == ("OK", 0, [])
     with pytest.raises(Exception, match="mlx5_fatal=mlx5_0:meltdown"):
         fleet.fault("node1", "mlx5_fatal=mlx5_0:meltdown")
+
+
+def test_the_firmware_stage_writes_only_what_differs_never_reboots_and_says_a_reboot_is_owed(fleet, tmp_path):
+    inventory = lab_inventory(tmp_path, verify_allreduce_state=STATE)
+    bdf = json.loads((fleet.node_dir("node2") / "node.json").read_text())["nics"][0]["pci"]
+    boot = lab_ssh(fleet, "node2", "cat /proc/uptime").stdout.split()[0]
+    run = run_pyinfra("deploys/nic_firmware.py", inventory=inventory, timeout=300)
+    assert run.rc == 1 and "Traceback" not in run.out, run.out  # node4 has no mlxconfig: it alone fails
+    assert "NIC firmware: cannot read mlx5_0: neither mlxconfig nor mstconfig is installed" in run.out
+    state = lab_nicfw.read_state(fleet.node_dir("node2"), bdf)
+    assert (state["current"]["MAX_ACC_OUT_READ"], state["next"]["MAX_ACC_OUT_READ"]) == (64, 0)
+    assert "NIC firmware: reboot required (mlx5_0: MAX_ACC_OUT_READ)" in run.out
+    # node3's pending ATS_ENABLED=1 is written back to the profile's 0: nothing left owed on that NIC
+    node3 = json.loads((fleet.node_dir("node3") / "node.json").read_text())["nics"][3]["pci"]
+    assert lab_nicfw.read_state(fleet.node_dir("node3"), node3)["next"]["ATS_ENABLED"] == 0
+    # never reboots: node2's clock since boot ran on
+    assert float(lab_ssh(fleet, "node2", "cat /proc/uptime").stdout.split()[0]) > float(boot)
+
+    flash = [p for i in (1, 2, 3) for p in (fleet.node_dir(f"node{i}") / "firmware").glob("*.marshal")]
+    written = {p: p.stat().st_mtime_ns for p in flash}
+    again = run_pyinfra("deploys/nic_firmware.py", inventory=inventory, timeout=300)
+    assert again.rc == 1 and "NIC firmware: reboot required (mlx5_0: MAX_ACC_OUT_READ)" in again.out  # still owed
+    assert len(written) == 24 and {p: p.stat().st_mtime_ns for p in written} == written  # idempotent: no set ran
+    fleet.reboot("node2")
+    doc, _ = check(fleet, "node2", refresh=True)
+    assert (doc["status"], doc["reasons"]) == ("OK", []), doc["reasons"]

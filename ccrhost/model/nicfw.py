@@ -210,3 +210,32 @@ def check_nic_firmware(reading: NicFwReading | None, policy: NicFwPolicy, ethern
             continue
         reasons += judge_nic(nic, policy, ethernet[device])
     return reasons
+
+
+def plan(nic: NicFirmware, wants: dict[str, Want], ethernet: bool) -> dict[str, int]:
+    """What ``mlxconfig set`` must write so the next boot loads the profile:
+    each wanted parameter whose Next Boot differs (the first allowed value),
+    and MAX_ACC_OUT_READ with ADVANCED_PCI_SETTINGS where it is hidden.
+    Nothing for a NIC that could not be read; a parameter the NIC does not
+    list is never written."""
+    if nic.missing or nic.error:
+        return {}
+    out = {}
+    for name, want in wants.items():
+        if want.ethernet_only and not ethernet:
+            continue
+        p = nic.params.get(name)
+        if p is None:
+            advanced = nic.params.get("ADVANCED_PCI_SETTINGS")
+            if name == "MAX_ACC_OUT_READ" and advanced is not None and "ADVANCED_PCI_SETTINGS" in wants:
+                out[name] = want.values[0]  # hidden now; listed once ADVANCED_PCI_SETTINGS is on
+            continue
+        if p.next_boot.number not in want.values:
+            out[name] = want.values[0]
+    return out
+
+
+def reboot_owed(nic: NicFirmware, planned: dict[str, int]) -> list[str]:
+    """The parameters whose running value the next boot changes: written now, or pending already."""
+    pending = [p.name for p in nic.params.values() if p.current is not None and p.current.text != p.next_boot.text]
+    return sorted(set(pending) | set(planned))

@@ -947,13 +947,22 @@ class HostSettings(BaseModel):
             nic_fw=self.nic_fw_policy(),
         )
 
-    def nic_fw_policy(self):
-        """The NIC firmware profile (its CNP values are this host's QoS settings)."""
-        from ccrhost.model.nicfw import NicFwPolicy, default_profile
+    def nic_fw_profile(self) -> dict:
+        """The NIC firmware profile's parameters (its CNP values are this host's QoS settings)."""
+        from ccrhost.model.nicfw import default_profile
 
-        return NicFwPolicy(self.verify_nic_firmware, default_profile(
-            self.qos_cnp_dscp, self.qos_cnp_priority, tuple(self.verify_nic_max_acc_out_read), self.verify_nic_link_type,
-            self.verify_nic_ats_enabled), self.verify_nic_optics, self.verify_nic_raw_ber_max)
+        return default_profile(self.qos_cnp_dscp, self.qos_cnp_priority, tuple(self.verify_nic_max_acc_out_read),
+                               self.verify_nic_link_type, self.verify_nic_ats_enabled)
+
+    def nic_fw_policy(self):
+        """How a check judges the NICs' stored readings; None when neither the audit nor the optics is
+        on (a check then never imports them)."""
+        if not (self.verify_nic_firmware or self.verify_nic_optics):
+            return None
+        from ccrhost.model.nicfw import NicFwPolicy
+
+        return NicFwPolicy(self.verify_nic_firmware, self.nic_fw_profile(), self.verify_nic_optics,
+                           self.verify_nic_raw_ber_max)
 
     @property
     def nic_fw_state(self) -> str | None:

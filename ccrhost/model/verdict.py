@@ -17,7 +17,6 @@ from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
-from ccrhost.model import nic_log, nicfw
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.plain import plain
 from ccrhost.model.ports import Port, compute_ports
@@ -33,6 +32,7 @@ from ccrhost.model.status import (
 )
 
 if TYPE_CHECKING:
+    from ccrhost.model import nicfw
     from ccrhost.model.workload import WorkloadSpec
 
 
@@ -65,6 +65,10 @@ def readings_from_dict(data: dict) -> Readings:
     if _READINGS is None:  # built once, when first needed: only the fleet side reads documents
         from pydantic import TypeAdapter
 
+        from ccrhost.model import nicfw  # the annotation Readings.nic_fw names, imported only where judged
+
+        globals()["nicfw"] = nicfw
+
         _READINGS = TypeAdapter(Readings)
     return _READINGS.validate_python(data)
 
@@ -93,7 +97,7 @@ class Policy:
     gpu_health: gh.GpuHealthPolicy = gh.GpuHealthPolicy()
     fabric: fab.FabricPolicy = fab.FabricPolicy()
     window_max_age: float | None = 3600  # verify_window_max_age: the oldest stored reading a rate starts from
-    nic_fw: nicfw.NicFwPolicy = nicfw.NicFwPolicy()
+    nic_fw: nicfw.NicFwPolicy | None = None  # None: neither the NIC firmware audit nor the optics is on
 
 
 @dataclass
@@ -305,17 +309,23 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     # the kernel log's link-down lines come with the XIDs: one read of the log
     downs = readings.gpu_health.link_downs if readings.gpu_health is not None else None
     reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds, downs)
-    if readings.gpu_health is not None:  # mlx5_core's fatal lines, from the same read; named by the data path's NICs
+    if readings.gpu_health is not None and readings.gpu_health.nic_events:
+        # mlx5_core's fatal lines, from the same read; named by the data path's NICs
+        from ccrhost.model.nic_log import check_nic_log
+
         dpr = readings.datapath
         names = {e.bdf.lower(): e.name for e in dpr.nics} if dpr is not None and not dpr.error else {}
-        reasons += nic_log.check_nic_log(readings.gpu_health.nic_events, names)
+        reasons += check_nic_log(readings.gpu_health.nic_events, names)
     reasons += ar.check_allreduce(readings.allreduce)
     # the compute NICs (RDMA devices with a non-EFA port) and whether RoCE congestion settings apply to them
     ethernet: dict[str, bool] = {}
-    for p in ports:
+    for p in ports if readings.nic_fw is not None else ():
         if not p.efa:
             ethernet[p.device] = ethernet.get(p.device, False) or p.link_layer == "Ethernet"
-    reasons += nicfw.check_nic_firmware(readings.nic_fw, policy.nic_fw, ethernet)
+    if readings.nic_fw is not None and policy.nic_fw is not None:  # imported only where the audit is on
+        from ccrhost.model.nicfw import check_nic_firmware
+
+        reasons += check_nic_firmware(readings.nic_fw, policy.nic_fw, ethernet)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))

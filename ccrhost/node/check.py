@@ -89,7 +89,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
 
         if refresh_nic:
             devices = sorted({p.device for p in readings.ports if not p.efa})
-            nic = settings.policy().nic_fw
+            nic = settings.policy().nic_fw  # not None: nic_fw_state is set only when one of them is on
             nicfw.run_and_store(nic_state, devices, settings.verify_nic_valid_for, run=query_nic,
                                 firmware=nic.enabled, optics=nic.optics)
         readings.nic_fw = nicfw.stored_reading(nic_state)

@@ -11,21 +11,28 @@ gate) with its time, and every path judges the stored reading and its age
 from __future__ import annotations
 
 import os
-import shutil
 import time
+from typing import TYPE_CHECKING
 
-from ccrhost.model.active import ActiveResult
-from ccrhost.model.nicfw import CHECK, NicFirmware, NicFwReading
-from ccrhost.model.plain import plain
-from ccrhost.model.status import OK, UNKNOWN
+from ccrhost.model.nicfw import CHECK, NicFwReading
 from ccrhost.node import active
-from ccrhost.probes import nicfw as probe
+
+if TYPE_CHECKING:
+    from ccrhost.model.active import ActiveResult
+    from ccrhost.model.nicfw import NicFirmware
+
+# Only the health check and the deploy query and store (the probes are
+# imported there); the prolog's check reads the stored results alone.
 
 
 def result(nic: NicFirmware, valid_for: float, now: float) -> ActiveResult:
     """One NIC's stored result: its status says whether it was read (the
     verdict on the values is made when it is judged, against the profile
     of that time)."""
+    from ccrhost.model.active import ActiveResult
+    from ccrhost.model.plain import plain
+    from ccrhost.model.status import OK, UNKNOWN
+
     status, code = (OK, None) if not (nic.missing or nic.error) else \
         (UNKNOWN, "nic_fw_tool_missing" if nic.missing else "nic_fw_unreadable")
     message = "read" if status == OK else (nic.error or "neither mlxconfig nor mstconfig is installed")
@@ -38,11 +45,17 @@ def bdf_of(device: str, sys: str = "/sys") -> str | None:
     return name if ":" in name else None
 
 
-def query(devices: list[str], run=None, which=shutil.which, firmware: bool = True,
+def query(devices: list[str], run=None, which=None, firmware: bool = True,
           optics: bool = False) -> list[NicFirmware]:
     """Each RDMA device's firmware settings (and with ``optics`` its module
     and BER), through the first tool found."""
+    import shutil
+
+    from ccrhost.model.nicfw import NicFirmware
     from ccrhost.probes import mlxlink
+    from ccrhost.probes import nicfw as probe
+
+    which = which or shutil.which
 
     run = run or active.run_tool
     tool = next((t for t in probe.TOOLS if which(t)), None)
@@ -70,7 +83,7 @@ def query(devices: list[str], run=None, which=shutil.which, firmware: bool = Tru
 
 
 def run_and_store(path: str, devices: list[str], valid_for: float, run=None, clock=time.time,
-                  which=shutil.which, firmware: bool = True, optics: bool = False) -> list[ActiveResult]:
+                  which=None, firmware: bool = True, optics: bool = False) -> list[ActiveResult]:
     now = clock()
     results = [result(nic, valid_for, now) for nic in query(devices, run, which, firmware, optics)]
     active.store(path, results)

@@ -15,8 +15,8 @@ from ccrhost.operations.base import fail, operation
 
 
 def plans(settings, nics, ethernet: dict[str, bool]) -> list[tuple[object, dict[str, int]]]:
-    policy = settings.nic_fw_policy()
-    return [(nic, nicfw.plan(nic, policy.wants, ethernet.get(nic.device, True))) for nic in nics]
+    wants = settings.nic_fw_profile()
+    return [(nic, nicfw.plan(nic, wants, ethernet.get(nic.device, True))) for nic in nics]
 
 
 @operation

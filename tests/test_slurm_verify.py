@@ -151,3 +151,10 @@ def test_a_node_whose_check_judged_nothing_stays_unknown_also_with_a_measurement
         verdict, _ = judge(parse_check_task(task_lines("gpu07", text, 3)), measured)
         assert verdict.status == "UNKNOWN"  # never FAIL "no RDMA compute port found" for a read that timed out
         assert verdict.reasons == said.reasons and not verdict.evaluated
+
+
+def test_a_sweep_asks_each_nodes_check_to_refresh_its_nic_readings():
+    plain = check_script("/usr/local/bin/ccrhost", "/etc/ccrhost/check.yaml")
+    sweep = check_script("/usr/local/bin/ccrhost", "/etc/ccrhost/check.yaml", refresh_nic=True)
+    assert "--refresh-nic" not in plain
+    assert "check --config /etc/ccrhost/check.yaml --format json --refresh-nic 2>&1" in sweep

@@ -128,14 +128,16 @@ def expand_hostlist(expression: str) -> list[str]:
 _LABEL = re.compile(r"^\s*([0-9]{1,9}): ?(.*)$")  # ASCII digits: int() takes any Unicode one
 
 
-def check_script(ccrhost: str, config: str) -> str:
+def check_script(ccrhost: str, config: str, refresh_nic: bool = False) -> str:
     """What each task of the check step runs: the node's name, its check
-    settings (so the controller judges with the node's own) and its check."""
+    settings (so the controller judges with the node's own) and its check
+    (``refresh_nic``: a sweep that queries the NICs' tools and stores the readings)."""
     cfg = shlex.quote(config)
+    refresh = " --refresh-nic" if refresh_nic else ""
     # base64 in 76-character lines: srun cuts a long output line into several
     return (f'echo "@@node $SLURMD_NODENAME"; '
             f'if [ -r {cfg} ]; then echo "@@config"; base64 < {cfg}; else echo "@@config -"; fi; '
-            f'echo "@@check"; {shlex.quote(ccrhost)} check --config {cfg} --format json 2>&1; echo "@@rc $?"')
+            f'echo "@@check"; {shlex.quote(ccrhost)} check --config {cfg} --format json{refresh} 2>&1; echo "@@rc $?"')
 
 
 @dataclass
@@ -344,6 +346,7 @@ class VerifyOptions:
     check_timeout: float = 300
     sbatch_options: tuple[str, ...] = ()
     nccl: object = None                # a ccrhost.fleet.slurm_nccl.NcclOptions: run the all-reduce gate
+    refresh_nic: bool = False  # --refresh-nic: the checks query the NICs' tools and store their readings
 
 
 class Progress:
@@ -508,7 +511,7 @@ def busy_verdict(node: SlurmNode) -> Verdict:
 
 def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[str, CheckOutput]:
     proc = subprocess.Popen([*srun_args(job, nodes, "ccrhost-check"), "/bin/sh", "-c",
-                             check_script(opts.ccrhost, opts.config)],
+                             check_script(opts.ccrhost, opts.config, opts.refresh_nic)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
@@ -755,6 +758,9 @@ def slurm():
 @click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
 @click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="OPT",
               help="Passed to sbatch, e.g. --sbatch-option=--account=ops (repeatable).")
+@click.option("--refresh-nic", is_flag=True, help="A sweep: each node's check queries its NICs' firmware settings "
+              "and transceivers (mlxconfig, mlxlink; seconds per NIC, where verify_nic_firmware or verify_nic_optics "
+              "is on) and stores them for the prolog, as the health check does.")
 @click.option("--nccl", is_flag=True, help="Also run the NCCL all-reduce gate (nccl-tests all_reduce_perf): "
               "single-node NVLink and NIC-loopback modes on every node, and node pairs on ring (docs/allreduce.md).")
 @click.option("--nccl-modes", default="nvlink,loopback,pair", show_default=True, help="Comma-separated modes.")
@@ -773,7 +779,7 @@ def slurm():
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
-           nccl_port, nccl_srun_options):
+           nccl_port, nccl_srun_options, refresh_nic):
     """Check every node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -790,6 +796,7 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
     opts = VerifyOptions(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance,
                          measure_seconds, measure_retries, measure_timeout, measure_port, measure_ports, wait_s,
                          check_timeout, tuple(sbatch_options))
+    opts.refresh_nic = refresh_nic
     if nccl:
         opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
                                  nccl_max_nodes, nccl_port, nccl_srun_options)

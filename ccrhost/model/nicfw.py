@@ -125,17 +125,13 @@ def _judge_firmware(where: str, nic: NicFirmware, wants: dict[str, Want], ethern
     if nic.error:
         return [Reason(UNKNOWN, "nic_fw_unreadable", f"{where}: firmware settings not read: {nic.error}")]
     reasons = []
-    for name, want in wants.items():
-        if want.ethernet_only and not ethernet:
-            continue
-        p = nic.params.get(name)
+    for name, want, p, hidden in _rows(nic, wants, ethernet):
+        if hidden:
+            advanced = _now(nic.params["ADVANCED_PCI_SETTINGS"])
+            reasons.append(Reason(FAIL, "nic_fw_pci_hidden",
+                                  f"{where}: MAX_ACC_OUT_READ is hidden because ADVANCED_PCI_SETTINGS is "
+                                  f"{_shown(advanced)}: its read-request setting cannot be checked or set"))
         if p is None:
-            advanced = nic.params.get("ADVANCED_PCI_SETTINGS")
-            if name == "MAX_ACC_OUT_READ" and advanced is not None and _now(advanced).number == 0:
-                # mlxconfig lists it only once ADVANCED_PCI_SETTINGS is on (the operator's configvalidation.go)
-                reasons.append(Reason(FAIL, "nic_fw_pci_hidden",
-                                      f"{where}: MAX_ACC_OUT_READ is hidden because ADVANCED_PCI_SETTINGS is "
-                                      f"{_shown(_now(advanced))}: its read-request setting cannot be checked or set"))
             continue  # a parameter this device does not have is not judged
         now = _now(p)
         wanted = " or ".join(str(v) for v in want.values)
@@ -151,6 +147,21 @@ def _judge_firmware(where: str, nic: NicFirmware, wants: dict[str, Want], ethern
                                   f"{where}: firmware setting pending reboot: {name} is {p.current.text}, "
                                   f"{p.next_boot.text} at the next boot"))
     return reasons
+
+
+def _rows(nic: NicFirmware, wants: dict[str, Want], ethernet: bool):
+    """(name, want, the NIC's row or None, hidden) for each wanted parameter
+    that applies to this port; ``hidden``: MAX_ACC_OUT_READ left out because
+    ADVANCED_PCI_SETTINGS is off (mlxconfig lists it only once that is on,
+    the operator's configvalidation.go)."""
+    for name, want in wants.items():
+        if want.ethernet_only and not ethernet:
+            continue
+        p = nic.params.get(name)
+        advanced = nic.params.get("ADVANCED_PCI_SETTINGS")
+        hidden = (p is None and name == "MAX_ACC_OUT_READ" and advanced is not None
+                  and _now(advanced).number == 0)
+        yield name, want, p, hidden
 
 
 def _now(p: FwParam) -> FwValue:
@@ -221,14 +232,10 @@ def plan(nic: NicFirmware, wants: dict[str, Want], ethernet: bool) -> dict[str, 
     if nic.missing or nic.error:
         return {}
     out = {}
-    for name, want in wants.items():
-        if want.ethernet_only and not ethernet:
-            continue
-        p = nic.params.get(name)
+    for name, want, p, hidden in _rows(nic, wants, ethernet):
+        if hidden and "ADVANCED_PCI_SETTINGS" in wants:
+            out[name] = want.values[0]  # hidden now; listed once ADVANCED_PCI_SETTINGS is on, set together
         if p is None:
-            advanced = nic.params.get("ADVANCED_PCI_SETTINGS")
-            if name == "MAX_ACC_OUT_READ" and advanced is not None and "ADVANCED_PCI_SETTINGS" in wants:
-                out[name] = want.values[0]  # hidden now; listed once ADVANCED_PCI_SETTINGS is on
             continue
         if p.next_boot.number not in want.values:
             out[name] = want.values[0]

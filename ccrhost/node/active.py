@@ -132,3 +132,14 @@ def merged(text: str, results: list[ActiveResult]) -> list[ActiveResult]:
     for r in results:
         current[f"{r.check}/{r.mode}"] = r
     return list(current.values())
+
+
+def stored_results(path: str, check: str) -> tuple[dict[str, dict], str | None]:
+    """One check's stored results by mode (``ActiveResult`` dicts), and why
+    the state file could not be read (then no results): what the prolog and
+    ``ccrhost check`` judge, never a new run."""
+    try:
+        stored = load(path)
+    except ValueError as exc:
+        return {}, str(exc)
+    return {r.mode: r.to_dict() for r in stored.values() if r.check == check}, None

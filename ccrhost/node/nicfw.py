@@ -93,8 +93,4 @@ def run_and_store(path: str, devices: list[str], valid_for: float, run=None, clo
 def stored_reading(path: str, clock=time.time) -> NicFwReading:
     """What every path judges: the stored results and their age, never a new query."""
     now = clock()
-    try:
-        stored = active.load(path)
-    except ValueError as exc:
-        return NicFwReading(now, {}, str(exc))
-    return NicFwReading(now, {r.mode: r.to_dict() for r in stored.values() if r.check == CHECK})
+    return NicFwReading(now, *active.stored_results(path, CHECK))

@@ -214,3 +214,8 @@ def test_the_plan_writes_only_what_differs_in_next_boot():
     hidden = NicFirmware("mlx5_0", "b", "mlxconfig", probe.parse_query((FIX / "mstconfig_q_cx4lx.txt").read_text()))
     assert nicfw.plan(hidden, policy, True) == {"ADVANCED_PCI_SETTINGS": 1, "MAX_ACC_OUT_READ": 0}
     assert nicfw.plan(NicFirmware("mlx5_0", "b", None, missing=True), policy, True) == {}
+    # both written, the reboot not yet made: MAX_ACC_OUT_READ is still hidden, nothing more to write
+    owed = table(**{k: v for k, v in GOOD.items() if k != "MAX_ACC_OUT_READ"} | {"ADVANCED_PCI_SETTINGS": ("False(0)", "True(1)")})
+    written = NicFirmware("mlx5_0", "b", "mlxconfig", probe.parse_query(owed))
+    assert nicfw.plan(written, policy, True) == {}
+    assert nicfw.reboot_owed(written, {}) == ["ADVANCED_PCI_SETTINGS"]

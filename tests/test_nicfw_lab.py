@@ -98,7 +98,7 @@ def test_each_fault_is_its_nodes_reason_on_every_path(fleet, tmp_path):
     assert deployed[node_address(8)]["reasons"][0]["message"].startswith("NIC mlx5_7 (")
 
 
-def test_set_writes_next_boot_a_reboot_makes_it_current_and_a_refused_set_changes_nothing(fleet):
+def test_set_writes_next_boot_a_reboot_makes_it_current_and_a_refused_set_changes_nothing(fleet, tmp_path):
     bdf = json.loads((fleet.node_dir("node2") / "node.json").read_text())["nics"][0]["pci"]
     before = lab_nicfw.read_state(fleet.node_dir("node2"), bdf)
     for bad, said in (("FOO=1", "-E- Unknown Parameter FOO"),
@@ -127,6 +127,19 @@ def test_set_writes_next_boot_a_reboot_makes_it_current_and_a_refused_set_change
     assert [r["code"] for r in doc["reasons"]] == ["nic_fw_wrong", "nic_fw_pci_hidden"], doc["reasons"]
     hidden = lab_ssh(fleet, "node1", f"mlxconfig -d {bdf} -y set MAX_ACC_OUT_READ=0")
     assert hidden.returncode == 1 and "-E- The Device doesn't support MAX_ACC_OUT_READ parameter" in hidden.stdout
+
+    # the firmware stage writes the hidden one together with ADVANCED_PCI_SETTINGS, then nothing until the reboot
+    inventory = lab_inventory(tmp_path, verify_allreduce_state=STATE)
+    run_pyinfra("deploys/nic_firmware.py", inventory=inventory, timeout=300)
+    state = lab_nicfw.read_state(fleet.node_dir("node1"), bdf)
+    assert (state["next"]["ADVANCED_PCI_SETTINGS"], state["next"]["MAX_ACC_OUT_READ"]) == (1, 0)
+    stamp = lab_nicfw.state_path(fleet.node_dir("node1"), bdf).stat().st_mtime_ns
+    again = run_pyinfra("deploys/nic_firmware.py", inventory=inventory, timeout=300)
+    assert "NIC firmware: reboot required (mlx5_0: ADVANCED_PCI_SETTINGS)" in again.out, again.out
+    assert lab_nicfw.state_path(fleet.node_dir("node1"), bdf).stat().st_mtime_ns == stamp
+    fleet.reboot("node1")
+    doc, _ = check(fleet, "node1", refresh=True)
+    assert (doc["status"], doc["reasons"]) == ("OK", []), doc["reasons"]
 
 
 def test_a_live_mlx5_fatal_line_comes_and_goes(fleet):

@@ -233,8 +233,10 @@ def plan(nic: NicFirmware, wants: dict[str, Want], ethernet: bool) -> dict[str, 
         return {}
     out = {}
     for name, want, p, hidden in _rows(nic, wants, ethernet):
-        if hidden and "ADVANCED_PCI_SETTINGS" in wants:
-            out[name] = want.values[0]  # hidden now; listed once ADVANCED_PCI_SETTINGS is on, set together
+        if hidden and "ADVANCED_PCI_SETTINGS" in wants and nic.params["ADVANCED_PCI_SETTINGS"].next_boot.number == 0:
+            # hidden now: written together with ADVANCED_PCI_SETTINGS (once that is written, the next run
+            # cannot see it before the reboot that lists it, and writes nothing more)
+            out[name] = want.values[0]
         if p is None:
             continue
         if p.next_boot.number not in want.values:

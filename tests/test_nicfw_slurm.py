@@ -1,0 +1,72 @@
+"""The NIC firmware audit on the real Slurm paths of a 3-node Slurm lab, the
+integration installed with verify_nic_firmware as deploys/slurm.py writes it:
+the HealthCheckProgram (`ccrhost check --refresh-nic --drain`) queries the
+lab's mlxconfig and stores the readings, and drains the node whose firmware
+runs a wrong value with a reason naming the code; the prolog lets a node
+whose setting is only pending a reboot (WARN) run a job, judging the stored
+reading; `ccrhost slurm verify --refresh-nic` reports each node alike."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ccrhost.lab import slurm as lab_slurm
+from ccrhost.model.slurm import integration_files
+from ccrhost.settings import validate_host
+
+pytestmark = pytest.mark.lab
+
+SLURM_NODES = 3
+STATE = "/run/ccrhost/active.json"
+
+
+def in_node(lab, node, *cmd):
+    holder = lab.node(node).holder_pid
+    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", "--", "env", "-i",
+                           f"SLURMD_NODENAME={node}", f"PATH={lab_slurm.PATH}", *cmd],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_health_check_drains_the_wrong_node_and_the_prolog_lets_a_pending_one_run(slurm_lab, tmp_path):
+    lab = slurm_lab
+    data = {**lab_slurm.integration_data(lab, lab_slurm.HEALTHCHECK_INTERVAL), "verify_nic_firmware": True,
+            "verify_allreduce_state": STATE}
+    files = integration_files(validate_host("lab", data))
+    assert any("--refresh-nic" in content for path, content, _ in files if path.endswith("healthcheck.sh"))
+    for node in lab.load().nodes:
+        lab_slurm.install_integration(lab, node, files)
+    bdf = json.loads((lab.node_dir("node2") / "node.json").read_text())["nics"][0]["pci"]
+    wrong = in_node(lab, "node2", "mlxconfig", "-d", bdf, "-y", "set", "MAX_ACC_OUT_READ=64")
+    assert wrong.returncode == 0, wrong.stdout
+    lab.reboot("node2")  # the value is now running; slurmd starts again
+    pending = in_node(lab, "node3", "mlxconfig", "-d", bdf, "-y", "set", "ATS_ENABLED=1")
+    assert pending.returncode == 0, pending.stdout
+
+    deadline = time.monotonic() + 60
+    while not (states := lab_slurm.node_states(lab))["node2"][1].startswith("ccrhost: nic_fw_wrong"):
+        assert time.monotonic() < deadline, states
+        time.sleep(0.5)
+    assert "MAX_ACC_OUT_READ is 64" in states["node2"][1]
+    assert "drain" in states["node2"][0]
+
+    job = lab_slurm.run(lab, "srun", "-w", "node3", "-t", "1", "cat", STATE, timeout=60)
+    assert job.returncode == 0, job.stderr  # the prolog: WARN runs
+    stored = json.loads(job.stdout)["results"]
+    assert {k.split("/")[0] for k in stored} == {"nic_fw"} and len(stored) == 8
+    prolog = in_node(lab, "node3", lab_slurm.ccrhost_command(), "check", "--config", "/etc/ccrhost/check.yaml",
+                     "--format", "json")  # what the prolog runs: the stored readings only
+    doc = json.loads(prolog.stdout)
+    assert (doc["status"], [r["code"] for r in doc["reasons"]]) == ("WARN", ["nic_fw_pending"]), doc["reasons"]
+    assert "drain" not in lab_slurm.node_states(lab)["node3"][0]
+
+    run = subprocess.run(
+        [sys.executable, "-m", "ccrhost", "slurm", "verify", "--ccrhost", lab_slurm.ccrhost_command(),
+         "--report-dir", str(tmp_path / "report"), "-w", "node1,node3", "--refresh-nic"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path, env=lab_slurm.client_env(lab))
+    assert run.returncode == 1, run.stdout + run.stderr
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    got = {h: (v["status"], [r["code"] for r in v["reasons"]]) for h, v in hosts.items()}
+    assert got == {"node1": ("OK", []), "node3": ("WARN", ["nic_fw_pending"])}, got

@@ -327,6 +327,11 @@ class VerifyError(click.ClickException):
         click.echo(f"ccrhost slurm verify: {self.message}", err=True)
 
 
+class RolloutError(VerifyError):
+    def show(self, file=None):
+        click.echo(f"ccrhost slurm rollout: {self.message}", err=True)
+
+
 @dataclass
 class VerifyOptions:
     partition: str | None = None
@@ -827,3 +832,43 @@ def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, p
                        iters=iters, retries=s.verify_allreduce_retries, timeout=s.verify_allreduce_timeout,
                        valid_for=s.verify_allreduce_valid_for, max_nodes=max_nodes, port=port,
                        min_busbw=s.verify_allreduce_min_busbw, srun_options=tuple(srun_options))
+
+
+@slurm.command()
+@click.option("--partition", "-p", help="Roll through this partition's nodes.")
+@click.option("--nodes", "-w", "nodelist", help="Slurm hostlist of the nodes, e.g. gpu[001-064].")
+@click.option("--max-nodes", "-k", type=click.IntRange(1), default=1, show_default=True,
+              help="Nodes draining or rebooting at once.")
+@click.option("--max-failures", "-f", type=click.IntRange(1), default=1, show_default=True,
+              help="Stop before the next batch once this many nodes failed to verify.")
+@click.option("--reason", default="NIC firmware settings", show_default=True, help="Said in the drain reason.")
+@click.option("--ccrhost", "ccrhost_cmd", default="/usr/local/bin/ccrhost", show_default=True,
+              help="ccrhost on the nodes.")
+@click.option("--config", default=CHECK_CONFIG, show_default=True, help="The check settings on the nodes.")
+@click.option("--wait", "wait_s", type=click.FloatRange(1), default=3600, show_default=True,
+              help="Seconds a batch may take: its jobs ending, then the reboot.")
+@click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
+def rollout(partition, nodelist, max_nodes, max_failures, reason, ccrhost_cmd, config, wait_s, check_timeout):
+    """Reboot nodes a batch at a time so firmware written for the next boot
+    takes effect (deploys/nic_firmware.py writes it; docs/nic-firmware.md).
+
+    Slurm drains each node (jobs finish), reboots it when idle and brings it
+    back DOWN; each node's own check then runs in a reservation of its own:
+    OK resumes it, anything else leaves it drained with the check's reason.
+    Exit 0 when every node verified OK, 2 otherwise.
+    """
+    from ccrhost.fleet import rollout as ro
+
+    if not (partition or nodelist):
+        raise click.UsageError("name the nodes: --partition or --nodes")
+    try:
+        nodes = sorted(list_nodes(partition, nodelist))
+        if not nodes:
+            raise click.UsageError("no such nodes")
+        outcomes = ro.rollout(nodes, max_nodes, max_failures, reason, ccrhost_cmd, config, wait_s, check_timeout,
+                              say=Progress())
+    except SlurmError as exc:
+        raise RolloutError(str(exc)) from None
+    for o in outcomes:
+        click.echo(f"{o.node}: {o.status}: {o.note}")
+    return ro.exit_code(outcomes)

@@ -529,7 +529,16 @@ class Lab:
 
     def reboot(self, name: str) -> Node:
         """Power-cycle one node: volatile settings (/sys, configfs) go back to
-        the profile's defaults; its disk (/etc) keeps what was written."""
+        the profile's defaults; its disk (/etc) keeps what was written. One
+        reboot at a time (the lab slurmd's RebootProgram may ask for several
+        at once): each rewrites the lab's state."""
+        import fcntl
+
+        with open(self.dir / "reboot.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._reboot(name)
+
+    def _reboot(self, name: str) -> Node:
         state, node = self._locate(name)
         self._stop_node(node)
         self.boot(node)

@@ -143,9 +143,18 @@ SlurmctldTimeout=30
 InactiveLimit=0
 KillWait=5
 MinJobAge=60
+RebootProgram={s}/etc/reboot.sh
 Include {s}/etc/ccrhost.conf
 {nodes}PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
+
+
+def reboot_program(lab: Lab) -> str:
+    """slurmd's RebootProgram: the node cannot power itself off, so it asks
+    the lab's BMC (``ccrhost.lab.bmc``) to power-cycle it."""
+    nodes = folder(lab) / "nodes"
+    return ("#!/bin/sh\n# the lab's RebootProgram (ccrhost/lab/slurm.py reboot_program): ask the lab's BMC\n"
+            f": > {nodes}/\"$(/bin/hostname)\"/reboot.request\n")
 
 
 def install_integration(lab: Lab, node: Node, files: list[tuple[str, str, str]]) -> None:
@@ -171,6 +180,9 @@ def start(lab: Lab, state: LabState, interval: int = HEALTHCHECK_INTERVAL, timeo
     fragment = next(content for path, content, _ in files if path.endswith(".conf"))
     (s / "etc" / "ccrhost.conf").write_text(fragment)
     conf_path(lab).write_text(render_conf(lab, state))
+    reboot = s / "etc" / "reboot.sh"
+    reboot.write_text(reboot_program(lab))
+    reboot.chmod(0o755)
     key = s / "etc" / "munge.key"
     fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -190,6 +202,11 @@ def start(lab: Lab, state: LabState, interval: int = HEALTHCHECK_INTERVAL, timeo
     ctld = subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf_path(lab))], stdin=subprocess.DEVNULL,
                             stdout=log, stderr=log, env=client_env(lab), start_new_session=True)
     state.slurm["slurmctld_pid"] = ctld.pid
+    lab.save(state)
+    bmc_log = open(s / "ctld" / "bmc.log", "a")
+    bmc = subprocess.Popen([sys.executable, "-m", "ccrhost.lab.bmc", str(lab.dir)], stdin=subprocess.DEVNULL,
+                           stdout=bmc_log, stderr=bmc_log, start_new_session=True)
+    state.slurm["bmc_pid"] = bmc.pid
     lab.save(state)
     for node in state.nodes:
         install_integration(lab, node, files)
@@ -270,6 +287,7 @@ def stop(lab: Lab, state: LabState) -> None:
         _terminate(node.slurmd_pid, 2)
         node.slurmd_pid = None
     slurm = state.slurm or {}
+    _terminate(slurm.get("bmc_pid"), 2)
     _terminate(slurm.get("slurmctld_pid"), 10)  # it saves its state first: more than 2 s
     _terminate(slurm.get("munged_pid"), 5)
     lab.save(state)

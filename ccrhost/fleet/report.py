@@ -18,7 +18,7 @@ from xml.etree import ElementTree as ET
 
 from ccrhost import failures
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
-from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, unjudged
+from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, scope_detail, scope_text, unjudged
 from ccrhost.output import write_atomic
 
 
@@ -93,6 +93,13 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
                        skipped=str(sum(v.status == UNKNOWN for v in verdicts.values())))
     for host, v in sorted(verdicts.items()):
         case = ET.SubElement(suite, "testcase", classname="ccrhost.ccr", name=host)
+        if v.status != OK:  # what to do, and each reason's code, action and part, for a CI to route on
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", name="action", value=v.action_text())
+            for r in v.reasons:
+                if r.level != OK:
+                    ET.SubElement(props, "property", name=f"reason.{r.code}",
+                                  value=f"{r.level} {scope_detail(r, v.readings)['action']} {scope_text(r, v.readings)}")
         if v.status == FAIL:
             ET.SubElement(case, "failure", message=v.summary()).text = v.summary()
         elif v.status == UNKNOWN:

@@ -20,14 +20,21 @@ class Reason:
     level: str
     code: str
     message: str
+    # the part it is about, where the code's scope (model/reasons.py) is one
+    # part: a GPU's index, a NIC's RDMA device (or netdev), a port's number
+    gpu: int | None = None
+    nic: str | None = None
+    port: int | None = None
 
     def to_dict(self) -> dict:
-        return {"level": self.level, "code": self.code, "message": self.message}
+        out = {"level": self.level, "code": self.code, "message": self.message}
+        out.update((k, v) for k, v in (("gpu", self.gpu), ("nic", self.nic), ("port", self.port)) if v is not None)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Reason:
         """A reason as :meth:`to_dict` wrote it (a node's JSON)."""
-        return cls(data["level"], data["code"], data["message"])
+        return cls(data["level"], data["code"], data["message"], data.get("gpu"), data.get("nic"), data.get("port"))
 
 
 def worst(statuses) -> str:

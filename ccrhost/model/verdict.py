@@ -109,12 +109,39 @@ class Verdict:
         bad = [r.message for r in self.reasons if r.level != OK]
         return "; ".join(bad) if bad else "all checks passed"
 
+    @property
+    def action(self) -> str:
+        """What to do about the node: the most disruptive action of its
+        worst-level reasons (a warning's advice does not outrank a
+        failure's), ``none`` when OK."""
+        if self.status == OK:
+            return "none"  # a healthy check never loads the catalogue (about 5 ms)
+        from ccrhost.model.actions import worst_action
+        from ccrhost.model.reasons import action_of
+
+        return worst_action(action_of(r.code) for r in self.reasons if r.level == self.status and r.level != OK)
+
+    def action_text(self) -> str:
+        """``reset_gpu (gpu 0 0000:18:00.0 GPU-...)``: the node's action and
+        the parts its reasons with that action are about."""
+        from ccrhost.model.reasons import action_of
+
+        action = self.action
+        parts = []
+        for r in self.reasons:
+            if r.level == self.status and action_of(r.code) == action:
+                where = scope_text(r, self.readings)
+                if where != "node" and where not in parts:
+                    parts.append(where)
+        return f"{action} ({', '.join(parts)})" if parts else action
+
     def to_dict(self) -> dict:
         r = self.readings
         readings = r.to_dict() if self.evaluated else None
         return {
             "status": self.status,
-            "reasons": [x.to_dict() for x in self.reasons],
+            "action": self.action,
+            "reasons": [{**x.to_dict(), **scope_detail(x, r)} for x in self.reasons],
             "ccr": self.ccr.to_dict() if self.ccr else None,
             "expected_ccr": self.expected_ccr,
             "fail_below": self.fail_below,
@@ -150,6 +177,30 @@ class Verdict:
             fail_below=doc.get("fail_below"),
             evaluated=readings is not None,
         )
+
+
+def scope_detail(reason: Reason, readings: Readings) -> dict:
+    """The reason's action and scope, with what the readings know of the
+    part it names: a GPU's PCI address and UUID, a NIC's port."""
+    from ccrhost.model.reasons import action_of, scope_of
+
+    out: dict = {"action": action_of(reason.code), "scope": scope_of(reason.code)}
+    if reason.gpu is not None:
+        uuid = next((g.uuid for g in readings.gpus if g.index == reason.gpu), None)
+        health = readings.gpu_health.gpus if readings.gpu_health is not None else []
+        pci = next((g.pci for g in health if g.index == reason.gpu), None)
+        out.update((k, v) for k, v in (("pci", pci), ("uuid", uuid)) if v)
+    return out
+
+
+def scope_text(reason: Reason, readings: Readings) -> str:
+    """``gpu 0 0000:18:00.0 GPU-...``, ``port mlx5_0/1``, ``nic mlx5_0`` or ``node``."""
+    detail = scope_detail(reason, readings)
+    if reason.gpu is not None:
+        return " ".join(str(x) for x in ("gpu", reason.gpu, detail.get("pci"), detail.get("uuid")) if x is not None)
+    if reason.nic is not None:
+        return f"port {reason.nic}/{reason.port}" if reason.port is not None else f"nic {reason.nic}"
+    return detail["scope"]
 
 
 def unjudged(status: str, code: str, message: str) -> Verdict:
@@ -201,10 +252,11 @@ def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
     return result.ccr if result and math.isfinite(result.ccr) else None
 
 
-def _degraded_links(level: str, what: str, checks) -> list[Reason]:
+def _degraded_links(level: str, what: str, checks, **part) -> list[Reason]:
     """A reason for each ``(code, have, capable, message format)`` whose link
-    trained below what it is capable of; an unknown figure is not judged."""
-    return [Reason(level, code, f"{what} {text.format(have, capable)}")
+    trained below what it is capable of; an unknown figure is not judged.
+    ``part``: the GPU or NIC it is about (Reason's fields)."""
+    return [Reason(level, code, f"{what} {text.format(have, capable)}", **part)
             for code, have, capable, text in checks if have and capable and have < capable]
 
 
@@ -227,17 +279,20 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
                 reasons.append(Reason(UNKNOWN, "efa_link_unreadable",
                                       f"EFA port {p.name} has no readable netdev operstate "
                                       f"({p.netdev or 'no netdev under its device/net/'}): its own state file "
-                                      "always reads ACTIVE, so its link is not known"))
+                                      "always reads ACTIVE, so its link is not known", nic=p.device, port=p.port))
             elif not p.active:
                 reasons.append(Reason(FAIL, "efa_link_down", f"EFA port {p.name} is down: {p.link_text} "
-                                      "(its RDMA port state reads ACTIVE whatever the link does)"))
+                                      "(its RDMA port state reads ACTIVE whatever the link does)",
+                                      nic=p.device, port=p.port))
         elif not p.active:
-            reasons.append(Reason(FAIL, "port_down", f"port {p.name} is {p.state}/{p.phys_state}"))
+            reasons.append(Reason(FAIL, "port_down", f"port {p.name} is {p.state}/{p.phys_state}",
+                                  nic=p.device, port=p.port))
         elif p.rate_gbps is not None and p.rate_gbps < top_rate:
-            reasons.append(Reason(FAIL, "port_rate", f"port {p.name} runs at {p.rate_gbps:g} Gb/s, expected {top_rate:g}"))
+            reasons.append(Reason(FAIL, "port_rate", f"port {p.name} runs at {p.rate_gbps:g} Gb/s, expected {top_rate:g}",
+                                  nic=p.device, port=p.port))
         reasons += _degraded_links(FAIL, f"NIC {p.device} PCIe", (
             ("nic_pcie_width", p.pcie_width, p.pcie_width_max, "x{}, capable of x{}"),
-            ("nic_pcie_speed", p.pcie_gts, p.pcie_gts_max, "{:g} GT/s, capable of {:g} GT/s")))
+            ("nic_pcie_speed", p.pcie_gts, p.pcie_gts_max, "{:g} GT/s, capable of {:g} GT/s")), nic=p.device)
     active = [p for p in ports if p.active]
     up_efa = [p for p in active if p.efa]
     if up_efa:
@@ -253,7 +308,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
         reasons.append(Reason(UNKNOWN, "port_rate_unreadable",
                               f"port {p.name} is ACTIVE but its rate was not read "
                               f"(/sys/class/infiniband/{p.device}/ports/{p.port}/rate gave no value): "
-                              "the node's bandwidth is not known"))
+                              "the node's bandwidth is not known", nic=p.device, port=p.port))
     if expect.ports is not None and len(active) < expect.ports:
         reasons.append(Reason(FAIL, "port_count", f"{len(active)} active compute ports, expected {expect.ports}"))
 
@@ -280,14 +335,15 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
         reasons.append(Reason(UNKNOWN, "gpu_none", "no GPU found"))
     for g in gpus:
         if expect.gpu_model and g.name != expect.gpu_model:
-            reasons.append(Reason(FAIL, "gpu_model", f"GPU {g.index} is {g.name!r}, expected {expect.gpu_model!r}"))
+            reasons.append(Reason(FAIL, "gpu_model", f"GPU {g.index} is {g.name!r}, expected {expect.gpu_model!r}",
+                                  gpu=g.index))
         if g.throttle_reasons:
             reasons.append(Reason(WARN, "gpu_throttled",
                                   f"GPU {g.index} SM clock {g.sm_clock_mhz}/{g.max_sm_clock_mhz} MHz "
-                                  f"({', '.join(g.throttle_reasons)})"))
+                                  f"({', '.join(g.throttle_reasons)})", gpu=g.index))
         reasons += _degraded_links(WARN, f"GPU {g.index} PCIe", (
             ("gpu_pcie_gen", g.pcie_gen, g.pcie_gen_max, "gen {} < max {} (normal while idle)"),
-            ("gpu_pcie_width", g.pcie_width, g.pcie_width_max, "x{} < max x{}")))
+            ("gpu_pcie_width", g.pcie_width, g.pcie_width_max, "x{} < max x{}")), gpu=g.index)
 
     if readings.datapath is not None:
         reasons += dp.check_datapath(readings.datapath, dp.DatapathPolicy(

@@ -20,7 +20,7 @@ from ccrhost.model.datapath import DatapathReading, unreadable
 from ccrhost.model.fabric import FabricReading, window_from_state
 from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
-from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
+from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, scope_detail, scope_text, unjudged
 from ccrhost.output import write_atomic
 
 if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without the settings model
@@ -161,12 +161,21 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  expected {verdict.expected_ccr:.3e} from the declared hardware")
         if c.workload:
             lines.append(f"  workload model: {c.workload['statement']}")
+    if verdict.status != OK:
+        lines.append(f"  action: {verdict.action_text()}")
     for r in verdict.reasons:
-        lines.append(f"  {r.level}: {r.message}")
+        lines.append(f"  {r.level}: {r.message}{_action_note(r, verdict)}")
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         lines.append(f"  note: {fabric.window.note}")
     return "\n".join(lines) + "\n"
+
+
+def _action_note(reason: Reason, verdict: Verdict) -> str:
+    """`` [reset_gpu: gpu 0 0000:18:00.0 GPU-...]``: a reason's action and the part it is about."""
+    if reason.level == OK:
+        return ""
+    return f" [{scope_detail(reason, verdict.readings)['action']}: {scope_text(reason, verdict.readings)}]"
 
 
 def format_nhc(verdict: Verdict) -> str:
@@ -174,8 +183,8 @@ def format_nhc(verdict: Verdict) -> str:
     if verdict.status == OK:
         return ""
     if verdict.status in (FAIL, UNKNOWN):
-        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {verdict.summary()}\n"
-    return f"WARNING: ccrhost: {verdict.summary()}\n"
+        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {verdict.summary()} [action {verdict.action}]\n"
+    return f"WARNING: ccrhost: {verdict.summary()} [action {verdict.action}]\n"
 
 
 # Node Problem Detector's custom-plugin contract (kubernetes/node-problem-detector
@@ -203,11 +212,13 @@ def format_npd(verdict: Verdict, warn_unhealthy: bool = False) -> tuple[str, int
     codes: list[str] = []
     for level in (FAIL, UNKNOWN, WARN):
         codes += [r.code for r in verdict.reasons if r.level == level and r.code not in codes]
-    line = f"{status}: " + (",".join(codes) if codes else "all checks passed")
+    # the action closes the line and is never cut: a remediation controller acts on it
+    action = f"; action {verdict.action}" if codes and status != OK else ""
+    line = f"{status}: " + (",".join(codes) if codes else "all checks passed") + action
     shown = len(codes)
     while len(line.encode()) > NPD_MAX_OUTPUT and shown > 1:
         shown -= 1
-        line = f"{status}: {','.join(codes[:shown])} +{len(codes) - shown} more"
+        line = f"{status}: {','.join(codes[:shown])} +{len(codes) - shown} more{action}"
     return line.encode()[:NPD_MAX_OUTPUT].decode(errors="ignore") + "\n", code
 
 
@@ -244,14 +255,19 @@ def format_prometheus(verdict: Verdict) -> str:
                    f'active="{int(p.active)}"}} {p.effective_gbps:g}')
     out += ["# HELP ccrhost_gpus GPUs found.", "# TYPE ccrhost_gpus gauge", f"ccrhost_gpus {len(verdict.readings.gpus)}",
             *gpu_health_metrics(verdict.readings.gpu_health),
-            "# HELP ccrhost_check_reason A reason for a non-OK verdict (its code; the message is in the "
-            "check's text and JSON output, never a label: a number in it would make a new series).",
+            "# HELP ccrhost_check_reason A reason for a non-OK verdict (its code, with the code's action and "
+            "scope; the message is in the check's text and JSON output, never a label: a number in it would "
+            "make a new series).",
             "# TYPE ccrhost_check_reason gauge"]
     seen = set()
     for r in verdict.reasons:
         if (r.level, r.code) not in seen:
             seen.add((r.level, r.code))
-            out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}"}} 1')
+            part = scope_detail(r, verdict.readings)
+            out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}",action="{part["action"]}",'
+                       f'scope="{part["scope"]}"}} 1')
+    out += ["# HELP ccrhost_check_action What to do about the node (1 for its action; none when OK).",
+            "# TYPE ccrhost_check_action gauge", f'ccrhost_check_action{{action="{verdict.action}"}} 1']
     out += _fabric_metrics(verdict.readings.fabric)
     return "\n".join(out) + "\n"
 
@@ -357,10 +373,11 @@ def current_reason(node: str, scontrol: str) -> str | None:
 
 def drain_reason(verdict: Verdict) -> str:
     """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
+    action = f" [action {verdict.action_text()}]"[:120]  # closes the reason, never cut by a long summary
     if verdict.status == UNKNOWN:
-        return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255]
+        return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255 - len(action)] + action
     prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
-    return f"{prefix} {verdict.summary()}"[:255]
+    return f"{prefix} {verdict.summary()}"[:255 - len(action)] + action
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,

@@ -126,7 +126,7 @@ def test_a_corrupt_sysfs_value(lab, deploy, what, path, value, message):
     if what == "rate":  # ccrhost check on the node: UNKNOWN, one line, exit 3
         out = lab_ssh(lab, "node2", f"cd {REPO} && {sys.executable} -m ccrhost check --format nhc")
         assert out.returncode == 3, out
-        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
+        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message} [action investigate]\n"
         assert out.stderr == f"ccrhost check: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
 
 

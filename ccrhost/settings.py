@@ -28,6 +28,7 @@ from ccrhost.model import fabric, presets
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpu_health import GpuHealthPolicy
+from ccrhost.model.history import HistoryPolicy
 from ccrhost.model.gpus import PRECISIONS
 from ccrhost.model.gpus import PeakUnknown, peak_tflops
 from ccrhost.model.gpus import lookup as lookup_gpu
@@ -487,6 +488,23 @@ class HostSettings(BaseModel):
         description="Where `ccrhost check` keeps the GPU error counters (NVLink, PCIe replay) between runs, for "
         "their rates; under /run it starts afresh at boot, as the counters do.",
     )
+    # a node's failure history (model/history.py; issue 40)
+    verify_history: str | None = Field(
+        None, pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where `ccrhost check` keeps the node's failure history (each failure: time, codes, action, "
+        "GPU serials), bounded by verify_history_entries, for verify_replace_failures; it must survive a "
+        "reboot, so not under /run: /var/lib/ccrhost/history.json, for instance. Default null: no history is "
+        "kept and no node is marked for replacement.",
+    )
+    verify_history_entries: int = Field(
+        50, ge=1, le=10000, description="Failures the history keeps, newest last; older ones are dropped.")
+    verify_replace_failures: int = Field(
+        3, ge=0, le=1000, description="Failures (a FAIL after a check that did not fail) within "
+        "verify_replace_window_hours after which the node's action is replace (node_repeat_failures) and its "
+        "drain reason starts `ccrhost: replace:`, which no automatic resume lifts (0: never).",
+    )
+    verify_replace_window_hours: float = Field(
+        168, gt=0, le=8760, description="The window verify_replace_failures counts failures in (hours).")
     verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
     verify_required_mlx5: VersionText | None = Field(
         None, description="Oldest mlx5 driver allowed (MLNX_OFED's /sys/module/mlx5_core/version).")
@@ -690,7 +708,7 @@ class HostSettings(BaseModel):
 
         return CheckSettings(tuple(self.rdma_exclude_devices), self.verify_link_state, self.verify_gpu_state,
                              self.verify_window_max_age, self.verify_npd_warn_unhealthy, self.expectation(),
-                             self.policy())
+                             self.policy(), self.verify_history)
 
     def workload_problems(self) -> list[wl.Problem]:
         """The workload against the declared GPUs per node; when none is
@@ -720,6 +738,8 @@ class HostSettings(BaseModel):
                 warn_per_hour=_limits(fabric.DEFAULT_WARN_PER_HOUR, self.verify_fabric_warn_per_hour),
                 fail_per_hour=_limits(fabric.DEFAULT_FAIL_PER_HOUR, self.verify_fabric_fail_per_hour)),
             window_max_age=self.verify_window_max_age,
+            history=HistoryPolicy(self.verify_replace_failures, self.verify_replace_window_hours * 3600,
+                                  self.verify_history_entries),
             required_versions=dp.RequiredVersions(self.verify_required_nic_fw, self.verify_required_mlx5,
                                                   self.verify_required_nvidia),
             gpu_health=GpuHealthPolicy(

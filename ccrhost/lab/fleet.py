@@ -428,6 +428,10 @@ class Lab:
             "gpu_uuids": list(profile.gpus.uuids) or [
                 "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.name}-gpu{i}")) for i in range(profile.gpus.count)],
             "gpu_bdfs": [g["bdf"] for g in built["gpus"]],
+            # the profile's, else 13 digits per node and GPU, as NVIDIA prints a board's serial
+            "gpu_serials": list(profile.gpus.serials) or [
+                str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.name}-gpu{i}-serial").int % 10**13).rjust(13, "1")
+                for i in range(profile.gpus.count)],
             "faults": [str(f) for f in faults],
             "ofed": profile.ofed,
             "module_versions": versions,

@@ -23,6 +23,7 @@ class CheckSettings:
     verify_npd_warn_unhealthy: bool        # verify_npd_warn_unhealthy
     expected: Expectation                  # HostSettings.expectation()
     judged_by: Policy                      # HostSettings.policy()
+    verify_history: str | None = None      # verify_history: the node's failure history
 
     def expectation(self) -> Expectation:
         return self.expected

@@ -60,6 +60,7 @@ class NvLink:
 class GpuHealth:
     index: int                              # nvidia-smi -q GPU order / NVML index
     pci: str | None = None                  # "0000:18:00.0": -q "GPU 00000000:18:00.0" / nvmlDeviceGetPciInfo busId
+    serial: str | None = None               # the board's serial: -q "Serial Number" / nvmlDeviceGetSerial
     ecc_uncorrectable: int | None = None    # -q ECC Errors/Volatile *Uncorrectable* / nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)
     ecc_correctable: int | None = None      # -q ECC Errors/Volatile *Correctable / (CORRECTED, VOLATILE)
     retired_pending: bool | None = None     # -q Retired Pages/Pending Page Blacklist / nvmlDeviceGetRetiredPagesPendingStatus

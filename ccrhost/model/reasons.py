@@ -865,6 +865,29 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["pyinfra INVENTORY deploys/rdma.py --dry --limit HOST   # what it would run"],
          ["fix what the stage's error names and rerun the deploy"],
          "failure-behaviour.md"),
+    # --- a node's history (issue 40) ------------------------------------------------
+    _doc("node_repeat_failures", FAIL, REPLACE, NODE,
+         "The node failed again and again: `verify_replace_failures` failure episodes (a FAIL after a check that "
+         "passed) within `verify_replace_window_hours`. Repairing it once more is not the fix; its drain reason "
+         "starts `ccrhost: replace:`, which the health check and `ccrhost slurm remediate` never lift.",
+         "The node's failure history (`verify_history`), which each `ccrhost check` reads and extends; the "
+         "message names the GPU serials the failures had in common.",
+         ["a part that a reset or reboot only hides for a while (a GPU with failing memory, a marginal link)",
+          "a fault outside the node's parts: power, cooling, the slot"],
+         ["cat /var/lib/ccrhost/history.json   # verify_history: each failure, its codes, action and serials",
+          "nvidia-smi -q | grep -E 'Serial Number|Pending|Remapping Failure'"],
+         ["replace the part the serials name (or the node), then `scontrol update NodeName=NODE State=RESUME`",
+          "after a replacement, remove the node's history file so that old failures do not count against it"],
+         "check-and-slurm.md"),
+    _doc("gpu_lemon", FAIL, REPLACE, GPU,
+         "A GPU whose serial failed on another node before, and now fails here: the board, not the node, is the "
+         "fault (a lemon).",
+         "The failure histories (`verify_history`) of the nodes `ccrhost slurm verify` checks, joined by GPU "
+         "serial (nvidia-smi -q `Serial Number`).",
+         ["a board moved between nodes after a failure, carrying its fault with it"],
+         ["nvidia-smi -q | grep 'Serial Number'"],
+         ["replace the GPU; do not move it to another node"],
+         "check-and-slurm.md"),
 )
 
 REGISTRY: dict[str, ReasonDoc] = {}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
+from ccrhost.model import history as hist
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model.gpus import GpuReading
@@ -44,6 +45,7 @@ class Readings:
     datapath: dp.DatapathReading | None = None  # None: the data path was not read (not judged)
     gpu_health: gh.GpuHealthReading | None = None  # None: GPU health was not read (not judged)
     fabric: fab.FabricReading | None = None      # None: the lossless-fabric counters were not read
+    history: hist.History | None = None          # None: the node's failure history is not kept (or not here)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -89,6 +91,7 @@ class Policy:
     gpu_health: gh.GpuHealthPolicy = gh.GpuHealthPolicy()
     fabric: fab.FabricPolicy = fab.FabricPolicy()
     window_max_age: float | None = 3600  # verify_window_max_age: the oldest stored reading a rate starts from
+    history: hist.HistoryPolicy = hist.HistoryPolicy()
 
 
 @dataclass
@@ -179,6 +182,12 @@ class Verdict:
         )
 
 
+def gpu_serials(readings: Readings) -> dict[int, str]:
+    """GPU index -> its board serial, where GPU health read one."""
+    health = readings.gpu_health.gpus if readings.gpu_health is not None else []
+    return {g.index: g.serial for g in health if g.serial}
+
+
 def scope_detail(reason: Reason, readings: Readings) -> dict:
     """The reason's action and scope, with what the readings know of the
     part it names: a GPU's PCI address and UUID, a NIC's port."""
@@ -189,7 +198,8 @@ def scope_detail(reason: Reason, readings: Readings) -> dict:
         uuid = next((g.uuid for g in readings.gpus if g.index == reason.gpu), None)
         health = readings.gpu_health.gpus if readings.gpu_health is not None else []
         pci = next((g.pci for g in health if g.index == reason.gpu), None)
-        out.update((k, v) for k, v in (("pci", pci), ("uuid", uuid)) if v)
+        serial = gpu_serials(readings).get(reason.gpu)
+        out.update((k, v) for k, v in (("pci", pci), ("uuid", uuid), ("serial", serial)) if v)
     return out
 
 
@@ -197,7 +207,9 @@ def scope_text(reason: Reason, readings: Readings) -> str:
     """``gpu 0 0000:18:00.0 GPU-...``, ``port mlx5_0/1``, ``nic mlx5_0`` or ``node``."""
     detail = scope_detail(reason, readings)
     if reason.gpu is not None:
-        return " ".join(str(x) for x in ("gpu", reason.gpu, detail.get("pci"), detail.get("uuid")) if x is not None)
+        serial = f"serial {detail['serial']}" if detail.get("serial") else None
+        return " ".join(str(x) for x in ("gpu", reason.gpu, detail.get("pci"), detail.get("uuid"), serial)
+                        if x is not None)
     if reason.nic is not None:
         return f"port {reason.nic}/{reason.port}" if reason.port is not None else f"nic {reason.nic}"
     return detail["scope"]
@@ -379,6 +391,8 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
                                   f"here (exposed communication {w['exposed_comm_fraction']:.0%} of the step)"))
     floors = [f for f in (policy.min_ccr, expected and policy.min_ccr_fraction * expected) if f]
     status = worst(r.level for r in reasons)
+    if readings.history is not None:  # last: it counts this verdict's failure with the node's earlier ones
+        reasons += hist.check_history(readings.history, status, reasons, gpu_serials(readings), policy.history)
     return Verdict(status, reasons, result, expected, readings, max(floors) if floors else None)
 
 
@@ -399,11 +413,29 @@ def apply_fleet_rules(verdicts: dict[str, Verdict], tolerance: float | None = No
             extra[host].append(reason)
     for host, found in dp.check_fleet_versions(host_versions(verdicts)).items():
         extra[host].extend(found)
+    for host, found in fleet_lemons(verdicts).items():
+        extra[host].extend(found)
     for host, found in extra.items():
         if found:
             verdict = verdicts[host]
             verdict.reasons.extend(found)
             verdict.status = worst([verdict.status, *(r.level for r in found)])
+
+
+def fleet_lemons(verdicts: dict[str, Verdict]) -> dict[str, list[Reason]]:
+    """A GPU whose serial failed on another node too (the node histories
+    each check keeps): ``gpu_lemon`` on the node that holds it now."""
+    histories = {h: v.readings.history for h, v in verdicts.items() if v.readings.history is not None}
+    out: dict[str, list[Reason]] = {}
+    for serial, nodes in sorted(hist.lemons(histories).items()):
+        for host, v in verdicts.items():
+            for index, held in gpu_serials(v.readings).items():
+                if held == serial:
+                    others = ", ".join(sorted(nodes - {host}))
+                    out.setdefault(host, []).append(Reason(
+                        FAIL, "gpu_lemon", f"GPU {index} serial {serial} failed on {others} before it failed here: "
+                        "the board is the fault, replace it", gpu=index))
+    return out
 
 
 def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, Reason]:

@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 # an operator lifts it.
 MEASURED_PREFIX = "ccrhost: measured:"
 MEASURED_CODES = ("measured_slow",)
+# A node to replace (its action is replace: it failed too often, or a part is
+# beyond repair): no check, health check or remediation lifts this drain.
+REPLACE_PREFIX = "ccrhost: replace:"
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
@@ -76,7 +79,54 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath,
                                    gpu_health=health)
     readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
-    return evaluate(readings, settings.expectation(), settings.policy())
+    path = getattr(settings, "verify_history", None)
+    readings.history = read_history(path) if path else None
+    verdict = evaluate(readings, settings.expectation(), settings.policy())
+    if path:
+        keep_history(path, verdict, settings.policy().history)
+    return verdict
+
+
+# --- the node's failure history -----------------------------------------------
+
+def read_history(path: str, now: float | None = None):
+    """The stored history (``verify_history``); none yet, or one that is not
+    ours, starts afresh, saying why in its ``error``."""
+    from ccrhost.model.history import History, from_dict
+
+    now = time.time() if now is None else now
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return History(now=now)
+    except OSError as exc:
+        return History(now=now, error=f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        history = from_dict(json.loads(text))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return History(now=now, error=f"{path} is not a ccrhost failure history ({exc}): started afresh")
+    history.now = now
+    return history
+
+
+def keep_history(path: str, verdict: Verdict, policy) -> None:
+    """Write the history this verdict makes (model.history.record), through
+    the atomic writer; a history that cannot be written is said, never fatal."""
+    from ccrhost.model.history import record
+    from ccrhost.model.plain import plain
+    from ccrhost.model.verdict import gpu_serials
+
+    before = verdict.readings.history
+    after = record(before, verdict.status, verdict.reasons, verdict.action, gpu_serials(verdict.readings), policy)
+    data = plain(after)
+    data.pop("now", None), data.pop("error", None)
+    after.error = before.error
+    verdict.readings.history = after  # the JSON carries it, this failure included: the fleet finds lemons in it
+    try:
+        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        write_atomic(Path(path), json.dumps(data, sort_keys=True) + "\n")
+    except OSError as exc:
+        after.error = f"cannot keep the failure history in {path}: {exc.strerror or exc}"
 
 
 def unknown(code: str, message: str, verdict: Verdict | None = None) -> Verdict:
@@ -165,6 +215,9 @@ def format_text(verdict: Verdict) -> str:
         lines.append(f"  action: {verdict.action_text()}")
     for r in verdict.reasons:
         lines.append(f"  {r.level}: {r.message}{_action_note(r, verdict)}")
+    history = verdict.readings.history
+    if history is not None and history.error:
+        lines.append(f"  note: {history.error}")
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         lines.append(f"  note: {fabric.window.note}")
@@ -377,6 +430,8 @@ def drain_reason(verdict: Verdict) -> str:
     if verdict.status == UNKNOWN:
         return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255 - len(action)] + action
     prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
+    if verdict.action == "replace":
+        prefix = REPLACE_PREFIX
     return f"{prefix} {verdict.summary()}"[:255 - len(action)] + action
 
 
@@ -410,6 +465,8 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
         return f"{node} already has reason {reason!r} set by someone else; left alone"
     if ours and reason.startswith(MEASURED_PREFIX) and not measured:
         return f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat"
+    if ours and reason.startswith(REPLACE_PREFIX):
+        return f"{node} stays drained: {reason!r} is to be replaced; only an operator resumes it"
     if verdict.status == FAIL or (unknown_drains and verdict.status == UNKNOWN):
         text = drain_reason(verdict)
         if reason == text:

@@ -220,6 +220,9 @@ def gpu_health() -> dict:
         if kind == "xid":
             code, _, index = value.partition(":")
             out.setdefault(kind, {}).setdefault(int(index or 0), []).append(int(code))
+        elif kind == "gpu_serial":
+            index, _, serial = value.partition(":")
+            out.setdefault(kind, {})[int(index)] = serial
         elif kind == "nvlink_down":
             index, _, link = value.partition(":")
             out.setdefault(kind, {}).setdefault(int(index or 0), set()).add(int(link or 0))

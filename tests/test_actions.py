@@ -77,15 +77,19 @@ def test_text_nhc_npd_and_drain_reason_carry_the_action():
     assert node_check.format_nhc(v).endswith(" [action reset_gpu]\n")
     assert node_check.format_npd(v) == ("FAIL: gpu_row_remap_pending; action reset_gpu\n", 1)
     reason = node_check.drain_reason(v)
-    assert reason == (f"ccrhost: GPU 2 ({PCI2}) has a row remapping pending: the GPU needs a reset "
-                      f"[action reset_gpu (gpu 2 {PCI2} GPU-2)]")
+    assert reason == f"ccrhost: GPU 2 ({PCI2}) has a row remapping pending: the GPU needs a reset [action reset_gpu gpu 2]"
+    assert node_check.parse_drain_action(reason + " ") is None  # only at the end
+    assert node_check.parse_drain_action(reason) == ("reset_gpu", [2])
+    assert node_check.parse_drain_action("ccrhost: port mlx5_0/1 is DOWN/Disabled [action reseat_cable]") == \
+        ("reseat_cable", [])
+    assert node_check.parse_drain_action("hw ticket 42") is None
 
 
 def test_a_long_drain_reason_keeps_its_action_whole():
     v = remap_pending_on_gpu2()
     v.reasons[0:0] = [type(v.reasons[0])(FAIL, "gpu_row_remap_pending", "x" * 300, gpu=2)]
     reason = node_check.drain_reason(v)
-    assert len(reason) == 255 and reason.endswith(f"[action reset_gpu (gpu 2 {PCI2} GPU-2)]")
+    assert len(reason) == 255 and reason.endswith(" [action reset_gpu gpu 2]")
 
 
 def test_prometheus_junit_and_html_carry_action_and_scope():

@@ -426,13 +426,40 @@ def current_reason(node: str, scontrol: str) -> str | None:
 
 def drain_reason(verdict: Verdict) -> str:
     """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
-    action = f" [action {verdict.action_text()}]"[:120]  # closes the reason, never cut by a long summary
+    from ccrhost.model.reasons import action_of  # only a drain reads the catalogue
+
+    action = drain_action(verdict)  # closes the reason, never cut by a long summary
     if verdict.status == UNKNOWN:
         return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255 - len(action)] + action
     prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
-    if verdict.action == "replace":
+    summary = verdict.summary()
+    if verdict.action == "replace":  # what to replace (the serials) first, where a long reason cannot cut it
         prefix = REPLACE_PREFIX
-    return f"{prefix} {verdict.summary()}"[:255 - len(action)] + action
+        first = [r for r in verdict.reasons if r.level == FAIL and action_of(r.code) == "replace"]
+        summary = "; ".join(r.message for r in first + [r for r in verdict.reasons
+                                                         if r.level != OK and r not in first])
+    return f"{prefix} {summary}"[:255 - len(action)] + action
+
+
+_DRAIN_ACTION = re.compile(r" \[action ([a-z_]+)(?: gpu ([0-9]+(?:,[0-9]+)*))?\]$")
+
+
+def drain_action(verdict: Verdict) -> str:
+    """`` [action reset_gpu gpu 2,5]``: the node's action and the GPUs it is
+    for, short enough never to be cut (``ccrhost slurm remediate`` reads it
+    back with :func:`parse_drain_action`)."""
+    from ccrhost.model.reasons import action_of
+
+    gpus = sorted({r.gpu for r in verdict.reasons if r.gpu is not None and r.level == verdict.status
+                   and action_of(r.code) == verdict.action})
+    return f" [action {verdict.action}" + (f" gpu {','.join(map(str, gpus[:16]))}" if gpus else "") + "]"
+
+
+def parse_drain_action(reason: str) -> tuple[str, list[int]] | None:
+    """(action, GPU indexes) of a drain reason :func:`drain_reason` wrote;
+    None for any other (an operator's, an older ccrhost's)."""
+    match = _DRAIN_ACTION.search(reason)
+    return (match.group(1), [int(g) for g in match.group(2).split(",")] if match.group(2) else []) if match else None
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,

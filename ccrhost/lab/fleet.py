@@ -626,7 +626,12 @@ class Lab:
         _, fault = parse_fault(f"{name}:{spec}")
         state, node = self._locate(name)
         kept = [f for f in self._faults(node) if not _same_target(f, fault)]
-        return self._set_faults(state, node, kept + [fault])
+        faults = self._set_faults(state, node, kept + [fault])
+        # the fault is back, even one a GPU reset cleared before (nvidia-smi -r): it failed again
+        reset = self.root(node) / "run/ccrhost-lab/gpu_reset"
+        if reset.exists():
+            reset.write_text("".join(f"{line}\n" for line in reset.read_text().split() if line != str(fault)))
+        return faults
 
     def clear(self, name: str, spec: str) -> list[str]:
         """Remove ``KIND`` (every value) or exactly ``KIND=VALUE`` from the running node."""

@@ -80,11 +80,39 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
                                    gpu_health=health)
     readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
     path = getattr(settings, "verify_history", None)
-    readings.history = read_history(path) if path else None
-    verdict = evaluate(readings, settings.expectation(), settings.policy())
-    if path:
+    if not path:
+        return evaluate(readings, settings.expectation(), settings.policy())
+    # one check at a time reads and extends the history (a prolog beside the
+    # health check would otherwise count one failure twice)
+    with _locked(path):
+        readings.history = read_history(path)
+        verdict = evaluate(readings, settings.expectation(), settings.policy())
         keep_history(path, verdict, settings.policy().history)
     return verdict
+
+
+class _locked:
+    """An exclusive flock on ``<path>.lock`` while the block runs; a lock
+    that cannot be had (a read-only folder) is no lock, and the history's
+    own write says why."""
+
+    def __init__(self, path: str):
+        self.path, self.fd = path + ".lock", None
+
+    def __enter__(self):
+        import fcntl
+
+        try:
+            os.makedirs(os.path.dirname(self.path) or "/", exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            self.fd = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 # --- the node's failure history -----------------------------------------------

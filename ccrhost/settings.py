@@ -505,6 +505,20 @@ class HostSettings(BaseModel):
     )
     verify_replace_window_hours: float = Field(
         168, gt=0, le=8760, description="The window verify_replace_failures counts failures in (hours).")
+    verify_evidence_dir: str | None = Field(
+        None, pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where `ccrhost check` keeps a diagnostics bundle when a failure starts (verdict.json with "
+        "its readings, the XID lines, `nvidia-smi -q -i N` of each failing GPU), one folder per failure named "
+        "by its UTC time, which the drain reason and the report name: /var/lib/ccrhost/evidence, for instance. "
+        "Default null: none is kept.",
+    )
+    verify_evidence_max_age_days: float = Field(
+        7, gt=0, le=365, description="Bundles older than this are removed at the next failing check.")
+    verify_evidence_keep: int = Field(10, ge=1, le=1000, description="Bundles kept at most, newest first.")
+    verify_evidence_bug_report: bool = Field(
+        False, description="Also run `nvidia-bug-report.sh --output-file` into the bundle where it is installed "
+        "(it takes minutes: the check that collects waits for it).",
+    )
     verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
     verify_required_mlx5: VersionText | None = Field(
         None, description="Oldest mlx5 driver allowed (MLNX_OFED's /sys/module/mlx5_core/version).")
@@ -708,7 +722,9 @@ class HostSettings(BaseModel):
 
         return CheckSettings(tuple(self.rdma_exclude_devices), self.verify_link_state, self.verify_gpu_state,
                              self.verify_window_max_age, self.verify_npd_warn_unhealthy, self.expectation(),
-                             self.policy(), self.verify_history)
+                             self.policy(), self.verify_history, self.verify_evidence_dir,
+                             self.verify_evidence_max_age_days, self.verify_evidence_keep,
+                             self.verify_evidence_bug_report)
 
     def workload_problems(self) -> list[wl.Problem]:
         """The workload against the declared GPUs per node; when none is

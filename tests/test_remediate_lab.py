@@ -1,4 +1,5 @@
-"""``ccrhost slurm remediate`` on the Slurm lab (issue 40): a reset-fixable
+"""``ccrhost slurm remediate`` on the Slurm lab (issue 40): a failure leaves
+its evidence bundle, named in the drain reason; a reset-fixable
 GPU fault is reset (nvidia-smi -r over the node's emulated state) and the
 node resumed; a GPU a process holds is not reset; a fault that returns after
 each repair ends as "replace", naming the GPU's serial, and stays drained
@@ -46,7 +47,8 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
     config = lab.root("node2") / "etc/ccrhost/check.yaml"
     original = config.read_text()
     settings = yaml.safe_load(original)
-    settings.update(verify_history="/etc/ccrhost/history.json", verify_replace_failures=3)
+    settings.update(verify_history="/etc/ccrhost/history.json", verify_replace_failures=3,
+                    verify_evidence_dir="/etc/ccrhost/evidence")
     config.write_text(yaml.safe_dump(settings))
     serial = json.loads((lab.dir / "nodes/node2/node.json").read_text())["gpu_serials"][2]
     sleeper = None
@@ -55,6 +57,11 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
         lab.fault("node2", "row_remap_pending=2")
         reason = drained_with(lab, "node2", "[action reset_gpu gpu 2]")
         assert reason.startswith("ccrhost: GPU 2 (0000:") and "row remapping pending" in reason
+        # the evidence of this failure, named in the reason: the GPU as nvidia-smi -q -i 2 showed it then
+        name = reason.split(" [evidence ")[1].split("]")[0]
+        bundle = lab.root("node2") / "etc/ccrhost/evidence" / name
+        assert "Pending                           : Yes" in (bundle / "nvidia-smi-q-gpu2.txt").read_text()
+        assert json.loads((bundle / "verdict.json").read_text())["action"] == "reset_gpu"
         out = remediate(lab, "--allow", "reset_gpu", "--dry-run")
         assert "node2: would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it\n" in out
         assert reset_file(lab, "node2") == [] and "drain" in state(lab, "node2")[0]
@@ -91,6 +98,7 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
         assert reason.startswith(f"ccrhost: replace: failed 3 times within 168 h (verify_replace_failures 3); "
                                  f"GPU serial {serial} each time: replace, do not repair again"), reason
         assert reason.endswith("[action replace]")
+        assert len(list((lab.root("node2") / "etc/ccrhost/evidence").iterdir())) == 3  # one per failure
         out = remediate(lab, "--allow", "reset_gpu", "--allow", "reboot")
         assert "node2: to be replaced: only an operator resumes it\n" in out
         lab.clear("node2", "row_remap_pending")

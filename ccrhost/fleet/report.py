@@ -96,6 +96,8 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
         if v.status != OK:  # what to do, and each reason's code, action and part, for a CI to route on
             props = ET.SubElement(case, "properties")
             ET.SubElement(props, "property", name="action", value=v.action_text())
+            if v.evidence:
+                ET.SubElement(props, "property", name="evidence", value=v.evidence)
             for r in v.reasons:
                 if r.level != OK:
                     ET.SubElement(props, "property", name=f"reason.{r.code}",

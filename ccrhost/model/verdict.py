@@ -103,6 +103,7 @@ class Verdict:
     readings: Readings
     fail_below: float | None = None  # the CCR under which this host fails
     evaluated: bool = True  # False: no readings were judged (a probe that hung, a check that never answered)
+    evidence: str | None = None  # the diagnostics bundle of this failure (ccrhost.node.evidence), where kept
 
     @property
     def exit_code(self) -> int:
@@ -144,6 +145,7 @@ class Verdict:
         return {
             "status": self.status,
             "action": self.action,
+            "evidence": self.evidence,
             "reasons": [{**x.to_dict(), **scope_detail(x, r)} for x in self.reasons],
             "ccr": self.ccr.to_dict() if self.ccr else None,
             "expected_ccr": self.expected_ccr,
@@ -179,6 +181,7 @@ class Verdict:
             readings=readings_from_dict(readings) if readings is not None else Readings([], []),
             fail_below=doc.get("fail_below"),
             evaluated=readings is not None,
+            evidence=doc.get("evidence"),
         )
 
 

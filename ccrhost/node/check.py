@@ -81,13 +81,18 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
     path = getattr(settings, "verify_history", None)
     if not path:
-        return evaluate(readings, settings.expectation(), settings.policy())
-    # one check at a time reads and extends the history (a prolog beside the
-    # health check would otherwise count one failure twice)
-    with _locked(path):
-        readings.history = read_history(path)
         verdict = evaluate(readings, settings.expectation(), settings.policy())
-        keep_history(path, verdict, settings.policy().history)
+    else:
+        # one check at a time reads and extends the history (a prolog beside
+        # the health check would otherwise count one failure twice)
+        with _locked(path):
+            readings.history = read_history(path)
+            verdict = evaluate(readings, settings.expectation(), settings.policy())
+            keep_history(path, verdict, settings.policy().history)
+    if getattr(settings, "verify_evidence_dir", None) and verdict.status == FAIL:
+        from ccrhost.node.evidence import keep_evidence
+
+        verdict.evidence = keep_evidence(settings, verdict)
     return verdict
 
 
@@ -243,6 +248,8 @@ def format_text(verdict: Verdict) -> str:
         lines.append(f"  action: {verdict.action_text()}")
     for r in verdict.reasons:
         lines.append(f"  {r.level}: {r.message}{_action_note(r, verdict)}")
+    if verdict.evidence:
+        lines.append(f"  evidence: {verdict.evidence}")
     history = verdict.readings.history
     if history is not None and history.error:
         lines.append(f"  note: {history.error}")
@@ -457,6 +464,8 @@ def drain_reason(verdict: Verdict) -> str:
     from ccrhost.model.reasons import action_of  # only a drain reads the catalogue
 
     action = drain_action(verdict)  # closes the reason, never cut by a long summary
+    if verdict.evidence:  # the bundle's name (its folder is verify_evidence_dir)
+        action = f" [evidence {os.path.basename(verdict.evidence)}]{action}"
     if verdict.status == UNKNOWN:
         return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255 - len(action)] + action
     prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX

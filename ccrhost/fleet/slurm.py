@@ -601,7 +601,7 @@ def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_c
         nodes = list_nodes(partition, nodelist)
         logs = run(nodes, opts)
     except SlurmError as exc:
-        raise VerifyError(str(exc)) from None
+        raise click.ClickException(f"ccrhost slurm remediate: {exc}") from None
     for log in logs:
         for step in log.steps:
             click.echo(f"{log.node}: {step}")

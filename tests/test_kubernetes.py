@@ -457,4 +457,4 @@ def test_npd_plugin_command_gives_npd_codes_and_one_short_line(lab):
     warn_data = node_sh(lab, "node2", "echo 'verify_npd_warn_unhealthy: true' >> /run/ccrhost-node/node.yaml")
     assert warn_data.returncode == 0
     warn = node_sh(lab, "node2", command)
-    assert (warn.returncode, warn.stdout) == (1, "WARN: gpu_throttled\n")
+    assert (warn.returncode, warn.stdout) == (1, "WARN: gpu_throttled; action investigate\n")

@@ -60,7 +60,8 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
         # the evidence of this failure, named in the reason: the GPU as nvidia-smi -q -i 2 showed it then
         name = reason.split(" [evidence ")[1].split("]")[0]
         bundle = lab.root("node2") / "etc/ccrhost/evidence" / name
-        assert "Pending                           : Yes" in (bundle / "nvidia-smi-q-gpu2.txt").read_text()
+        shown = (bundle / "nvidia-smi-q-gpu2.txt").read_text()
+        assert shown.count("GPU 0000") == 1 and "Pending                           : Yes" in shown, shown
         assert json.loads((bundle / "verdict.json").read_text())["action"] == "reset_gpu"
         out = remediate(lab, "--allow", "reset_gpu", "--dry-run")
         assert "node2: would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it\n" in out

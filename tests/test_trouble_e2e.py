@@ -95,7 +95,8 @@ def assert_contained(lab, run, hosts, bad: str, message: str, stage: str | None)
         if message.startswith(RDMA_READ):
             # what could not be read is UNKNOWN, in the words and code of `ccrhost check`
             assert verdicts[address]["status"] == "UNKNOWN"
-            assert reason == {"level": "UNKNOWN", "code": "rdma_unreadable", "message": message}, reason
+            assert reason == {"level": "UNKNOWN", "code": "rdma_unreadable", "message": message,
+                              "action": "investigate", "scope": "node"}, reason
             return
         assert verdicts[address]["status"] == "FAIL"
         assert reason["message"].startswith(f"failed before verification: {stage}: "), reason

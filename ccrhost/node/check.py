@@ -31,9 +31,11 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 # an operator lifts it.
 MEASURED_PREFIX = "ccrhost: measured:"
 MEASURED_CODES = ("measured_slow",)
-# A node to replace (its action is replace: it failed too often, or a part is
-# beyond repair): no check, health check or remediation lifts this drain.
+# A node to replace because it failed too often (its history) or carries a
+# board that failed elsewhere: no check, health check or remediation lifts
+# this drain, since a passing check is what each repair gave before.
 REPLACE_PREFIX = "ccrhost: replace:"
+REPLACE_CODES = ("node_repeat_failures", "gpu_lemon")
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
@@ -461,8 +463,6 @@ def current_reason(node: str, scontrol: str) -> str | None:
 
 def drain_reason(verdict: Verdict) -> str:
     """The drain reason for ``verdict`` (Slurm keeps 255 characters)."""
-    from ccrhost.model.reasons import action_of  # only a drain reads the catalogue
-
     action = drain_action(verdict)  # closes the reason, never cut by a long summary
     if verdict.evidence:  # the bundle's name (its folder is verify_evidence_dir)
         action = f" [evidence {os.path.basename(verdict.evidence)}]{action}"
@@ -470,9 +470,9 @@ def drain_reason(verdict: Verdict) -> str:
         return f"{DRAIN_PREFIX} UNKNOWN: {verdict.summary()}"[:255 - len(action)] + action
     prefix = MEASURED_PREFIX if any(r.code in MEASURED_CODES for r in verdict.reasons) else DRAIN_PREFIX
     summary = verdict.summary()
-    if verdict.action == "replace":  # what to replace (the serials) first, where a long reason cannot cut it
+    if any(r.code in REPLACE_CODES for r in verdict.reasons):  # what to replace (the serials) first, uncut
         prefix = REPLACE_PREFIX
-        first = [r for r in verdict.reasons if r.level == FAIL and action_of(r.code) == "replace"]
+        first = [r for r in verdict.reasons if r.code in REPLACE_CODES]
         summary = "; ".join(r.message for r in first + [r for r in verdict.reasons
                                                          if r.level != OK and r not in first])
     return f"{prefix} {summary}"[:255 - len(action)] + action

@@ -20,6 +20,8 @@ from ccrhost.lab import slurm as lab_slurm
 pytestmark = pytest.mark.lab
 SLURM_NODES = 2
 INTERVAL = lab_slurm.HEALTHCHECK_INTERVAL
+PENDING = "    Remapped Rows\n        Correctable Error             : 0\n        Uncorrectable Error           : 0\n" \
+          "        Pending                       : "  # nvidia-smi -q, driver 550's layout
 
 
 def remediate(lab, *args):
@@ -61,7 +63,9 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
         name = reason.split(" [evidence ")[1].split("]")[0]
         bundle = lab.root("node2") / "etc/ccrhost/evidence" / name
         shown = (bundle / "nvidia-smi-q-gpu2.txt").read_text()
-        assert shown.count("GPU 0000") == 1 and "Pending                           : Yes" in shown, shown
+        judged = json.loads((bundle / "verdict.json").read_text())
+        assert shown.count("GPU 0000") == 1 and PENDING + "Yes\n" in shown, shown
+        assert [r["code"] for r in judged["reasons"]] == ["gpu_row_remap_pending"]
         assert json.loads((bundle / "verdict.json").read_text())["action"] == "reset_gpu"
         out = remediate(lab, "--allow", "reset_gpu", "--dry-run")
         assert "node2: would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it\n" in out
@@ -73,7 +77,7 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
         assert reset_file(lab, "node2") == ["row_remap_pending=2"]  # the fault is still set: the reset cleared it
         assert wait_for(lab, "node2", lambda s, r: s == "idle")[0] == ("idle", "none")
         q = in_node(lab, "node2", "/usr/local/sbin/nvidia-smi", "-q").stdout
-        assert q.count("Pending                           : Yes") == 0 and f": {serial}\n" in q
+        assert q.count(PENDING + "Yes\n") == 0 and q.count(PENDING + "No\n") == 8 and f": {serial}\n" in q
 
         # 2. it comes back; a process holds the GPU: not reset, the node stays drained
         sleeper = subprocess.Popen(["nsenter", "-t", str(lab.node("node2").holder_pid), "-m", "-n", "-u", "--",

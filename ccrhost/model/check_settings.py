@@ -28,6 +28,11 @@ class CheckSettings:
     allreduce_state: str | None = None     # HostSettings.allreduce_state: the stored all-reduce results, if judged
     nic_fw_state: str | None = None        # HostSettings.nic_fw_state: the stored NIC firmware readings, if judged
     verify_nic_valid_for: int = 86400      # verify_nic_valid_for: how long a reading the check stores holds
+    verify_history: str | None = None      # verify_history: the node's failure history
+    verify_evidence_dir: str | None = None  # verify_evidence_dir: diagnostics bundles on FAIL
+    verify_evidence_max_age_days: float = 7  # verify_evidence_max_age_days
+    verify_evidence_keep: int = 10          # verify_evidence_keep
+    verify_evidence_bug_report: bool = False  # verify_evidence_bug_report
 
     def expectation(self) -> Expectation:
         return self.expected

@@ -26,6 +26,7 @@ class CheckSettings:
     judged_by: Policy                      # HostSettings.policy()
     drain_cap: DrainCap = DrainCap()       # HostSettings.drain_cap(): slurm_drain_cap_*
     allreduce_state: str | None = None     # HostSettings.allreduce_state: the stored all-reduce results, if judged
+    dcgm_state: str | None = None          # HostSettings.dcgm_state: the stored DCGM diag results, if judged
 
     def expectation(self) -> Expectation:
         return self.expected

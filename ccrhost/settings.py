@@ -748,6 +748,14 @@ class HostSettings(BaseModel):
             raise ValueError(f"allowed: {allowed} (a whole number, not {value!r})")
         return value
 
+    @field_validator("verify_dcgm_timeouts", mode="before")
+    @classmethod
+    def _level_keys(cls, value):
+        # a YAML (or JSON) round trip gives the level keys back as text: "2" is level 2
+        if isinstance(value, dict):
+            return {int(k) if isinstance(k, str) and k in ("1", "2", "3", "4") else k: v for k, v in value.items()}
+        return value
+
     @field_validator("nccl_ib_addr_range")
     @classmethod
     def _cidr(cls, value):

@@ -163,3 +163,15 @@ def test_an_unreadable_state_file_is_unknown(tmp_path):
     path.write_text("{")
     assert [r.code for r in dcgm.check_dcgm(node_dcgm.stored_reading(str(path)))] == ["dcgm_unreadable"]
     assert dcgm.check_dcgm(ActiveReading(0.0, {})) == []
+
+
+def test_the_level_deadlines_survive_the_nodes_check_yaml_and_bad_ones_are_refused():
+    import yaml
+
+    from ccrhost.model.slurm import check_config
+    from ccrhost.settings import InventoryDataError, validate_host
+
+    text = yaml.safe_dump(check_config(HostSettings(verify_dcgm=True, verify_dcgm_timeouts={3: 8})))
+    assert validate_host("n", yaml.safe_load(text)).verify_dcgm_timeouts == {3: 8}  # "3" in YAML is level 3
+    with pytest.raises(InventoryDataError, match=r"verify_dcgm_timeouts\[5\] = 5: allowed: 1, 2, 3 or 4"):
+        validate_host("n", {"verify_dcgm_timeouts": {5: 60}})

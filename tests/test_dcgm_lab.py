@@ -32,7 +32,9 @@ NAMED = {"node1": ("Hardware test 'memory' failed on GPU 3", "DCGM error 4"),
          "node3": ("Integration test 'pcie' failed on GPU 2", "DCGM error 14"),
          "node4": ("Stress test 'targeted_stress' failed on GPU 6", "DCGM error 50")}
 DCGM_DATA = {"verify_dcgm": True, "verify_dcgm_state": "/run/ccrhost/dcgm.json", "verify_dcgm_engine_timeout": 3,
-             "verify_dcgm_timeouts": {1: 8, 2: 8, 3: 8, 4: 8}}
+             "verify_dcgm_timeouts": {1: 8, 2: 8, 3: 8, 4: 8},
+             # four nodes fail one code here: the drain cap (10% of the partition per code) would hold three
+             "slurm_drain_cap_share": 1.0}
 
 
 def install(lab, **extra):
@@ -133,7 +135,6 @@ def test_each_diag_fault_fails_its_node_naming_test_and_gpu_on_every_path(dcgm_l
     assert states["node4"][0] == "drained" and "dcgm_test_failed" in states["node4"][1], states["node4"]
     assert {n: states[n][0] for n in ("node5", "node6", "node7", "node8")} == dict.fromkeys(
         ("node5", "node6", "node7", "node8"), "idle"), states
-    del uuids
 
 
 class Held:

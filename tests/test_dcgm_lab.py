@@ -9,6 +9,7 @@ hung host engine, node6 a diag that hangs; node7 and node8 are healthy.
 """
 
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -194,7 +195,8 @@ def test_a_sweep_never_touches_a_running_job_nor_holds_more_than_its_cap_and_sta
     mine = allocate(lab, "node7", "operator")
     old = {**stored, "measured_at": stored["measured_at"] - 2 * 86400}
     doc = json.dumps({"version": 1, "results": {"dcgm_diag/level 2": old}})
-    assert lab_ssh(lab, "node7", f"echo '{doc}' > /run/ccrhost/dcgm.json").returncode == 0
+    # printf, not echo: dash's echo turns the JSON's backslash escapes into the characters
+    assert lab_ssh(lab, "node7", f"printf '%s' {shlex.quote(doc)} > /run/ccrhost/dcgm.json").returncode == 0
     prom = lab_ssh(lab, "node7", f"{lab_slurm.ccrhost_command()} check --config /etc/ccrhost/check.yaml "
                                  "--format prometheus")
     assert 'ccrhost_active_result_stale{check="dcgm_diag",mode="level 2"} 1' in prom.stdout, prom.stdout[-2000:]

@@ -650,6 +650,12 @@ class HostSettings(BaseModel):
         "(verify_allreduce_state's), written whole, atomically, apart from the all-reduce results so that "
         "neither run replaces the other's.",
     )
+    verify_nvbandwidth_min_gbs: dict[Literal["host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
+                                             "device_to_device_memcpy_read_ce"],
+                                     Annotated[float, Field(gt=0)]] | None = Field(
+        None, description="GB/s below which a GPU (or GPU pair) FAILS nvbandwidth's testcase, overriding the built-in "
+        "figure (H200: 48 host to device and device to host, 335 device to device; H100: 52; docs/dcgm.md).",
+    )
     verify_npd_warn_unhealthy: bool = Field(
         False, description="`ccrhost check --format npd` exits 1 (Node Problem Detector: problem) on WARN too; "
         "default: only FAIL is a problem.",

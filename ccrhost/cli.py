@@ -284,7 +284,8 @@ def dcgm_diag(config_path, level, fmt):
     Asks the host engine first (verify_dcgm_engine_timeout), then runs
     `dcgmi diag -r LEVEL -j` under the level's deadline, judges the report
     and stores the result in verify_dcgm_state, where `ccrhost check` and
-    the prolog read it with its age. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN.
+    the prolog read it with its age; with verify_nvbandwidth, nvbandwidth's
+    copy bandwidths too. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (the worst).
     Never run this under a job: the diag holds every GPU.
     """
     import json
@@ -292,13 +293,20 @@ def dcgm_diag(config_path, level, fmt):
     from ccrhost.model.status import EXIT_CODES
     from ccrhost.node import dcgm as node_dcgm
 
+    from ccrhost.model.status import worst
+
     settings = _settings(config_path)
-    result = node_dcgm.run_and_store(settings, level or settings.verify_dcgm_level_sweep)
+    results = [node_dcgm.run_and_store(settings, level or settings.verify_dcgm_level_sweep)]
+    if settings.verify_nvbandwidth:  # the copy bandwidths, stored beside the diag
+        from ccrhost.node import nvbandwidth
+
+        results.append(nvbandwidth.run_and_store(settings))
     if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), separators=(",", ":")))
+        click.echo(json.dumps([r.to_dict() for r in results], separators=(",", ":")))
     else:
-        click.echo(f"{result.status}: {result.message}")
-    sys.exit(EXIT_CODES[result.status])
+        for r in results:
+            click.echo(f"{r.status}: {r.message}")
+    sys.exit(EXIT_CODES[worst(r.status for r in results)])
 
 
 @main.command("nccl-env")

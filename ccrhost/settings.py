@@ -650,6 +650,17 @@ class HostSettings(BaseModel):
         "(verify_allreduce_state's), written whole, atomically, apart from the all-reduce results so that "
         "neither run replaces the other's.",
     )
+    verify_nvbandwidth: bool = Field(
+        False, description="Also run nvbandwidth (host to device, device to host, device to device) wherever the "
+        "DCGM diag runs on the node (`ccrhost dcgm`, slurm verify --dcgm, slurm sweep), stored beside it in "
+        "verify_dcgm_state and judged with it.",
+    )
+    verify_nvbandwidth_binary: str = Field(
+        "nvbandwidth", pattern=r"^[A-Za-z0-9_.+@/-]{1,255}$", description="The nvbandwidth command.",
+    )
+    verify_nvbandwidth_timeout: int = Field(
+        300, ge=10, le=3600, description="Seconds after which nvbandwidth is killed (UNKNOWN).",
+    )
     verify_nvbandwidth_min_gbs: dict[Literal["host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
                                              "device_to_device_memcpy_read_ce"],
                                      Annotated[float, Field(gt=0)]] | None = Field(

@@ -230,3 +230,26 @@ def test_the_deploys_verification_runs_the_diag_and_names_the_same_test_and_gpu(
     # stored where the node's own check reads it
     stored = json.loads(lab_ssh(lab, "node4", "cat /run/ccrhost/dcgm.json").stdout)["results"]
     assert stored["dcgm_diag/level 3"]["code"] == "dcgm_test_failed"
+
+
+def test_a_gpu_reading_x16_but_copying_at_x4_fails_naming_it(dcgm_lab, tmp_path):
+    """nvbandwidth beside the diag: node3's GPU 3 reads x16 everywhere a passive check looks, and copies
+    a quarter of what its neighbours do."""
+    lab = dcgm_lab
+    install(lab, **DCGM_DATA, verify_nvbandwidth=True,
+            verify_nvbandwidth_min_gbs={"device_to_device_memcpy_read_ce": 300.0})
+    lab.fault("node3", "gpu_pcie_slow=3")
+    width = lab_ssh(lab, "node3", "nvidia-smi --query-gpu=pcie.link.width.current --format=csv,noheader")
+    assert width.stdout.split() == ["16"] * 8, width.stdout  # every GPU, GPU 3 included, reads x16
+    run = slurm_ccrhost(lab, tmp_path, "verify", "-w", "node[2-3]", "--dcgm", "--dcgm-level", "1", "--no-drain")
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    assert run.returncode == 2 and hosts["node3"]["status"] == "FAIL", run.stderr[-3000:]
+    slow = [r["message"] for r in hosts["node3"]["reasons"] if r["code"] == "nvbandwidth_slow"]
+    assert len(slow) == 2, hosts["node3"]["reasons"]  # host to device and device to host
+    assert slow[0].startswith("nvbandwidth host to device: GPU 3 (0000") and "copies at 13.89 GB/s" in slow[0]
+    assert "below 52 GB/s (Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf" in slow[0]
+    assert not any(r["code"] == "gpu_pcie_width" for r in hosts["node3"]["reasons"])  # invisible to the passive checks
+    assert not [r for r in hosts["node2"]["reasons"] if r["code"].startswith(("nvbandwidth", "dcgm"))]
+    # stored beside the diag, where the node's own check reads it
+    stored = json.loads(lab_ssh(lab, "node3", "cat /run/ccrhost/dcgm.json").stdout)["results"]
+    assert stored["nvbandwidth/copy engine"]["code"] == "nvbandwidth_slow"

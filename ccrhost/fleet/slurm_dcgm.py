@@ -32,7 +32,8 @@ class DcgmOptions:
 
     @property
     def step_timeout(self) -> float:
-        return self.timeout or DEADLINES[self.level] + ENGINE_DEADLINE + GRACE
+        # nvbandwidth, where the nodes run it too, at its longest setting
+        return self.timeout or DEADLINES[self.level] + ENGINE_DEADLINE + GRACE + 3600
 
 
 def step_script(ccrhost: str, config: str, level: int) -> str:
@@ -42,16 +43,17 @@ def step_script(ccrhost: str, config: str, level: int) -> str:
             f'--format json 2>&1 | base64; echo "@@end"')
 
 
-def parse_step(lines: list[str]) -> ActiveResult | str:
-    """The node's result, or what went wrong, in words."""
+def parse_step(lines: list[str]) -> list[ActiveResult] | str:
+    """The node's results (the diag's, and nvbandwidth's where the node runs it), or what went wrong, in words."""
     try:
         body = lines[lines.index("@@dcgm") + 1:lines.index("@@end")]
     except ValueError:
         return "the step printed no result"
     text = base64.b64decode("".join(body), validate=False).decode(errors="replace")
-    start = text.find("{")
     try:
-        return ActiveResult.from_dict(json.loads(text[start:]))
+        doc = json.loads(text[text.find("["):]) if "[" in text else None
+        return [ActiveResult.from_dict(d) for d in doc] if isinstance(doc, list) and doc else \
+            f"ccrhost dcgm printed no result: {' '.join(text.split())[-200:]}"
     except (ValueError, TypeError):
         said = " ".join(text.split())[-200:] or "no output"
         return f"ccrhost dcgm printed no result: {said}"
@@ -67,7 +69,7 @@ def run_diag(job: str | None, names: list[str], opts: DcgmOptions, ccrhost: str,
     """Every node's diag result, as a reading for its verdict."""
     from ccrhost.fleet.slurm import _run_steps, busy_note
 
-    out: dict[str, ActiveResult] = {}
+    out: dict[str, list[ActiveResult]] = {}
     chunks = [names] if batches is None else batches.chunks(names)
     for chunk in chunks:
         from contextlib import nullcontext
@@ -79,12 +81,11 @@ def run_diag(job: str | None, names: list[str], opts: DcgmOptions, ccrhost: str,
                                         "ccrhost-dcgm", opts.step_timeout)()
                 for name in taken:
                     got = parse_step(lines[name]) if name in lines else (err or "no output from the step")
-                    out[name] = got if isinstance(got, ActiveResult) else \
-                        _not_run(opts.level, got, opts.valid_for, clock)
-                    say(f"DCGM diag on {name}: {out[name].status}")
+                    out[name] = got if isinstance(got, list) else [_not_run(opts.level, got, opts.valid_for, clock)]
+                    say(f"DCGM diag on {name}: {', '.join(r.status for r in out[name])}")
             for name in chunk:
                 if name not in taken:
-                    out[name] = _not_run(opts.level, busy_note(batches, name) if batches else "not allocated",
-                                         opts.valid_for, clock)
+                    out[name] = [_not_run(opts.level, busy_note(batches, name) if batches else "not allocated",
+                                          opts.valid_for, clock)]
     now = clock()
-    return {n: ActiveReading(now, {f"{r.check}/{r.mode}": r.to_dict()}) for n, r in out.items()}
+    return {n: ActiveReading(now, {f"{r.check}/{r.mode}": r.to_dict() for r in rs}) for n, rs in out.items()}

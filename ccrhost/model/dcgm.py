@@ -192,16 +192,27 @@ def check_dcgm(reading) -> list[Reason]:
             continue
         if result.check == CHECK:
             results.append(result)
+        elif result.check == "nvbandwidth":  # stored beside the diag, by the same runs (node/nvbandwidth.py)
+            reasons += [Reason(UNKNOWN, "nvbandwidth_stale", _stale(result, now))] if result.stale(now) \
+                else _stored(result)
     # the newest run speaks for the GPUs now (a level 2 sweep after an operator's level 4, or before it)
     result = max(results, key=lambda r: r.measured_at, default=None)
     if result is None:
         return reasons
     if result.stale(now):
-        reasons.append(Reason(UNKNOWN, "dcgm_stale",
-                              f"DCGM diag {result.mode}: the stored result is {result.age(now):.0f} s old, "
-                              f"valid for {result.valid_for:g} s: run the diag again"))
-    elif result.status != OK:
-        # the reasons judge_diag gave when the result was made, as it gave them (never judged again)
-        reasons += [Reason.from_dict(r) for r in result.reasons or
-                    ({"level": result.status, "code": result.code, "message": result.message},)]
-    return reasons
+        return reasons + [Reason(UNKNOWN, "dcgm_stale", _stale(result, now))]
+    return reasons + _stored(result)
+
+
+def _stale(result, now: float) -> str:
+    what = f"DCGM diag {result.mode}" if result.check == CHECK else f"{result.check} ({result.mode})"
+    return (f"{what}: the stored result is {result.age(now):.0f} s old, valid for {result.valid_for:g} s: "
+            "run it again")
+
+
+def _stored(result) -> list[Reason]:
+    if result.status == OK:
+        return []
+    # the reasons the verdict gave when the result was made, as it gave them (never judged again)
+    return [Reason.from_dict(r) for r in result.reasons or
+            ({"level": result.status, "code": result.code, "message": result.message},)]

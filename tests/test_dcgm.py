@@ -175,3 +175,15 @@ def test_the_level_deadlines_survive_the_nodes_check_yaml_and_bad_ones_are_refus
     assert validate_host("n", yaml.safe_load(text)).verify_dcgm_timeouts == {3: 8}  # "3" in YAML is level 3
     with pytest.raises(InventoryDataError, match=r"verify_dcgm_timeouts\[5\] = 5: allowed: 1, 2, 3 or 4"):
         validate_host("n", {"verify_dcgm_timeouts": {5: 60}})
+
+
+def test_the_check_reads_nvbandwidth_beside_the_diag(tmp_path):
+    path = str(tmp_path / "dcgm.json")
+    slow = {"level": "FAIL", "code": "nvbandwidth_slow", "message": "nvbandwidth host to device: GPU 3 copies at 13.89"}
+    active.store(path, [ActiveResult(dcgm.CHECK, "level 2", "OK", None, "passed", 100.0, 1000),
+                        ActiveResult("nvbandwidth", "copy engine", "FAIL", "nvbandwidth_slow", "m", 100.0, 1000,
+                                     reasons=(slow,))])
+    assert [r.code for r in dcgm.check_dcgm(node_dcgm.stored_reading(path, clock=lambda: 200.0))] == \
+        ["nvbandwidth_slow"]
+    assert [r.code for r in dcgm.check_dcgm(node_dcgm.stored_reading(path, clock=lambda: 2000.0))] == \
+        ["nvbandwidth_stale", "dcgm_stale"]

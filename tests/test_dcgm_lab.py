@@ -253,3 +253,6 @@ def test_a_gpu_reading_x16_but_copying_at_x4_fails_naming_it(dcgm_lab, tmp_path)
     # stored beside the diag, where the node's own check reads it
     stored = json.loads(lab_ssh(lab, "node3", "cat /run/ccrhost/dcgm.json").stdout)["results"]
     assert stored["nvbandwidth/copy engine"]["code"] == "nvbandwidth_slow"
+    check = lab_ssh(lab, "node3", f"{lab_slurm.ccrhost_command()} check --config /etc/ccrhost/check.yaml "
+                                  "--format json")
+    assert [r["message"] for r in json.loads(check.stdout)["reasons"] if r["code"] == "nvbandwidth_slow"] == slow

@@ -70,10 +70,7 @@ def run_and_store(settings, level: int, run=None, clock=time.time) -> ActiveResu
 
 
 def stored_reading(path: str, clock=time.time) -> ActiveReading:
-    """What ``ccrhost check`` and the prolog judge: the stored results and their age, never a new run."""
+    """What ``ccrhost check`` and the prolog judge: the stored diag and nvbandwidth results and their age."""
     now = clock()
-    try:
-        stored = active.load(path)
-    except ValueError as exc:
-        return ActiveReading(now, {}, str(exc))
-    return ActiveReading(now, {k: r.to_dict() for k, r in stored.items() if r.check == CHECK})
+    stored, error = active.read_stored(path, (CHECK, "nvbandwidth"), now)
+    return ActiveReading(now, {k: r.to_dict() for k, r in stored.items()}, error)

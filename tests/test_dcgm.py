@@ -187,3 +187,21 @@ def test_the_check_reads_nvbandwidth_beside_the_diag(tmp_path):
         ["nvbandwidth_slow"]
     assert [r.code for r in dcgm.check_dcgm(node_dcgm.stored_reading(path, clock=lambda: 2000.0))] == \
         ["nvbandwidth_stale", "dcgm_stale"]
+
+
+def test_the_slurm_step_gives_back_every_result_the_node_printed_or_says_why_not():
+    import base64
+
+    from ccrhost.fleet.slurm_dcgm import DcgmOptions, parse_step, step_script
+
+    results = [ActiveResult(dcgm.CHECK, "level 2", "OK", None, "passed", 1.0, 10).to_dict(),
+               ActiveResult("nvbandwidth", "copy engine", "OK", None, "ok", 1.0, 10).to_dict()]
+    body = base64.encodebytes(json.dumps(results).encode()).decode().splitlines()  # 76-character lines
+    got = parse_step(["@@dcgm", *body, "@@end"])
+    assert [(r.check, r.mode) for r in got] == [("dcgm_diag", "level 2"), ("nvbandwidth", "copy engine")]
+    said = base64.b64encode(b"Error: --config: no such file").decode()
+    assert parse_step(["@@dcgm", said, "@@end"]) == "ccrhost dcgm printed no result: Error: --config: no such file"
+    assert parse_step(["srun: error: node down"]) == "the step printed no result"
+    assert "dcgm --config /etc/ccrhost/check.yaml --level 3 --format json" in step_script(
+        "/usr/local/bin/ccrhost", "/etc/ccrhost/check.yaml", 3)
+    assert DcgmOptions(level=1).step_timeout > 300 and DcgmOptions(level=1, timeout=99).step_timeout == 99

@@ -173,7 +173,8 @@ def _entry_md(doc: reasons_mod.ReasonDoc) -> str:
     see = f" · more: [{doc.see.split('#')[0].removesuffix('.md')}]({doc.see})" if doc.see else ""
     fixes = [f"- `{f}`" if isinstance(f, reasons_mod.Cmd) else f"- {_md(f)}" for f in doc.fix]
     return "\n".join([
-        f"## `{doc.code}`", "", f"**{doc.level}**{see}", "", _md(doc.meaning), "",
+        f"## `{doc.code}`", "", f"**{doc.level}**{see}", "",
+        f"**Action:** `{doc.action}`; **scope:** {doc.scope}", "", _md(doc.meaning), "",
         f"**What is read**: {_md(doc.reads)}", "", "**Likely causes**", "",
         *(f"- {_md(c)}" for c in doc.causes), "", "**Confirm**", "", "```sh", *doc.confirm, "```", "",
         "**Fix**", "", *fixes, ""])
@@ -196,6 +197,11 @@ def reasons_handbook() -> str:
            "confirm and fix it. FAIL outranks UNKNOWN, which outranks WARN; UNKNOWN means \"could",
            "not tell\", never a bad node. `<dev>`, `<port>`, `<bdf>` and `<netdev>` stand for the",
            "RDMA device, port, PCI address and interface the reason's message names.", "",
+           "Each code also carries an **action**, what to do about it (`none`, `restart_job`,",
+           "`reset_gpu`, `reboot`, `reseat_cable`, `investigate`, `replace`), and a **scope**, the",
+           "part it is about (`node`, `gpu`, `nic`, `port`). Reports name the part: a GPU by index,",
+           "PCI address and UUID, a NIC by RDMA device, a port as `mlx5_0/1`. A node's action is the",
+           "most disruptive one its worst-level reasons ask for, in that order.", "",
            "On a node, `ccrhost explain CODE` prints the same entry:", "",
            "```", f"$ ccrhost explain {EXAMPLE_CODE}", example.rstrip("\n"), "```", "",
            *index, ""]

@@ -28,6 +28,7 @@ from ccrhost.model import fabric, presets
 from ccrhost.model import workload as wl
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpu_health import GpuHealthPolicy
+from ccrhost.model.history import HistoryPolicy
 from ccrhost.model.gpus import PRECISIONS
 from ccrhost.model.gpus import PeakUnknown, peak_tflops
 from ccrhost.model.gpus import lookup as lookup_gpu
@@ -157,7 +158,7 @@ def _written_file(path: str, example: str) -> str:
 # Every setting naming a file ccrhost replaces (the state files on each
 # check): one validator (_written_file) and one distinctness rule against
 # every other path setting; a new one is added here and nowhere else.
-STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_dcgm_state")
+STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_history", "verify_dcgm_state")
 WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS)
 PATH_SETTINGS = (*WRITTEN_PATHS, "slurm_ccrhost", "slurm_conf")
 _STATE_EXAMPLE = "/run/ccrhost/counters.json"
@@ -543,6 +544,37 @@ class HostSettings(BaseModel):
         "and a rename, never written through a link. A stored reading that is corrupt or out of range is "
         "discarded and replaced, with a note.",
     )
+    # a node's failure history (model/history.py; issue 40)
+    verify_history: str | None = Field(
+        None, pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where `ccrhost check` keeps the node's failure history (each failure: time, codes, action, "
+        "GPU serials), bounded by verify_history_entries, for verify_replace_failures; it must survive a "
+        "reboot, so not under /run: /var/lib/ccrhost/history.json, for instance. Default null: no history is "
+        "kept and no node is marked for replacement.",
+    )
+    verify_history_entries: int = Field(
+        50, ge=1, le=10000, description="Failures the history keeps, newest last; older ones are dropped.")
+    verify_replace_failures: int = Field(
+        3, ge=0, le=1000, description="Failures (a FAIL after a check that did not fail) within "
+        "verify_replace_window_hours after which the node's action is replace (node_repeat_failures) and its "
+        "drain reason leads with that code, which no automatic resume lifts (0: never).",
+    )
+    verify_replace_window_hours: float = Field(
+        168, gt=0, le=8760, description="The window verify_replace_failures counts failures in (hours).")
+    verify_evidence_dir: str | None = Field(
+        None, pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where `ccrhost check` keeps a diagnostics bundle when a failure starts (verdict.json with "
+        "its readings, the XID lines, `nvidia-smi -q -i N` of each failing GPU), one folder per failure named "
+        "by its UTC time, which the drain reason and the report name: /var/lib/ccrhost/evidence, for instance. "
+        "Default null: none is kept.",
+    )
+    verify_evidence_max_age_days: float = Field(
+        7, gt=0, le=365, description="Bundles older than this are removed at the next failing check.")
+    verify_evidence_keep: int = Field(10, ge=1, le=1000, description="Bundles kept at most, newest first.")
+    verify_evidence_bug_report: bool = Field(
+        False, description="Also run `nvidia-bug-report.sh --output-file` into the bundle where it is installed "
+        "(it takes minutes: the check that collects waits for it).",
+    )
     verify_required_nic_fw: VersionText | None = Field(None, description="Oldest NIC firmware (fw_ver) allowed.")
     verify_required_mlx5: VersionText | None = Field(
         None, description="Oldest mlx5 driver allowed (MLNX_OFED's /sys/module/mlx5_core/version).")
@@ -810,7 +842,7 @@ class HostSettings(BaseModel):
     @field_validator(*STATE_PATHS)
     @classmethod
     def _state_is_ours(cls, value):
-        return _written_file(value, _STATE_EXAMPLE)
+        return None if value is None else _written_file(value, _STATE_EXAMPLE)
 
     @field_validator("slurm_drain_cap_textfile")
     @classmethod
@@ -886,6 +918,8 @@ class HostSettings(BaseModel):
                              f"slurm_drain_cap_share {self.slurm_drain_cap_share}: UNKNOWN drains are capped first")
         for key in WRITTEN_PATHS:
             path = getattr(self, key)
+            if path is None:  # not kept (verify_history's default)
+                continue
             if path == (self.slurm_conf or "/etc/slurm/slurm.conf"):
                 raise ValueError(f"[{key}] {path} is Slurm's own slurm.conf (slurm_conf)")
             for other in PATH_SETTINGS:
@@ -927,7 +961,9 @@ class HostSettings(BaseModel):
 
         return CheckSettings(tuple(self.rdma_exclude_devices), self.verify_link_state, self.verify_gpu_state,
                              self.verify_window_max_age, self.verify_npd_warn_unhealthy, self.expectation(),
-                             self.policy(), self.drain_cap(), self.allreduce_state, self.dcgm_state)
+                             self.policy(), self.drain_cap(), self.allreduce_state, self.verify_history,
+                             self.verify_evidence_dir, self.verify_evidence_max_age_days, self.verify_evidence_keep,
+                             self.verify_evidence_bug_report, self.dcgm_state)
 
     def drain_cap(self):
         """The drain cap (``slurm_drain_cap_*``)."""
@@ -979,6 +1015,8 @@ class HostSettings(BaseModel):
                 flap_lookback_s=self.verify_link_flap_lookback_hours * 3600,
                 flap_max=self.verify_link_flap_max),
             window_max_age=self.verify_window_max_age,
+            history=HistoryPolicy(self.verify_replace_failures, self.verify_replace_window_hours * 3600,
+                                  self.verify_history_entries),
             required_versions=dp.RequiredVersions(self.verify_required_nic_fw, self.verify_required_mlx5,
                                                   self.verify_required_nvidia),
             gpu_health=GpuHealthPolicy(

@@ -97,7 +97,7 @@ def test_the_prometheus_textfile_gives_no_rate_for_an_efa_port():
 
     text = format_prometheus(verdict(parse_rdma_dump(efa_dump())))
     assert "ccrhost_port_effective_gbps{" not in text  # a driver constant is no reading
-    assert 'ccrhost_check_reason{level="UNKNOWN",code="efa_rate_unknown"} 1' in text
+    assert 'ccrhost_check_reason{level="UNKNOWN",code="efa_rate_unknown",action="investigate",scope="node"} 1' in text
 
 
 def test_an_efa_port_without_a_netdev_has_an_unknown_link():

@@ -38,7 +38,7 @@ def codes(reasons) -> list[tuple[str, str]]:
 
 def test_query_reads_the_550_sample():
     [g] = probe.parse_query(lines("nvsmi_q_a40_550.txt"))
-    assert g == GpuHealth(index=0, pci="0000:4f:00.0", ecc_uncorrectable=0, ecc_correctable=0,
+    assert g == GpuHealth(index=0, pci="0000:4f:00.0", serial="1322221017584", ecc_uncorrectable=0, ecc_correctable=0,
                           retired_pending=None, remap_pending=False, remap_failure=False, remap_correctable=2,
                           remap_uncorrectable=0, pcie_replays=0, fabric_state=None, fabric_status=None)
 
@@ -158,6 +158,7 @@ class FakeNvml(SimpleNamespace):
         return (g.remap_correctable, g.remap_uncorrectable, int(g.remap_pending), int(g.remap_failure))
 
     def nvmlDeviceGetPcieReplayCounter(self, g): return g.pcie_replays
+    def nvmlDeviceGetSerial(self, g): return g.serial.encode()
 
     def nvmlDeviceGetGpuFabricInfo(self, g):
         if g.fabric_state is None:

@@ -470,16 +470,16 @@ def test_npd_codes_and_line_per_status():
     fail = evaluate(healthy(ports=ports), H100)
     assert fail.status == FAIL
     line, code = node_check.format_npd(fail)
-    assert code == 1 and line.startswith("FAIL: port_down,") and line.endswith("\n")
+    assert code == 1 and line.startswith("FAIL: port_down,") and line.endswith("; action investigate\n")
     gpus = [gpu(i) for i in range(8)]
     gpus[0] = gpu(0, clock=990, reasons=0x8)
     warn = evaluate(healthy(gpus=gpus), H100)
     assert warn.status == WARN
-    assert node_check.format_npd(warn) == ("WARN: gpu_throttled\n", 0)
-    assert node_check.format_npd(warn, warn_unhealthy=True) == ("WARN: gpu_throttled\n", 1)
+    assert node_check.format_npd(warn) == ("WARN: gpu_throttled; action investigate\n", 0)
+    assert node_check.format_npd(warn, warn_unhealthy=True) == ("WARN: gpu_throttled; action investigate\n", 1)
     unknown = node_check.unknown("rdma_unreadable", "cannot read the RDMA ports: x")
     assert unknown.status == UNKNOWN
-    assert node_check.format_npd(unknown) == ("UNKNOWN: rdma_unreadable\n", 2)
+    assert node_check.format_npd(unknown) == ("UNKNOWN: rdma_unreadable; action investigate\n", 2)
 
 
 def test_npd_line_fits_the_default_length_with_every_code_whole():
@@ -491,7 +491,9 @@ def test_npd_line_fits_the_default_length_with_every_code_whole():
     line, code = node_check.format_npd(verdict)
     assert code == 1 and line.count("\n") == 1
     assert len(line.rstrip("\n").encode()) <= node_check.NPD_MAX_OUTPUT
-    head, more = line.rstrip("\n").rsplit(" +", 1)
+    line, action = line.rstrip("\n").rsplit("; ", 1)
+    assert action == "action investigate"  # the action is never cut
+    head, more = line.rsplit(" +", 1)
     shown = head.removeprefix("FAIL: ").split(",")
     assert shown == [r.code for r in reasons[:len(shown)]] and more == f"{len(reasons) - len(shown)} more"
 
@@ -687,8 +689,8 @@ def test_systemd_as_pid_1_without_its_run_directory_fails_the_boot_unit_stage(la
 def test_npd_plugin_command_gives_npd_codes_and_one_short_line(lab):
     lab.garble("node4", "nvidia-smi", ", 1980, 1980,", ", fast, 1980,")
     command = npd_command(manifests())
-    expected = {"node1": (0, "OK: all checks passed"), "node2": (0, "WARN: gpu_throttled"),
-                "node3": (1, "FAIL: port_down,port_count,ccr_below_expected"), "node4": (2, None)}
+    expected = {"node1": (0, "OK: all checks passed"), "node2": (0, "WARN: gpu_throttled; action investigate"),
+                "node3": (1, "FAIL: port_down,port_count,ccr_below_expected; action investigate"), "node4": (2, None)}
     for node, (code, line) in expected.items():
         out = node_sh(lab, node, command)
         assert out.returncode == code, (node, out.stdout, out.stderr)
@@ -701,4 +703,4 @@ def test_npd_plugin_command_gives_npd_codes_and_one_short_line(lab):
     warn_data = node_sh(lab, "node2", "echo 'verify_npd_warn_unhealthy: true' >> /run/ccrhost-node/node.yaml")
     assert warn_data.returncode == 0
     warn = node_sh(lab, "node2", command)
-    assert (warn.returncode, warn.stdout) == (1, "WARN: gpu_throttled\n")
+    assert (warn.returncode, warn.stdout) == (1, "WARN: gpu_throttled; action investigate\n")

@@ -35,7 +35,7 @@ def test_prometheus_textfile():
     text = node_check.format_prometheus(failing())
     assert "ccrhost_check_status 2\n" in text
     assert 'ccrhost_port_effective_gbps{device="mlx5_3",port="1",active="0"}' in text
-    assert 'ccrhost_check_reason{level="FAIL",code="port_down"} 1' in text
+    assert 'ccrhost_check_reason{level="FAIL",code="port_down",action="reseat_cable",scope="port"} 1' in text
     for line in text.splitlines():
         assert line.startswith("#") or line.split()[-1].replace(".", "").replace("e-", "").replace("e+", "").isdigit()
 
@@ -156,7 +156,7 @@ def test_a_hung_probe_is_unknown_with_one_line_and_is_killed(tmp_path):
     assert out.returncode == 3
     line = ("cannot read /sys/class/infiniband and rdma_cm configfs: the RDMA probe (reading /sys/class/infiniband) did not answer within 1 s "
             "(killed)")
-    assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: rdma_unreadable: {line}\n"
+    assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: rdma_unreadable: {line} [action investigate]\n"
     assert out.stderr == f"ccrhost check: UNKNOWN: {line}\n"
     for pid in pids.read_text().split():
         assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split(") ")[1][:1]
@@ -184,7 +184,7 @@ def test_a_failing_scontrol_under_drain_is_unknown_not_fail(tmp_path):
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert out.returncode == 3
     why = "--drain: scontrol show node failed: slurm_load_node error: Unable to contact slurm controller"
-    assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: ") and out.stdout.endswith(why + "\n")
+    assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: ") and out.stdout.endswith(why + " [action investigate]\n")
     assert out.stderr.splitlines()[-1] == f"ccrhost check: UNKNOWN: {why}"
 
 
@@ -209,6 +209,7 @@ def test_unchanged_reason_is_not_rewritten(scontrol):
     script, state, log = scontrol
     verdict = failing()
     state.write_text(f"{node_check.drain_reason(verdict)} [root@2026-12-01T10:00:00]")
+    assert node_check.drain_reason(verdict).endswith(" [action investigate]")
     assert node_check.drain(verdict, node="gpu01", scontrol=str(script)).startswith("gpu01 stays drained")
     assert not log.exists()
 
@@ -275,8 +276,8 @@ def test_check_with_a_wedged_nvml_returns_unknown_gpus_within_its_probe_timeout(
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=40)
     doc = json.loads(out.stdout)
     assert doc["gpu_error"] == "the GPU probe (NVML) did not answer within 2 s (abandoned)"
-    assert {"level": "UNKNOWN", "code": "gpu_unreadable",
-            "message": f"cannot read GPUs: {doc['gpu_error']}"} in doc["reasons"]
+    assert {"level": "UNKNOWN", "code": "gpu_unreadable", "message": f"cannot read GPUs: {doc['gpu_error']}",
+            "action": "investigate", "scope": "node"} in doc["reasons"]
 
 
 def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontrol):
@@ -290,7 +291,8 @@ def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontro
     # the prolog: Slurm drains the node anyway; the reason says why
     msg = node_check.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True)
     reason = ("ccrhost: rdma_unreadable: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
-              "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', got 'garbage'")
+              "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', got 'garbage' "
+              "[action investigate]")
     assert msg == f"drained gpu01: {reason}"
     assert log.read_text() == f"update NodeName=gpu01 State=DRAIN Reason={reason}\n"
     # once the node reads fine again, the health check lifts that drain as its own
@@ -315,7 +317,7 @@ def test_prometheus_labels_are_bounded_and_the_fabric_is_shown():
     verdict.readings.fabric = fabric.fabric_reading(dump)
     text = node_check.format_prometheus(verdict)
     assert "message=" not in text
-    assert 'ccrhost_check_reason{level="FAIL",code="port_down"} 1' in text
+    assert 'ccrhost_check_reason{level="FAIL",code="port_down",action="reseat_cable",scope="port"} 1' in text
     assert 'ccrhost_fabric_counter{device="eth0",counter="rx_discards_phy"} 4' in text
     assert 'ccrhost_fabric_counter{device="mlx5_0/1",counter="rnr_nak_retry_err"} 2' in text
     assert 'ccrhost_fabric_pause_share{device="eth0",direction="tx",priority="3"} 0.1' in text

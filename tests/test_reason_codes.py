@@ -22,16 +22,18 @@ def failing():
 
 def test_text_output_names_each_reasons_code():
     text = node_check.format_text(failing())
-    assert "  FAIL: port_down: port mlx5_3/1 is DOWN/Disabled\n" in text
-    assert "  FAIL: port_count: 7 active compute ports, expected 8\n" in text
+    # each line: level, code, message, then the reason's action and part (issue 40)
+    assert "  FAIL: port_down: port mlx5_3/1 is DOWN/Disabled [reseat_cable: port mlx5_3/1]\n" in text
+    assert "  FAIL: port_count: 7 active compute ports, expected 8 [investigate: node]\n" in text
 
 
 def test_nhc_output_names_the_codes_first():
     line = node_check.format_nhc(failing())
     assert line == ("ERROR: ccrhost: Health check failed: FAIL: port_down,port_count,ccr_below_expected: "
-                    f"{failing().summary()}\n")
+                    f"{failing().summary()} [action investigate]\n")
     warn = unjudged("WARN", "gpu_throttled", "GPU 0 SM clock 1188/1980 MHz (HW slowdown)")
-    assert node_check.format_nhc(warn) == "WARNING: ccrhost: gpu_throttled: GPU 0 SM clock 1188/1980 MHz (HW slowdown)\n"
+    assert node_check.format_nhc(warn) == (
+        "WARNING: ccrhost: gpu_throttled: GPU 0 SM clock 1188/1980 MHz (HW slowdown) [action investigate]\n")
 
 
 def test_drain_reason_codes_first_and_within_slurms_255_bytes():
@@ -50,7 +52,9 @@ def test_drain_reason_codes_first_and_within_slurms_255_bytes():
     head = node_check.drain_reason(many)
     parsed = node_check.parse_drain_reason(head)
     assert len(head.encode()) <= 255 and parsed.more > 0
-    assert list(parsed.codes) == [r.code for r in many.reasons][:len(parsed.codes)]
+    # worst first in the order they came, what to replace leading (issue 40)
+    order = sorted((r.code for r in many.reasons), key=lambda c: c not in node_check.REPLACE_CODES)
+    assert list(parsed.codes) == order[:len(parsed.codes)]
     assert len(parsed.codes) + parsed.more == len(many.reasons)
 
 
@@ -58,9 +62,11 @@ def test_drain_reason_reads_back_as_slurm_shows_it():
     reason = node_check.drain_reason(failing())
     parsed = node_check.parse_drain_reason(reason + " [root@2026-12-05T08:00:00]")
     assert parsed.status == "FAIL" and parsed.codes == ("port_down", "port_count", "ccr_below_expected")
+    assert node_check.parse_drain_action(reason + " [root@2026-12-05T08:00:00]") == ("investigate", [])
     unknown = node_check.unknown("gpu_unreadable", "cannot read GPUs: nvidia-smi did not answer within 20 s")
     text = node_check.drain_reason(unknown)
-    assert text == "ccrhost: gpu_unreadable: UNKNOWN: cannot read GPUs: nvidia-smi did not answer within 20 s"
+    assert text == ("ccrhost: gpu_unreadable: UNKNOWN: cannot read GPUs: nvidia-smi did not answer within 20 s "
+                    "[action investigate]")
     assert node_check.parse_drain_reason(text).status == "UNKNOWN"
     # an operator's reason, an older ccrhost's (no codes), a code this ccrhost does not know
     for other in ("hw ticket 42", "ccrhost: port mlx5_0/1 is DOWN/Disabled", "ccrhost: UNKNOWN: cannot read GPUs",

@@ -203,7 +203,7 @@ def emitted() -> dict[str, str]:
 def _entry_hint(code: str, where: str) -> str:
     level = "/".join(sorted(SCAN.levels.get(code, ()))) or "LEVEL"
     return (f"{code} (made at {where}): add an entry to _ENTRIES in ccrhost/model/reasons.py, "
-            f"_doc({code!r}, {level}, meaning, reads, [causes], [confirm commands], [fix], see), "
+            f"_doc({code!r}, {level}, ACTION, SCOPE, meaning, reads, [causes], [confirm commands], [fix], see), "
             "then run python -m ccrhost.docs")
 
 
@@ -250,13 +250,34 @@ def test_each_entry_is_complete():
             assert (ROOT.parent / "docs" / page).is_file(), f"{doc.code}: see {doc.see}"
 
 
+def test_every_code_has_an_action_and_a_scope_in_the_handbook():
+    from ccrhost.docs import reasons_handbook
+    from ccrhost.model.actions import ACTIONS, SCOPES
+
+    page = reasons_handbook()
+    assert len(reasons.REGISTRY) >= 90
+    for code, doc in reasons.REGISTRY.items():
+        assert doc.action in ACTIONS and doc.scope in SCOPES, (code, doc.action, doc.scope)
+        entry_md = page.split(f"## `{code}`\n")[1].split("\n## ")[0]
+        assert f"**Action:** `{doc.action}`; **scope:** {doc.scope}" in entry_md, code
+        assert f"Action: {doc.action}; scope: {doc.scope}\n" in reasons.entry_text(doc), code
+    # the table is not one default: the failures a machine can fix say so, the rest do not
+    assert reasons.REGISTRY["gpu_row_remap_pending"].action == "reset_gpu"
+    assert reasons.REGISTRY["gpu_fell_off_bus"].action == "reboot"
+    assert reasons.REGISTRY["gpu_row_remap_failure"].action == "replace"
+    assert reasons.REGISTRY["port_down"].action == "reseat_cable"
+    assert reasons.REGISTRY["gpu_xid"].action == "restart_job"
+    assert {d.action for d in reasons.REGISTRY.values()} == set(ACTIONS)
+    assert {d.scope for d in reasons.REGISTRY.values()} == set(SCOPES)
+
+
 def test_explain_prints_the_registry_entry(capsys):
     with pytest.raises(SystemExit) as done:
         entry(["explain", "acs_redirect"])
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out == reasons.entry_text(reasons.REGISTRY["acs_redirect"])
-    assert out.startswith("acs_redirect (FAIL)\n\nPCIe ACS redirect is on at a bridge")
+    assert out.startswith("acs_redirect (FAIL)\nAction: investigate; scope: node\n\nPCIe ACS redirect is on at a bridge")
     assert "  setpci -s <bdf> ECAP_ACS+0x6.w=0000:003d   # what the deploy writes, now and at boot\n" in out
 
 

@@ -95,7 +95,8 @@ def assert_contained(lab, run, hosts, bad: str, message: str, stage: str | None)
         if message.startswith(RDMA_READ):
             # what could not be read is UNKNOWN, in the words and code of `ccrhost check`
             assert verdicts[address]["status"] == "UNKNOWN"
-            assert reason == {"level": "UNKNOWN", "code": "rdma_unreadable", "message": message}, reason
+            assert reason == {"level": "UNKNOWN", "code": "rdma_unreadable", "message": message,
+                              "action": "investigate", "scope": "node"}, reason
             return
         assert verdicts[address]["status"] == "FAIL"
         assert reason["message"].startswith(f"failed before verification: {stage}: "), reason
@@ -126,7 +127,7 @@ def test_a_corrupt_sysfs_value(lab, deploy, what, path, value, message):
     if what == "rate":  # ccrhost check on the node: UNKNOWN, one line, exit 3
         out = lab_ssh(lab, "node2", f"cd {REPO} && {sys.executable} -m ccrhost check --format nhc")
         assert out.returncode == 3, out
-        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: rdma_unreadable: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
+        assert out.stdout == f"ERROR: ccrhost: Health check failed: UNKNOWN: rdma_unreadable: cannot read /sys/class/infiniband and rdma_cm configfs: {message} [action investigate]\n"
         assert out.stderr == f"ccrhost check: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: {message}\n"
 
 

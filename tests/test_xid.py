@@ -249,7 +249,7 @@ def test_the_npd_line_lists_each_code_once_worst_first():
     reasons.append(Reason(WARN, "gpu_xid", "GPU 0 Xid 13"))
     line, code = format_npd(verdict_of(reasons))
     # main: "FAIL: port_down,port_down,... +3 more", the XID hidden behind them
-    assert (line, code) == ("FAIL: port_down,gpu_xid_critical,gpu_xid\n", 1)
+    assert (line, code) == ("FAIL: port_down,gpu_xid_critical,gpu_xid; action reseat_cable\n", 1)
 
 
 def test_text_nhc_and_drain_stay_within_fixed_sizes_whatever_the_log_holds():
@@ -260,8 +260,8 @@ def test_text_nhc_and_drain_stay_within_fixed_sizes_whatever_the_log_holds():
     v = verdict_of(reasons)
     text, nhc, drained = format_text(v), format_nhc(v), drain_reason(v)
     assert len(text) < 10_000 and "... and 1356 more reasons (1356 gpu_xid_critical among them)" in text
-    assert len(nhc) <= SUMMARY_MAX + 60 and nhc.rstrip().endswith("more")
-    assert len(drained) <= 255 and drained.startswith("ccrhost: gpu_xid_critical,gpu_xid: GPU 0 Xid 1 ") and drained.endswith(" more")
+    assert len(nhc) <= SUMMARY_MAX + 60 and nhc.rstrip().endswith("more [action reset_gpu]")
+    assert len(drained) <= 255 and drained.startswith("ccrhost: gpu_xid_critical,gpu_xid: GPU 0 Xid 1 ") and drained.endswith(" more [action reset_gpu]")
 
 
 # --- docs/gpu-health.md and ccrhost explain show the table --------------------------

@@ -21,7 +21,7 @@ import time
 
 from ccrhost.fleet.charts import COLOURS, histogram
 from ccrhost.model import reasons as handbook
-from ccrhost.model.verdict import FAIL, OK, UNKNOWN, WARN, Verdict
+from ccrhost.model.verdict import FAIL, OK, UNKNOWN, WARN, Verdict, reason_action, scope_text
 
 _ORDER = {FAIL: 0, UNKNOWN: 1, WARN: 2, OK: 3}
 
@@ -97,7 +97,8 @@ def _reasons(v: Verdict) -> str:
     return "; ".join(
         html.escape(r.message) + (f' (<a class="code" href="#reason-{html.escape(r.code)}">{html.escape(r.code)}</a>)'
                                   if r.code in handbook.REGISTRY else f" ({html.escape(r.code)})")
-        for r in bad)
+        + f" [{html.escape(reason_action(r))}: {html.escape(scope_text(r, v.readings))}]"
+        for r in bad) + f"; <b>action {html.escape(v.action_text())}</b>"
 
 
 def _inline(text: str) -> str:
@@ -111,6 +112,7 @@ def _entry(code: str, docs_url: str | None) -> str:
     site = (f' <a href="{esc(docs_url.rstrip("/"))}/{handbook.HANDBOOK_PAGE}#{esc(code)}">handbook</a>'
             if docs_url else "")
     return (f'<div class="reason" id="reason-{esc(code)}"><h3>{esc(code)} ({esc(doc.level)}){site}</h3>'
+            f"<p><b>Action:</b> {esc(doc.action)}; <b>scope:</b> {esc(doc.scope)}</p>"
             f"<p>{_inline(doc.meaning)}</p><p><b>Read:</b> {_inline(doc.reads)}</p><p><b>Likely causes:</b></p><ul>"
             + "".join(f"<li>{_inline(c)}</li>" for c in doc.causes)
             + "</ul><p><b>Confirm:</b></p><pre>" + esc("\n".join(doc.confirm)) + "</pre><p><b>Fix:</b></p><ul>"

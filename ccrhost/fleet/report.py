@@ -18,7 +18,7 @@ from xml.etree import ElementTree as ET
 
 from ccrhost import failures
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
-from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, unjudged
+from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, scope_detail, scope_text, unjudged
 from ccrhost.output import write_atomic
 
 
@@ -102,6 +102,14 @@ def junit_xml(verdicts: dict[str, Verdict]) -> str:
         ET.SubElement(props, "property", name="ccr", value=_cell(v.ccr and v.ccr.ccr, ".6e").strip())
         ET.SubElement(props, "property", name="ccr_measured",
                       value=_cell(v.measured_ccr and v.measured_ccr.ccr, ".6e").strip())
+        if v.status != OK:  # what to do, and each reason's code, action and part, for a CI to route on
+            ET.SubElement(props, "property", name="action", value=v.action_text())
+            if v.evidence:
+                ET.SubElement(props, "property", name="evidence", value=v.evidence)
+            for r in v.reasons:
+                if r.level != OK:
+                    ET.SubElement(props, "property", name=f"reason.{r.code}",
+                                  value=f"{r.level} {scope_detail(r, v.readings)['action']} {scope_text(r, v.readings)}")
         if v.status == FAIL:
             ET.SubElement(case, "failure", message=v.summary()).text = v.summary()
         elif v.status == UNKNOWN:

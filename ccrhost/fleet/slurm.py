@@ -850,6 +850,47 @@ def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, p
 
 
 @slurm.command()
+@click.option("--partition", "-p", help="Only this partition's nodes.")
+@click.option("--nodes", "-w", "nodelist", help="Slurm hostlist of the nodes to consider, e.g. gpu[001-064].")
+@click.option("--allow", "allowed", multiple=True, type=click.Choice(["reset_gpu", "reboot"]),
+              help="An action this run may carry out (repeatable); none by default: the run only says what "
+                   "each drained node needs.")
+@click.option("--max-reboots", type=click.IntRange(0), default=1, show_default=True,
+              help="Nodes rebooting at once, at most (those Slurm shows rebooting count).")
+@click.option("--dry-run", is_flag=True, help="Say what would be done on each node; change nothing.")
+@click.option("--ssh", default="ssh -o BatchMode=yes -o ConnectTimeout=10", show_default=True,
+              help="How to run a command on a node (its NodeAddr is appended, then the command).")
+@click.option("--ccrhost", "ccrhost_cmd", default="/usr/local/bin/ccrhost", show_default=True,
+              help="The ccrhost command on the nodes.")
+@click.option("--config", default=CHECK_CONFIG, show_default=True, help="The check settings on the nodes.")
+def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_cmd, config):
+    """Repair drained nodes and return the ones that pass their check.
+
+    For each drained node with a ccrhost drain reason, the action the reason
+    names (``[action reset_gpu gpu 2]``) when --allow enables it: reset an
+    idle GPU (nvidia-smi -r -i N), or reboot (scontrol reboot, within
+    --max-reboots); then the node's check, and RESUME only when it passes.
+    An operator's reason, a replace or a measured drain is never touched.
+    Every step is printed per node.
+    """
+    from ccrhost.fleet.remediate import RemediateOptions
+    from ccrhost.fleet.remediate import remediate as run
+
+    opts = RemediateOptions(tuple(allowed), max_reboots, dry_run, ssh, ccrhost_cmd, config)
+    try:
+        nodes = list_nodes(partition, nodelist)
+        logs = run(nodes, opts)
+    except SlurmError as exc:
+        raise click.ClickException(f"ccrhost slurm remediate: {exc}") from None
+    for log in logs:
+        for step in log.steps:
+            click.echo(f"{log.node}: {step}")
+        click.echo(f"{log.node}: {'dry run' if dry_run else log.outcome}")
+    if not logs:
+        click.echo("no drained node")
+
+
+@slurm.command()
 @click.option("--partition", "-p", required=True, help="The partition to sweep.")
 @click.option("--nodes", "-w", "nodelist", help="Only these nodes of it (a Slurm hostlist).")
 @click.option("--max-nodes", type=click.IntRange(1), default=4, show_default=True,

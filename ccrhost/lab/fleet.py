@@ -431,6 +431,10 @@ class Lab:
             "gpu_uuids": list(profile.gpus.uuids) or [
                 "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.name}-gpu{i}")) for i in range(profile.gpus.count)],
             "gpu_bdfs": [g["bdf"] for g in built["gpus"]],
+            # the profile's, else 13 digits per node and GPU, as NVIDIA prints a board's serial
+            "gpu_serials": list(profile.gpus.serials) or [
+                str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.name}-gpu{i}-serial").int % 10**13).rjust(13, "1")
+                for i in range(profile.gpus.count)],
             "faults": [str(f) for f in faults],
             "ofed": profile.ofed,
             "module_versions": versions,
@@ -625,7 +629,12 @@ class Lab:
         _, fault = parse_fault(f"{name}:{spec}")
         state, node = self._locate(name)
         kept = [f for f in self._faults(node) if not _same_target(f, fault)]
-        return self._set_faults(state, node, kept + [fault])
+        faults = self._set_faults(state, node, kept + [fault])
+        # the fault is back, even one a GPU reset cleared before (nvidia-smi -r): it failed again
+        reset = self.root(node) / "run/ccrhost-lab/gpu_reset"
+        if reset.exists():
+            reset.write_text("".join(f"{line}\n" for line in reset.read_text().split() if line != str(fault)))
+        return faults
 
     def clear(self, name: str, spec: str) -> list[str]:
         """Remove ``KIND`` (every value) or exactly ``KIND=VALUE`` from the running node."""

@@ -40,7 +40,7 @@ FORMAT_2_KEYS = {
     "nic_defaults": {"hca_type", "mtu", "rate", "qos"},
     "nics": {"link_layer", "rate_gbps", "rate", "pcie", "fw_ver", "board_id", "hca_type", "mtu", "qos",
              "gids"},
-    "gpus": {"uuids"},
+    "gpus": {"uuids", "serials"},
 }
 
 
@@ -238,11 +238,15 @@ class Gpus(_Model):
     pcie: dict[str, int] = {"gen": 5, "width": 16}
     pci_device: int = Field(0x2330, ge=0, le=0xffff)  # H100 SXM5, as NCCL's topology dump shows it
     uuids: list[str] = []  # format 2: nvidia-smi's uuid per GPU index; empty: generated per lab node
+    # format 2: nvidia-smi -q "Serial Number" per GPU index (13 digits on NVIDIA boards); empty: generated per node
+    serials: list[str] = []
 
     @model_validator(mode="after")
     def _uuids(self):
         if self.uuids and len(self.uuids) != self.count:
             raise ValueError(f"uuids lists {len(self.uuids)} GPUs, count is {self.count}")
+        if self.serials and len(self.serials) != self.count:
+            raise ValueError(f"serials lists {len(self.serials)} GPUs, count is {self.count}")
         return self
 
 
@@ -391,6 +395,8 @@ FAULT_KINDS = {
     "nvlink_down": "[INDEX[:LINK]]: NVLink LINK (default 0) of GPU INDEX (default 0) is inactive",
     "fabric_not_ready": "[INDEX]: the NVSwitch fabric of GPU INDEX (default: every GPU) is In Progress",
     "pcie_replay": "[INDEX]: GPU INDEX's (default 0) PCIe replay counter rises (5 a second)",
+    "gpu_serial": "INDEX:SERIAL: the board in GPU slot INDEX is the one with SERIAL (a board moved here from "
+                  "another node: nvidia-smi -q prints its serial)",
     "pfc_storm": "[DEV]: that NIC's netdev (default: the first) counts a pause-storm event a second and sends PFC "
                  "pause half the time on each PFC priority (ethtool -S)",
     "global_pause": "[DEV]: 802.3x global pause is on at power-on on that NIC's netdev (default: the first; "
@@ -412,7 +418,7 @@ FAULT_KINDS = {
                      "nvidia-smi reads the full width (shims/nvbandwidth)",
 }
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
-                    "nvlink_down", "fabric_not_ready", "pcie_replay")
+                    "nvlink_down", "fabric_not_ready", "pcie_replay", "gpu_serial")
 # The six error counters the data-path check reads, plus one more the
 # reference's sample shows (Documentation/ABI/stable/sysfs-class-infiniband).
 ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
@@ -928,6 +934,9 @@ def _gpu_health_faults(profile: Profile, faults: list[Fault]) -> None:
                 (len(parts) == 1 or (parts[1].isdigit() and int(parts[1]) <= last)) and \
                 all(p.isascii() and p.isdigit() and int(p) <= 99 for p in parts[2:])
             want = f"CODE[:INDEX[:GI[:CI]]] with a code 1..65535, a GPU 0..{last} and MIG instances 0..99"
+        elif f.kind == "gpu_serial":
+            ok = len(parts) == 2 and parts[0].isdigit() and int(parts[0]) <= last and parts[1].isalnum()
+            want = f"INDEX:SERIAL with a GPU 0..{last} and a serial of letters and digits"
         elif f.kind == "nvlink_down":
             ok = len(parts) <= 2 and all(p.isdigit() for p in parts) and (not parts or int(parts[0]) <= last) and \
                 (len(parts) < 2 or int(parts[1]) < 18)

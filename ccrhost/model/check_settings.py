@@ -26,6 +26,11 @@ class CheckSettings:
     judged_by: Policy                      # HostSettings.policy()
     drain_cap: DrainCap = DrainCap()       # HostSettings.drain_cap(): slurm_drain_cap_*
     allreduce_state: str | None = None     # HostSettings.allreduce_state: the stored all-reduce results, if judged
+    verify_history: str | None = None      # verify_history: the node's failure history
+    verify_evidence_dir: str | None = None  # verify_evidence_dir: diagnostics bundles on FAIL
+    verify_evidence_max_age_days: float = 7  # verify_evidence_max_age_days
+    verify_evidence_keep: int = 10          # verify_evidence_keep
+    verify_evidence_bug_report: bool = False  # verify_evidence_bug_report
     dcgm_state: str | None = None          # HostSettings.dcgm_state: the stored DCGM diag results, if judged
 
     def expectation(self) -> Expectation:

@@ -356,6 +356,12 @@ def counter_delta(name: str, before: int | None, after: int | None) -> int | Non
     return after - before if after >= before else after
 
 
+def port_part(key: str) -> dict:
+    """Reason fields for a ``mlx5_0/1`` port key (a key without a port: the NIC)."""
+    device, _, port = key.partition("/")
+    return {"nic": device, "port": int(port)} if port.isdigit() else {"nic": device}
+
+
 def check_link_health(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
                       thresholds: LinkThresholds = LinkThresholds(),
                       window_s: float | None = None, since_boot_per: float | None = None) -> list[Reason]:
@@ -376,6 +382,7 @@ def check_link_health(before: dict[str, dict[str, int]], after: dict[str, dict[s
         window = f" in the {window_s:g} s since boot" if boot else f" in {window_s:g} s"
     windows = max(1.0, window_s / since_boot_per) if boot and window_s and since_boot_per else 1.0
     for port in sorted(set(before) & set(after), key=natural_key):
+        part = port_part(port)
         saturated = []
         for f in fields(LinkThresholds):
             name = f.name
@@ -398,14 +405,14 @@ def check_link_health(before: dict[str, dict[str, int]], after: dict[str, dict[s
                 delta = f"{at_least}{delta}"
             if name == "link_downed":
                 reasons.append(Reason(FAIL, "link_flap", f"port {port} link_downed rose by {delta}{window} "
-                                                         f"({b} -> {a}): the link is flapping"))
+                                                         f"({b} -> {a}): the link is flapping", **part))
             else:
                 reasons.append(Reason(WARN, f"link_{name}", f"port {port} {name} rose by {delta}{window} "
-                                                            f"({b} -> {a}), above {limit}"))
+                                                            f"({b} -> {a}), above {limit}", **part))
         if saturated:
             reasons.append(Reason(WARN, "link_counter_saturated",
                                   f"port {port} {', '.join(saturated)} saturated: rises cannot be measured "
-                                  "until the counters are cleared"))
+                                  "until the counters are cleared", **part))
     return reasons
 
 

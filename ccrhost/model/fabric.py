@@ -243,7 +243,7 @@ def check_fabric(reading: FabricReading | None, policy: FabricPolicy = FabricPol
             p = reading.pause[dev]
             reasons.append(Reason(FAIL, "global_pause_on",
                                   f"global pause on beside PFC on {dev} (ethtool -a: RX {'on' if p.rx else 'off'}, "
-                                  f"TX {'on' if p.tx else 'off'}): 802.3x pause stops every priority"))
+                                  f"TX {'on' if p.tx else 'off'}): 802.3x pause stops every priority", nic=dev))
     reasons += logged_flaps(reading, link_downs or [], policy)
     w = reading.window
     if w is not None and w.warning:
@@ -257,12 +257,12 @@ def check_fabric(reading: FabricReading | None, policy: FabricPolicy = FabricPol
             if way == "tx":
                 reasons.append(Reason(FAIL, "pfc_pause_share",
                                       f"{dev} sent PFC pause on priority {prio} {share:.0%} of the last "
-                                      f"{w.seconds:g} s{since} (limit {policy.pause_share:.0%}): it stalls the fabric"))
+                                      f"{w.seconds:g} s{since} (limit {policy.pause_share:.0%}): it stalls the fabric", nic=dev))
             else:
                 reasons.append(Reason(WARN, "pfc_paused",
                                       f"{dev} was paused on priority {prio} {share:.0%} of the last "
                                       f"{w.seconds:g} s{since} (limit {policy.pause_share:.0%}): the fabric is "
-                                      "congested"))
+                                      "congested", nic=dev))
     for key in sorted(set(w.before) & set(w.after), key=natural_key):
         for name in RATE_COUNTERS:
             judged = _rated(w, key, name, policy)
@@ -270,18 +270,19 @@ def check_fabric(reading: FabricReading | None, policy: FabricPolicy = FabricPol
                 continue
             fail, text = judged
             group = RATE_GROUPS[name]
+            nic = key.split("/")[0]  # a port's counters are its NIC's trouble (the codes' scope)
             if group == "transport":
-                reasons.append(Reason(FAIL, "rdma_transport_failing", text) if fail
-                               else Reason(WARN, "rdma_transport_errors", text))
+                reasons.append(Reason(FAIL, "rdma_transport_failing", text, nic=nic) if fail
+                               else Reason(WARN, "rdma_transport_errors", text, nic=nic))
             elif group == "drops":
-                reasons.append(Reason(FAIL, "netdev_rx_drops_high", text) if fail
-                               else Reason(WARN, "netdev_rx_drops", text))
+                reasons.append(Reason(FAIL, "netdev_rx_drops_high", text, nic=nic) if fail
+                               else Reason(WARN, "netdev_rx_drops", text, nic=nic))
             elif group == "phy":
-                reasons.append(Reason(FAIL, "netdev_phy_errors_high", text) if fail
-                               else Reason(WARN, "netdev_phy_errors", text))
+                reasons.append(Reason(FAIL, "netdev_phy_errors_high", text, nic=nic) if fail
+                               else Reason(WARN, "netdev_phy_errors", text, nic=nic))
             else:
-                reasons.append(Reason(FAIL, "pause_storm", text) if fail
-                               else Reason(WARN, "pause_storm_warning", text))
+                reasons.append(Reason(FAIL, "pause_storm", text, nic=nic) if fail
+                               else Reason(WARN, "pause_storm_warning", text, nic=nic))
     return reasons
 
 

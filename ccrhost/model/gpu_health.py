@@ -51,6 +51,7 @@ class NvLink:
 class GpuHealth:
     index: int                              # nvidia-smi -q GPU order / NVML index
     pci: str | None = None                  # "0000:18:00.0": -q "GPU 00000000:18:00.0" / nvmlDeviceGetPciInfo busId
+    serial: str | None = None               # the board's serial: -q "Serial Number" / nvmlDeviceGetSerial
     ecc_uncorrectable: int | None = None    # -q ECC Errors/Volatile *Uncorrectable* / nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)
     ecc_correctable: int | None = None      # -q ECC Errors/Volatile *Correctable / (CORRECTED, VOLATILE)
     retired_pending: bool | None = None     # -q Retired Pages/Pending Page Blacklist / nvmlDeviceGetRetiredPagesPendingStatus
@@ -162,21 +163,21 @@ def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPol
         where = _where(g)
         if g.remap_pending:
             reasons.append(Reason(FAIL, "gpu_row_remap_pending",
-                                  f"{where} has a row remapping pending: the GPU needs a reset"))
+                                  f"{where} has a row remapping pending: the GPU needs a reset", gpu=g.index))
         if g.remap_failure:
             reasons.append(Reason(FAIL, "gpu_row_remap_failure",
                                   f"{where} failed a row remapping (uncorrectable remaps "
-                                  f"{g.remap_uncorrectable if g.remap_uncorrectable is not None else 'not read'})"))
+                                  f"{g.remap_uncorrectable if g.remap_uncorrectable is not None else 'not read'})", gpu=g.index))
         if g.ecc_uncorrectable:
             reasons.append(Reason(FAIL, "gpu_ecc_uncorrectable",
-                                  f"{where} has {g.ecc_uncorrectable} uncorrectable volatile ECC errors"))
+                                  f"{where} has {g.ecc_uncorrectable} uncorrectable volatile ECC errors", gpu=g.index))
         if g.retired_pending:
             reasons.append(Reason(FAIL, "gpu_retired_pages_pending",
-                                  f"{where} has retired pages pending: the GPU needs a reset"))
+                                  f"{where} has retired pages pending: the GPU needs a reset", gpu=g.index))
         if g.ecc_correctable is not None and g.ecc_correctable > policy.ecc_correctable_max:
             reasons.append(Reason(WARN, "gpu_ecc_correctable",
                                   f"{where} has {g.ecc_correctable} correctable volatile ECC errors "
-                                  f"(threshold {policy.ecc_correctable_max})"))
+                                  f"(threshold {policy.ecc_correctable_max})", gpu=g.index))
         links = g.nvlinks if g.nvlinks is not None else []
         down = [n.link for n in links if n.up is False]
         expected = NVLINKS.get(_name(gpus, g.index) or "")
@@ -184,13 +185,13 @@ def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPol
         if down or (g.nvlinks is not None and expected and up < expected and not any(n.up is None for n in links)):
             what = f"links {', '.join(map(str, down))} down" if down else "links missing"
             reasons.append(Reason(FAIL, "gpu_nvlink_down",
-                                  f"{where} NVLink {what}: {up} of {expected or len(links)} up"))
+                                  f"{where} NVLink {what}: {up} of {expected or len(links)} up", gpu=g.index))
         if g.fabric_state is not None:
             fabric_seen = True
             if g.fabric_state != FABRIC_DONE or g.fabric_status != FABRIC_OK:
                 reasons.append(Reason(FAIL, "gpu_fabric_not_ready",
                                       f"{where} fabric not ready: state {g.fabric_state}, "
-                                      f"status {g.fabric_status or 'N/A'}"))
+                                      f"status {g.fabric_status or 'N/A'}", gpu=g.index))
     if fabric_seen and reading.fabric_manager is not None and reading.fabric_manager != "active":
         reasons.append(Reason(FAIL, "gpu_fabric_not_ready",
                               f"fabric not ready: the nvidia-fabricmanager service is {reading.fabric_manager}"))
@@ -202,7 +203,7 @@ def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPol
             h = by_index.get(g.index)
             reasons.append(Reason(FAIL, "gpu_hw_slowdown",
                                   f"{_where(h) if h else f'GPU {g.index}'} clocks held down by "
-                                  f"{', '.join(bits)} (clock event reasons {g.clock_reasons:#x})"))
+                                  f"{', '.join(bits)} (clock event reasons {g.clock_reasons:#x})", gpu=g.index))
     return reasons
 
 
@@ -238,7 +239,7 @@ def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell:
                 continue
             message = f"NVSwitch at {x.pci} SXid {code} {times}{_when(x.age_s)}: {text}"
             reasons.append(Reason(FAIL, "gpu_sxid_fatal", message) if level == FAIL else
-                           Reason(WARN, "gpu_sxid", message))
+                           Reason(WARN, "gpu_sxid", message))  # a switch: the node's part, no GPU index
             continue
         entry = xid_entry(code)
         level, action, words = entry.level, entry.action, None
@@ -255,13 +256,13 @@ def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell:
                 continue
             fell.add(key)
             reasons.append(Reason(FAIL, "gpu_fell_off_bus", f"{gpu} fell off the bus: Xid 79 {times}"
-                                  f"{_when(x.age_s)} ({text}); lost until the node reboots"))
+                                  f"{_when(x.age_s)} ({text}); lost until the node reboots", gpu=index_of.get(key)))
             continue
         what = f"recovery action {words!r}" if words else entry.name
         message = (f"{gpu} Xid {code} ({what}) {times}{_when(x.age_s)}: {text} "
                    f"[NVIDIA: {entry.resolution or 'no resolution given'}; action: {action}]")
-        reasons.append(Reason(FAIL, "gpu_xid_critical", message) if level == FAIL else
-                       Reason(WARN, "gpu_xid", message))
+        reasons.append(Reason(FAIL, "gpu_xid_critical", message, gpu=index_of.get(key), action=action)
+                       if level == FAIL else Reason(WARN, "gpu_xid", message, gpu=index_of.get(key), action=action))
     return reasons
 
 
@@ -345,8 +346,8 @@ def _rates(reading: GpuHealthReading, policy: GpuHealthPolicy) -> list[Reason]:
     for g in reading.gpus:
         text = rise(g, "nvlink", g.nvlink_errors, policy.nvlink_errors_per_min, "NVLink errors (CRC, replay, recovery)")
         if text:
-            reasons.append(Reason(WARN, "gpu_nvlink_errors", text))
+            reasons.append(Reason(WARN, "gpu_nvlink_errors", text, gpu=g.index))
         text = rise(g, "pcie_replays", g.pcie_replays, policy.pcie_replays_per_min, "PCIe replays")
         if text:
-            reasons.append(Reason(WARN, "gpu_pcie_replay", text))
+            reasons.append(Reason(WARN, "gpu_pcie_replay", text, gpu=g.index))
     return reasons

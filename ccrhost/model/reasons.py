@@ -14,9 +14,23 @@ message names them.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
+from ccrhost.model.actions import (
+    ACTIONS,
+    GPU,
+    INVESTIGATE,
+    NIC,
+    NODE,
+    NONE,
+    PORT,
+    REBOOT,
+    REPLACE,
+    RESEAT_CABLE,
+    RESET_GPU,
+    RESTART_JOB,
+    SCOPES,
+)
 from ccrhost.model.status import FAIL, UNKNOWN, WARN
 
 # The handbook page in the docs site; each entry is the anchor of its code.
@@ -27,6 +41,8 @@ HANDBOOK_PAGE = "reasons.html"
 class ReasonDoc:
     code: str
     level: str                 # the verdict level the code is given at
+    action: str                # what to do about it (model/actions.py ACTIONS)
+    scope: str                 # the part it is about: node, gpu, nic or port (model/actions.py SCOPES)
     meaning: str               # what it says about the node
     reads: str                 # what is read to decide it
     causes: tuple[str, ...]    # likely causes, most likely first
@@ -43,9 +59,9 @@ class Cmd(str):
 _COMMANDS = ("ccrhost", "modprobe", "perfquery", "pyinfra", "scontrol", "setpci")
 
 
-def _doc(code, level, meaning, reads, causes, confirm, fix, see=""):
+def _doc(code, level, action, scope, meaning, reads, causes, confirm, fix, see=""):
     fix = tuple(Cmd(f) if f.split()[0] in _COMMANDS else f for f in fix)
-    return ReasonDoc(code, level, meaning, reads, tuple(causes), tuple(confirm), fix, see)
+    return ReasonDoc(code, level, action, scope, meaning, reads, tuple(causes), tuple(confirm), fix, see)
 
 
 _RERUN = "pyinfra -y INVENTORY deploys/rdma.py   # re-applies the tuning, then verifies"
@@ -63,7 +79,7 @@ _LINK_COUNTER = {
 
 def _link_counter(name: str) -> ReasonDoc:
     return _doc(
-        f"link_{name}", WARN,
+        f"link_{name}", WARN, RESEAT_CABLE, PORT,
         f"The port's `{name}` counter ({_LINK_COUNTER[name]}; the kernel's sysfs-class-infiniband wording) rose "
         "by more than its `verify_link_thresholds` limit within the link-health window: the link works but is "
         "degrading.",
@@ -84,7 +100,7 @@ def _link_counter(name: str) -> ReasonDoc:
 
 _ENTRIES: tuple[ReasonDoc, ...] = (
     # --- ports and NICs -----------------------------------------------------------
-    _doc("no_rdma", FAIL,
+    _doc("no_rdma", FAIL, INVESTIGATE, NODE,
          "The node has no RDMA compute port: nothing for NCCL to use.",
          "`/sys/class/infiniband/*/ports/*`, less the devices in `rdma_exclude_devices`.",
          ["the NIC driver (`mlx5_core`, `mlx5_ib`) is not loaded",
@@ -95,7 +111,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["modprobe mlx5_ib   # or run the deploy, which loads rdma_modules", _RERUN,
           "check `rdma_exclude_devices` in the host's inventory data"],
          "tuning.md#the-stages"),
-    _doc("port_down", FAIL,
+    _doc("port_down", FAIL, RESEAT_CABLE, PORT,
          "A compute port is not ACTIVE/LinkUp: the node trains on fewer rails than it has.",
          f"`{_PORT}/state` and `phys_state`.",
          ["a cable unplugged, damaged or dirty", "the switch port is disabled or down",
@@ -106,7 +122,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "on InfiniBand, check that a subnet manager runs on the fabric",
           _CHECK + "   # after the fix"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("port_rate", FAIL,
+    _doc("port_rate", FAIL, RESEAT_CABLE, PORT,
          "A compute port trained at a lower rate than the others (or than `verify_port_gbps`): that rail, and "
          "with the bottleneck model the whole node, runs slower.",
          f"`{_PORT}/rate`, against the fastest port or the declared rate.",
@@ -116,7 +132,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["replace the cable or transceiver with one rated for the port's speed",
           "check the switch port's configured speed", _CHECK + "   # after the fix"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("port_count", FAIL,
+    _doc("port_count", FAIL, INVESTIGATE, NODE,
          "Fewer active compute ports than the declared hardware has (`verify_ports` or `verify_profile`).",
          "The active ports under `/sys/class/infiniband`, against `verify_ports`.",
          ["a port down (see `port_down`)", "an RDMA device missing (driver not loaded for one NIC, a NIC failed)",
@@ -124,7 +140,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ls /sys/class/infiniband/", "cat /sys/class/infiniband/*/ports/*/state", "lspci -d 15b3:"],
          ["fix the missing port or NIC", "correct `verify_profile` / `verify_ports` if the declaration is wrong"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("nic_pcie_width", FAIL,
+    _doc("nic_pcie_width", FAIL, INVESTIGATE, NIC,
          "A NIC's PCIe link trained narrower than it is capable of (x8 instead of x16): it cannot move its port's "
          "rate, and counts at its PCIe bandwidth.",
          "`/sys/bus/pci/devices/<bdf>/current_link_width` against `max_link_width`.",
@@ -134,7 +150,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "lspci -vv -s <bdf> | grep -E 'LnkCap|LnkSta'"],
          ["reseat the NIC (or move it to a full-width slot); check the riser and the BIOS slot settings"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("nic_pcie_speed", FAIL,
+    _doc("nic_pcie_speed", FAIL, INVESTIGATE, NIC,
          "A NIC's PCIe link trained at a lower speed (GT/s) than it is capable of: it cannot move its port's rate.",
          "`/sys/bus/pci/devices/<bdf>/current_link_speed` against `max_link_speed`.",
          ["signal-integrity trouble on the slot or riser", "a BIOS setting that limits the PCIe generation",
@@ -143,7 +159,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "lspci -vv -s <bdf> | grep -E 'LnkCap|LnkSta'"],
          ["reseat the NIC; check the riser and the BIOS PCIe generation setting"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("measure_failed", UNKNOWN,
+    _doc("measure_failed", UNKNOWN, INVESTIGATE, NODE,
          "A bandwidth measurement (ib_write_bw between hosts) could not be made: the node's bandwidth is not "
          "proven, which is not a bad node.",
          "The ib_write_bw runs of `deploys/verify.py` with `verify_measure`, or `ccrhost slurm verify --measure`.",
@@ -155,7 +171,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "raise `verify_measure_timeout` or change `verify_measure_port` when that is what the message says"],
          "verification.md#the-connection-to-compute-ratio"),
     # -- NCCL all-reduce gate (model/allreduce.py; docs/allreduce.md) --
-    _doc("allreduce_slow", FAIL,
+    _doc("allreduce_slow", FAIL, INVESTIGATE, NODE,
          "nccl-tests' all_reduce_perf delivered a bus bandwidth below its threshold at the largest size, in every "
          "run (it is rerun `verify_allreduce_retries` times and passes on the first good run). In the pair mode "
          "the slow node is named: its pair was split and each node rerun with a node that passed.",
@@ -172,7 +188,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["find the degraded link with the commands above; reseat or replace it, then rerun the test",
           "ccrhost slurm verify --nccl -w NODE,GOODNODE   # rerun the gate: the pair mode needs a second node"],
          "allreduce.md"),
-    _doc("allreduce_wrong", FAIL,
+    _doc("allreduce_wrong", FAIL, INVESTIGATE, NODE,
          "all_reduce_perf reported wrong results (`#wrong` above 0, `Out of bounds values : N FAILED`): the "
          "node corrupted data in a collective. Never retried into a pass.",
          "The #wrong columns and the `# Out of bounds values` line of all_reduce_perf's report (run with -c 1).",
@@ -182,7 +198,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "dmesg | grep -i xid"],
          ["drain the node until the part is found and replaced; rerun the test before returning it"],
          "allreduce.md"),
-    _doc("allreduce_missing", UNKNOWN,
+    _doc("allreduce_missing", UNKNOWN, INVESTIGATE, NODE,
          "all_reduce_perf (or its launcher) was not found: the gate could not run, so the node is not proven.",
          "`verify_allreduce_binary`, looked up on the node's PATH.",
          ["nccl-tests is not installed", "the path points outside the container that has it"],
@@ -190,7 +206,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["install nccl-tests (or use the NGC PyTorch image's /usr/local/bin/all_reduce_perf) and set "
           "`verify_allreduce_binary`"],
          "allreduce.md"),
-    _doc("allreduce_hang", UNKNOWN,
+    _doc("allreduce_hang", UNKNOWN, INVESTIGATE, NODE,
          "all_reduce_perf gave no result before `verify_allreduce_timeout`; its whole process group was killed. "
          "A hang says the test could not finish, not that the node is slow.",
          "The run's deadline.",
@@ -199,7 +215,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["NCCL_DEBUG=INFO all_reduce_perf -b 1G -e 1G -g 8"],
          ["find the rank that stalls in NCCL's INFO log; raise `verify_allreduce_timeout` if the sizes need it"],
          "allreduce.md"),
-    _doc("allreduce_failed", UNKNOWN,
+    _doc("allreduce_failed", UNKNOWN, INVESTIGATE, NODE,
          "all_reduce_perf could not launch or stopped with an error (`Test CUDA failure`, `Test NCCL failure`, "
          "an srun or MPI error, no result rows): a test set up wrong looks like a bad host, so this is not a FAIL.",
          "The tool's exit status and output.",
@@ -208,28 +224,28 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["all_reduce_perf -b 1G -e 1G -g 8   # on the node, as the message's command"],
          ["fix what the message names and rerun"],
          "allreduce.md"),
-    _doc("allreduce_nccl_warn", UNKNOWN,
+    _doc("allreduce_nccl_warn", UNKNOWN, INVESTIGATE, NODE,
          "NCCL printed a warning (`NCCL WARN`) during the run: its figure is not trusted either way.",
          "NCCL WARN lines in the output (the gate runs with NCCL_DEBUG=WARN).",
          ["NCCL fell back from its intended transport or path", "a network plugin or topology problem"],
          ["NCCL_DEBUG=INFO all_reduce_perf -b 1G -e 1G -g 8"],
          ["fix what the warning names (its source file and line say where) and rerun"],
          "allreduce.md"),
-    _doc("allreduce_no_threshold", UNKNOWN,
+    _doc("allreduce_no_threshold", UNKNOWN, INVESTIGATE, NODE,
          "The run measured a busbw, but no threshold is known for this GPU platform and mode.",
          "The GPU name against the platform table (docs/allreduce.md).",
          ["a GPU the table does not list", "the pair mode on a node with no active compute NIC"],
          ["nvidia-smi -L"],
          ["set `verify_allreduce_min_busbw` for the mode, from a run on a known-good node"],
          "allreduce.md"),
-    _doc("allreduce_stale", UNKNOWN,
+    _doc("allreduce_stale", UNKNOWN, NONE, NODE,
          "The stored all-reduce result is older than `verify_allreduce_valid_for`: an old pass proves nothing now.",
          "The stored result's measured time (`verify_allreduce_state`) against the clock.",
          ["the test has not been rerun since (deploy, slurm verify --nccl)"],
          ["cat /var/lib/ccrhost/active.json"],
          ["ccrhost slurm verify --nccl -w NODE,GOODNODE", "pyinfra -y INVENTORY deploys/verify.py   # with verify_allreduce"],
          "allreduce.md"),
-    _doc("allreduce_unreadable", UNKNOWN,
+    _doc("allreduce_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The stored active-check results could not be read.",
          "`verify_allreduce_state`.",
          ["a damaged or foreign file at that path"],
@@ -237,7 +253,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["rerun the test; it replaces the file whole"],
          "allreduce.md"),
     # --- DCGM diagnostics (model/dcgm.py; docs/dcgm.md) ----------------------------------
-    _doc("dcgm_test_failed", FAIL,
+    _doc("dcgm_test_failed", FAIL, INVESTIGATE, GPU,
          "A DCGM diagnostic test failed on a GPU (`dcgmi diag -r LEVEL -j`): the message names the test, the GPU "
          "(index, PCI address, UUID) and DCGM's own words and error id.",
          "The stored diag result (`verify_dcgm_state`), made by the last diag run (deploy, slurm verify --dcgm, "
@@ -247,14 +263,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["dcgmi diag -r 2 -j", "nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT -i INDEX"],
          ["drain the node; reset or replace the GPU the message names, then rerun the diag before returning it"],
          "dcgm.md"),
-    _doc("dcgm_test_warn", WARN,
+    _doc("dcgm_test_warn", WARN, INVESTIGATE, GPU,
          "A DCGM diagnostic test warned on a GPU: not a failure, but DCGM saw something worth a look.",
          "The stored diag result (`verify_dcgm_state`).",
          ["a setting DCGM recommends (environment variables, persistence mode)", "clocks throttled during a test"],
          ["dcgmi diag -r 1 -j"],
          ["fix what DCGM names, or list the test in `verify_dcgm_exclude` where the site accepts it"],
          "dcgm.md"),
-    _doc("dcgm_hostengine", UNKNOWN,
+    _doc("dcgm_hostengine", UNKNOWN, INVESTIGATE, NODE,
          "The DCGM host engine (nv-hostengine) did not answer `dcgmi discovery -l` within "
          "`verify_dcgm_engine_timeout`: no diag was started, and nothing is said of the GPUs.",
          "`dcgmi discovery -l` under its own deadline, before any diag.",
@@ -263,7 +279,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["timeout 10 dcgmi discovery -l", "systemctl status nvidia-dcgm"],
          ["systemctl restart nvidia-dcgm   # or nv-hostengine -t; nv-hostengine", "rerun the diag"],
          "dcgm.md"),
-    _doc("dcgm_hang", UNKNOWN,
+    _doc("dcgm_hang", UNKNOWN, INVESTIGATE, NODE,
          "The diag gave no result before its level's deadline (`verify_dcgm_timeouts`); its process group was "
          "killed. A hang says the diag could not finish, not that a GPU is bad.",
          "The run's deadline.",
@@ -271,28 +287,28 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["timeout 10 dcgmi discovery -l", "dcgmi diag -r 1 -j"],
          ["check the host engine; raise `verify_dcgm_timeouts` for the level if it needs longer"],
          "dcgm.md"),
-    _doc("dcgm_missing", UNKNOWN,
+    _doc("dcgm_missing", UNKNOWN, INVESTIGATE, NODE,
          "dcgmi was not found: the diag could not run, so the GPUs are not proven by it.",
          "`verify_dcgm_binary`, looked up on the node's PATH.",
          ["DCGM (datacenter-gpu-manager) is not installed"],
          ["command -v dcgmi"],
          ["install DCGM and start nvidia-dcgm, or set `verify_dcgm_binary`"],
          "dcgm.md"),
-    _doc("dcgm_failed", UNKNOWN,
+    _doc("dcgm_failed", UNKNOWN, INVESTIGATE, NODE,
          "The diag ran but gave no report to judge (no JSON, a runtime error, or every test skipped or excluded).",
          "The diag's exit status and output.",
          ["DCGM refused the GPUs (held by a process, unsupported part)", "every test is in `verify_dcgm_exclude`"],
          ["dcgmi diag -r 1 -j"],
          ["fix what the message names and rerun"],
          "dcgm.md"),
-    _doc("dcgm_stale", UNKNOWN,
+    _doc("dcgm_stale", UNKNOWN, NONE, NODE,
          "The stored diag result is older than `verify_dcgm_valid_for`: an old pass proves nothing now.",
          "The stored result's measured time (`verify_dcgm_state`) against the clock.",
          ["the diag has not been rerun since (deploy, slurm verify --dcgm, slurm sweep)"],
          ["cat /var/lib/ccrhost/dcgm.json"],
          ["ccrhost slurm sweep -p PARTITION   # or ccrhost slurm verify --dcgm -w NODE"],
          "dcgm.md"),
-    _doc("dcgm_unreadable", UNKNOWN,
+    _doc("dcgm_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The stored DCGM diag results could not be read.",
          "`verify_dcgm_state`.",
          ["a damaged or foreign file at that path"],
@@ -300,7 +316,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["rerun the diag; it replaces the file whole"],
          "dcgm.md"),
     # --- nvbandwidth (model/nvbandwidth.py; docs/dcgm.md#nvbandwidth) -----------------------
-    _doc("nvbandwidth_slow", FAIL,
+    _doc("nvbandwidth_slow", FAIL, INVESTIGATE, GPU,
          "A GPU (or GPU pair) copies below its platform's figure in nvbandwidth (host to device, device to host, "
          "device to device): the message names the testcase, the GPU, the figure and its source.",
          "nvbandwidth's matrix for the testcase, against `verify_nvbandwidth_min_gbs` or the built-in figure.",
@@ -309,35 +325,35 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvbandwidth -t host_to_device_memcpy_ce", "nvidia-smi -q -d PCIE -i INDEX", "lspci -vv -s BDF | grep LnkSta"],
          ["reseat or replace the GPU, riser or cable the message names; rerun nvbandwidth before returning it"],
          "dcgm.md#nvbandwidth"),
-    _doc("nvbandwidth_no_threshold", UNKNOWN,
+    _doc("nvbandwidth_no_threshold", UNKNOWN, INVESTIGATE, NODE,
          "nvbandwidth measured, but no figure is known for this GPU model and testcase: nothing was proven.",
          "The built-in platform table (H100, H200) and `verify_nvbandwidth_min_gbs`.",
          ["a GPU model the table does not list"],
          ["nvbandwidth -t host_to_device_memcpy_ce   # on a known-good node of the model"],
          ["set `verify_nvbandwidth_min_gbs` per testcase from a known-good node"],
          "dcgm.md#nvbandwidth"),
-    _doc("nvbandwidth_stale", UNKNOWN,
+    _doc("nvbandwidth_stale", UNKNOWN, NONE, NODE,
          "The stored nvbandwidth result is older than `verify_dcgm_valid_for`: an old pass proves nothing now.",
          "The stored result's measured time (`verify_dcgm_state`) against the clock.",
          ["nvbandwidth has not been rerun since (slurm verify --dcgm, slurm sweep, ccrhost dcgm)"],
          ["cat /var/lib/ccrhost/dcgm.json"],
          ["ccrhost slurm sweep -p PARTITION"],
          "dcgm.md#nvbandwidth"),
-    _doc("nvbandwidth_failed", UNKNOWN,
+    _doc("nvbandwidth_failed", UNKNOWN, INVESTIGATE, NODE,
          "nvbandwidth gave no matrix for a testcase it was asked for.",
          "nvbandwidth's output.",
          ["the testcase was waived (no peer access, one GPU)", "nvbandwidth is not installed or could not run"],
          ["nvbandwidth -t host_to_device_memcpy_ce"],
          ["fix what nvbandwidth says and rerun"],
          "dcgm.md#nvbandwidth"),
-    _doc("ccr_measured_low", FAIL,
+    _doc("ccr_measured_low", FAIL, INVESTIGATE, NODE,
          "The CCR from the measured two-node bandwidth (B_measured = ring busbw) is below the CCR floor (`verify_min_ccr`, or `verify_min_ccr_fraction` of the CCR the declared hardware should give).",
          "CCR_measured = B_measured / (beta x F), B_measured the pair mode's busbw.",
          ["the network delivers less than its nominal rate (see `allreduce_slow`)", "min_ccr set too high"],
          ["ccrhost slurm verify --nccl -w NODE,GOODNODE"],
          ["fix the bandwidth shortfall, or revisit verify_min_ccr"],
          "allreduce.md"),
-    _doc("measured_slow", FAIL,
+    _doc("measured_slow", FAIL, INVESTIGATE, PORT,
          "Ports measured below `verify_measure_min_fraction` of their effective rate: the link is up at full "
          "rate but does not carry it.",
          "ib_write_bw between host pairs, for `verify_measure_seconds`; a slow pair is rerun and then each host is "
@@ -352,7 +368,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [_RERUN, "replace the cable or optic of a port that stays slow against a known-good partner"],
          "verification.md#the-connection-to-compute-ratio"),
     # --- GPUs -----------------------------------------------------------------------
-    _doc("gpu_unreadable", UNKNOWN,
+    _doc("gpu_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The GPUs could not be read: the node's compute, and so its CCR, is unknown.",
          "NVML (nvidia-ml-py), falling back to `nvidia-smi --query-gpu`.",
          ["the NVIDIA driver is not loaded or does not match the user-space library",
@@ -362,7 +378,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["reload or reinstall the NVIDIA driver; reboot a node whose GPU does not answer",
           _CHECK + "   # after the fix"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("gpu_count", FAIL,
+    _doc("gpu_count", FAIL, REBOOT, NODE,
          "Fewer GPUs than declared (`verify_gpu_count` or `verify_profile`). A missing GPU raises the CCR, so "
          "the count is what catches it.",
          "The GPUs NVML (or `nvidia-smi`) lists.",
@@ -373,7 +389,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["drain the node and have the GPU checked or replaced; a reboot can bring back a GPU that fell off the bus",
           "correct `verify_gpu_count` / `verify_profile` if the declaration is wrong"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("gpu_none", UNKNOWN,
+    _doc("gpu_none", UNKNOWN, INVESTIGATE, NODE,
          "No GPU was found and none was declared: there is no compute to set the network against.",
          "The GPUs NVML (or `nvidia-smi`) lists.",
          ["a node without GPUs in the inventory", "the NVIDIA driver sees no device"],
@@ -381,7 +397,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["leave non-GPU hosts out of the verification's inventory group",
           "declare the hardware (`verify_profile`) so a missing GPU FAILs instead"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("gpu_model", FAIL,
+    _doc("gpu_model", FAIL, INVESTIGATE, GPU,
          "A GPU is another model than the declared `verify_gpu_model` (as NVML names it).",
          "Each GPU's name from NVML.",
          ["the wrong node type in this inventory group", "a GPU replaced by a different model",
@@ -389,7 +405,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi --query-gpu=index,name --format=csv"],
          ["move the host to the right group, or set `verify_gpu_model` to the name `nvidia-smi` prints"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("gpu_throttled", WARN,
+    _doc("gpu_throttled", WARN, INVESTIGATE, GPU,
          "A GPU's SM clock is held below its maximum for a reason other than idling (HW slowdown, thermal, power): "
          "its compute counts at current / max clock.",
          "NVML's clock event reasons and SM clocks (`nvidia-smi` fallback).",
@@ -399,7 +415,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["fix the cooling or power delivery; check the BMC's event log", _CHECK + "   # after the fix"],
          "verification.md#the-connection-to-compute-ratio"),
     # --- GPU health (model/gpu_health.py) -----------------------------------------
-    _doc("gpu_xid_critical", FAIL,
+    _doc("gpu_xid_critical", FAIL, RESET_GPU, GPU,
          "The NVIDIA driver logged an XID whose level in the XID table is FAIL (NVIDIA's catalogue asks for a GPU "
          "reset or a reboot, or Azure's health checks fail a node on it; Xid 154 when its text names GPU Reset "
          "Required, Drain and Reset, Drain P2P or Node Reboot Required): the GPU needs a reset or service. One "
@@ -416,7 +432,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["do what the reason's action says: reset the GPU (nvidia-smi -r -i <index>) or reboot the node; replace "
           "the GPU if the XID returns", _CHECK + "   # after the fix"],
          "gpu-health.md#xid-errors"),
-    _doc("gpu_xid", WARN,
+    _doc("gpu_xid", WARN, RESTART_JOB, GPU,
          "The NVIDIA driver logged an XID whose level in the XID table is WARN: NVIDIA's catalogue asks for no "
          "more than restarting the application, or ignores it, or gcm treats it as non-critical (13, 31, 43, 45, "
          "63, 68, 92); a code the table does not list (a driver newer than the catalogue) WARNs too. One reason "
@@ -428,7 +444,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["journalctl -k -b | grep 'NVRM: Xid'", "nvidia-smi -q -d ECC,ROW_REMAPPER"],
          ["check the job that ran at that time; add a code to `verify_gpu_xid_ignore` only when it is known harmless"],
          "gpu-health.md#xid-errors"),
-    _doc("gpu_sxid_fatal", FAIL,
+    _doc("gpu_sxid_fatal", FAIL, REBOOT, NODE,
          "An NVSwitch logged a fatal SXid (`nvidia-nvswitchN: SXid (PCI:...): NNNNN, Fatal, ...`): the switch and "
          "the GPUs its links serve need a reset before NVLink traffic can be trusted.",
          "The kernel log's `SXid` lines (journalctl -k -b, else dmesg), within `verify_gpu_xid_lookback_hours`.",
@@ -437,14 +453,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["reset the GPUs and switches (or reboot the node); contact the vendor if it returns",
           _CHECK + "   # after the fix"],
          "gpu-health.md#xid-errors"),
-    _doc("gpu_sxid", WARN,
+    _doc("gpu_sxid", WARN, INVESTIGATE, NODE,
          "An NVSwitch logged a non-fatal SXid: the fabric recovered, but a repeating one points at a link.",
          "The kernel log's `SXid` lines, as for `gpu_sxid_fatal`.",
          ["NVLink signal errors between a GPU and a switch"],
          ["journalctl -k -b | grep SXid", "nvidia-smi nvlink -e"],
          ["watch whether it repeats; reseat or service the link when it does"],
          "gpu-health.md#xid-errors"),
-    _doc("gpu_fell_off_bus", FAIL,
+    _doc("gpu_fell_off_bus", FAIL, REBOOT, GPU,
          "A GPU fell off the bus: Xid 79 was logged for it, or the PCI bus lists an NVIDIA GPU that NVML or "
          "nvidia-smi cannot see (it can go without an XID). Jobs on it fail until the node is reset.",
          "The kernel log's Xid 79 lines; `/sys/bus/pci/devices/*` with vendor `0x10de` and class `0x0300`/`0x0302` "
@@ -454,7 +470,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["reboot the node (a fallen GPU does not come back without a reset)", "reseat or replace the GPU or riser",
           _CHECK + "   # after the fix"],
          "gpu-health.md#gpu-fell-off-the-bus"),
-    _doc("gpu_row_remap_pending", FAIL,
+    _doc("gpu_row_remap_pending", FAIL, RESET_GPU, GPU,
          "A GPU has a row remapping pending: a memory row was marked for remapping and the GPU needs a reset before "
          "the spare row is used (Azure check_gpu_ecc fails on it).",
          "`nvidia-smi -q` Remapped Rows / Pending (NVML `nvmlDeviceGetRemappedRows`).",
@@ -462,7 +478,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q -d ROW_REMAPPER"],
          ["reset the GPU (nvidia-smi -r -i <index>) or reboot the node when it is idle", _CHECK + "   # after the reset"],
          "gpu-health.md#memory"),
-    _doc("gpu_row_remap_failure", FAIL,
+    _doc("gpu_row_remap_failure", FAIL, REPLACE, GPU,
          "A GPU failed a row remapping: its bank had no spare row left; the memory keeps the fault and "
          "corrupts jobs. The GPU needs service.",
          "`nvidia-smi -q` Remapped Rows / Remapping Failure Occurred (NVML `nvmlDeviceGetRemappedRows`).",
@@ -470,14 +486,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q -d ROW_REMAPPER"],
          ["replace the GPU (RMA); keep the node drained meanwhile"],
          "gpu-health.md#memory"),
-    _doc("gpu_ecc_uncorrectable", FAIL,
+    _doc("gpu_ecc_uncorrectable", FAIL, RESET_GPU, GPU,
          "A GPU has uncorrectable volatile ECC errors since the last reset: data a job read may be wrong.",
          "`nvidia-smi -q` ECC Errors / Volatile, the Uncorrectable counts (NVML `nvmlDeviceGetTotalEccErrors`).",
          ["a memory fault of the GPU (HBM or SRAM)"],
          ["nvidia-smi -q -d ECC", "nvidia-smi -q -d ROW_REMAPPER"],
          ["reset the GPU or reboot the node; replace it if the errors return"],
          "gpu-health.md#memory"),
-    _doc("gpu_retired_pages_pending", FAIL,
+    _doc("gpu_retired_pages_pending", FAIL, RESET_GPU, GPU,
          "A GPU has retired pages pending: pages were marked for retirement and the GPU needs a reset to stop "
          "using them (GPUs before row remapping).",
          "`nvidia-smi -q` Retired Pages / Pending Page Blacklist (NVML `nvmlDeviceGetRetiredPagesPendingStatus`).",
@@ -485,7 +501,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q -d PAGE_RETIREMENT"],
          ["reset the GPU or reboot the node when it is idle"],
          "gpu-health.md#memory"),
-    _doc("gpu_ecc_correctable", WARN,
+    _doc("gpu_ecc_correctable", WARN, INVESTIGATE, GPU,
          "A GPU's correctable volatile ECC errors are above `verify_gpu_ecc_correctable_max`: corrected, but a sign "
          "of failing memory.",
          "`nvidia-smi -q` ECC Errors / Volatile, the Correctable counts (NVML `nvmlDeviceGetTotalEccErrors`).",
@@ -493,7 +509,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q -d ECC"],
          ["watch the count and the row remapping; reset the GPU; replace it if it keeps rising"],
          "gpu-health.md#memory"),
-    _doc("gpu_nvlink_down", FAIL,
+    _doc("gpu_nvlink_down", FAIL, RESET_GPU, GPU,
          "An NVLink of a GPU is down, or fewer links are up than the GPU model has: collectives inside the node "
          "slow down or fail.",
          "`nvidia-smi nvlink -s` (NVML `nvmlDeviceGetNvLinkState` per link); the model's link count (H100/H200/B200 "
@@ -502,7 +518,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi nvlink -s", "nvidia-smi nvlink -e", "systemctl status nvidia-fabricmanager"],
          ["reset the GPUs or reboot the node; have the baseboard serviced if the link stays down"],
          "gpu-health.md#nvlink"),
-    _doc("gpu_nvlink_errors", WARN,
+    _doc("gpu_nvlink_errors", WARN, INVESTIGATE, GPU,
          "A GPU's NVLink error counters (CRC, replay, recovery) rose faster than `verify_gpu_nvlink_errors_per_min` "
          "since the last check: the link works but is degrading.",
          "`nvidia-smi nvlink -e` (NVML `nvmlDeviceGetNvLinkErrorCounter`), against the last check's reading in "
@@ -511,7 +527,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi nvlink -e   # twice, some minutes apart"],
          ["reset the GPUs; have the baseboard checked if the counters keep rising"],
          "gpu-health.md#nvlink"),
-    _doc("gpu_fabric_not_ready", FAIL,
+    _doc("gpu_fabric_not_ready", FAIL, INVESTIGATE, GPU,
          "On an NVSwitch system, a GPU's fabric state is not Completed with status Success, or the "
          "nvidia-fabricmanager service is not active: multi-GPU jobs cannot use NVLink.",
          "`nvidia-smi -q` Fabric / State and Status (NVML `nvmlDeviceGetGpuFabricInfo`); "
@@ -522,7 +538,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "journalctl -u nvidia-fabricmanager -b"],
          ["systemctl restart nvidia-fabricmanager (matching the driver's version)", _CHECK + "   # after the fix"],
          "gpu-health.md#fabric"),
-    _doc("gpu_pcie_replay", WARN,
+    _doc("gpu_pcie_replay", WARN, INVESTIGATE, GPU,
          "A GPU's PCIe replay counter rose faster than `verify_gpu_pcie_replays_per_min` since the last check: the "
          "link retransmits; bandwidth drops and a worse link follows.",
          "`nvidia-smi -q` PCI / Replays Since Reset (NVML `nvmlDeviceGetPcieReplayCounter`), against the last "
@@ -531,7 +547,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q | grep -i replay   # twice, some minutes apart", "lspci -vvv -s <bdf> | grep -i LnkSta"],
          ["reseat the GPU or riser; have the slot checked if the counter keeps rising"],
          "gpu-health.md#pcie-replay"),
-    _doc("gpu_hw_slowdown", FAIL,
+    _doc("gpu_hw_slowdown", FAIL, INVESTIGATE, GPU,
          "A GPU's clocks are held down by the hardware: HW slowdown, HW thermal slowdown or power-brake slowdown, "
          "and `verify_gpu_hw_slowdown: FAIL` makes that fatal (by default `gpu_throttled` only warns); software "
          "power capping is never judged.",
@@ -540,7 +556,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q -d PERFORMANCE", "ipmitool sel list   # the BMC's event log"],
          ["fix the cooling or power delivery", _CHECK + "   # after the fix"],
          "gpu-health.md#clock-events"),
-    _doc("gpu_health_unreadable", UNKNOWN,
+    _doc("gpu_health_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The GPUs' health (nvidia-smi -q / NVML) or the kernel log's XIDs could not be read: nothing about them is "
          "known, so the node is not OK.",
          "`nvidia-smi -q`, `nvidia-smi nvlink -s/-e`, `journalctl -k -b` or `dmesg`; the message quotes what was seen.",
@@ -549,7 +565,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi -q | head", "journalctl -k -b | tail", "dmesg | tail"],
          ["run the check as root (the prolog and health check do)", "load the driver; reboot if it hangs"],
          "gpu-health.md#what-could-not-be-read"),
-    _doc("gpu_pcie_gen", WARN,
+    _doc("gpu_pcie_gen", WARN, NONE, GPU,
          "A GPU's PCIe link runs at a lower generation than its maximum. Normal while the GPU is idle (it saves "
          "power), so a warning only.",
          "NVML's current and maximum PCIe generation.",
@@ -557,14 +573,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi --query-gpu=index,pcie.link.gen.current,pcie.link.gen.max --format=csv   # under load"],
          ["nothing while idle; if it stays low under load, reseat the GPU or check the riser and BIOS settings"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("gpu_pcie_width", WARN,
+    _doc("gpu_pcie_width", WARN, INVESTIGATE, GPU,
          "A GPU's PCIe link is narrower than its maximum.",
          "NVML's current and maximum PCIe link width.",
          ["a GPU not fully seated, or a faulty riser", "power saving on some platforms while idle"],
          ["nvidia-smi --query-gpu=index,pcie.link.width.current,pcie.link.width.max --format=csv   # under load"],
          ["reseat the GPU or replace the riser if it stays narrow under load"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("gpu_unknown_model", UNKNOWN,
+    _doc("gpu_unknown_model", UNKNOWN, INVESTIGATE, NODE,
          "The GPU model is not in ccrhost's peak-TFLOPS table, so F (and the CCR) is unknown; never a guessed "
          "default.",
          "Each GPU's NVML name, looked up in `ccrhost/model/gpus.py`.",
@@ -573,7 +589,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["set `verify_gpu_tflops` to the model's datasheet figures, e.g. `{bf16: 989}`",
           "or upgrade ccrhost"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("gpu_no_precision", UNKNOWN,
+    _doc("gpu_no_precision", UNKNOWN, INVESTIGATE, NODE,
          "The GPU model has no dense figure at `verify_precision` (an A100 has no fp8), so F is unknown.",
          "The peak-TFLOPS table row of the GPU, at `verify_precision`.",
          ["`verify_precision` names a precision the GPU does not support"],
@@ -581,14 +597,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["set `verify_precision` to one the GPU has, or give the figure in `verify_gpu_tflops`"],
          "verification.md#the-connection-to-compute-ratio"),
     # --- the CCR ----------------------------------------------------------------------
-    _doc("ccr_low", FAIL,
+    _doc("ccr_low", FAIL, INVESTIGATE, NODE,
          "The node's CCR is below the absolute floor `verify_min_ccr`.",
          "The CCR = B / (beta x F) from the ports' effective rates and the GPUs' peak compute.",
          ["ports down or slow (their own codes say which)", "a floor set above what this hardware can give"],
          [_CHECK, "ccrhost calc --gpu 'H100 SXM' --gpus 8 --nics 8 --nic-gbps 400   # what the hardware should give"],
          ["fix the ports the other reasons name", "set `verify_min_ccr` from `ccrhost calc` for this hardware"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("ccr_below_expected", FAIL,
+    _doc("ccr_below_expected", FAIL, INVESTIGATE, NODE,
          "The node's CCR is below `verify_min_ccr_fraction` (0.9) of what its declared hardware should give: "
          "part of its bandwidth is missing.",
          "The CCR against the one computed from `verify_profile` (or the `verify_gpu_*`/`verify_port*` keys).",
@@ -597,7 +613,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [_CHECK, "ccrhost calc --gpu 'H100 SXM' --gpus 8 --nics 8 --nic-gbps 400"],
          ["fix what the other reasons of the host name", "correct the declaration if it is wrong"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("ccr_high", WARN,
+    _doc("ccr_high", WARN, NONE, NODE,
          "With `verify_workload`, the node CCR is above 2: for this job the network has bandwidth to spare and "
          "compute is the bound (the CCR guide's compute under-used band).",
          "The node CCR from the workload model, against the upper band 2.",
@@ -607,7 +623,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "ccrhost calc --workload JOB.yaml --gpu 'H100 SXM' --sweep nic-gbps=100,200,400   # where the bands are crossed"],
          ["nothing is broken; use the sweep to choose GPUs and network for the next purchase"],
          "ccr-model.md"),
-    _doc("ccr_bandwidth_bound", WARN,
+    _doc("ccr_bandwidth_bound", WARN, INVESTIGATE, NODE,
          "With `verify_workload`, the node CCR is below 0.5: this job waits on the network (the message gives the "
          "exposed share of the step).",
          "The node CCR from the workload model, against the lower band 0.5.",
@@ -620,7 +636,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "compare training time with and without gradient compression",
           "check tensor-core utilization and train in bf16 (the CCR guide's troubleshooting steps)"],
          "ccr-model.md"),
-    _doc("workload_invalid", UNKNOWN,
+    _doc("workload_invalid", UNKNOWN, INVESTIGATE, NODE,
          "`verify_workload` does not fit this node (no GPU count was declared, so it is checked against the GPUs "
          "found): the node CCR cannot be computed.",
          "`verify_workload` against the GPUs found on the node.",
@@ -629,7 +645,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["fix `verify_workload`, or declare the GPU count (`verify_gpu_count` / `verify_profile`) so the "
           "inventory is refused before any host is touched"],
          "ccr-model.md"),
-    _doc("fleet_outlier", FAIL,
+    _doc("fleet_outlier", FAIL, INVESTIGATE, NODE,
          "The host's CCR is more than `verify_fleet_tolerance` below the fleet median (SuperBench-style "
          "fleet-relative flagging; three hosts or more).",
          "Every host's CCR in the run.",
@@ -638,7 +654,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["compare the host's ports and GPUs with a healthy one in `ccr-report.html`"],
          "verification.md#the-connection-to-compute-ratio"),
     # --- the data path ---------------------------------------------------------------
-    _doc("gpudirect_unavailable", FAIL,
+    _doc("gpudirect_unavailable", FAIL, INVESTIGATE, NODE,
          "GPUDirect RDMA is unavailable: NCCL will stage every message through host memory.",
          "NCCL's own test: `/sys/kernel/mm/memory_peers/nv_mem/version`, `.../nv_mem_nc/version`, "
          "`/sys/module/nvidia_peermem/version`; and whether dma-buf can serve (open GPU kernel module >= 515, "
@@ -652,7 +668,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
           "if it fails with `Invalid argument`: reinstall the GPU driver after MLNX_OFED",
           "or move to the open GPU kernel module on Linux 5.12+, where NCCL uses dma-buf"],
          "tuning.md#gpu-to-nic-data-path"),
-    _doc("acs_redirect", FAIL,
+    _doc("acs_redirect", FAIL, INVESTIGATE, NODE,
          "PCIe ACS redirect is on at a bridge between a GPU and its NIC: peer traffic detours through the root "
          "complex, and GPUDirect RDMA crawls or fails.",
          "The ACS Control register (`ECAP_ACS+0x6`) of each bridge on the GPU-NIC paths, with `setpci` or "
@@ -663,7 +679,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["setpci -s <bdf> ECAP_ACS+0x6.w=0000:003d   # what the deploy writes, now and at boot",
           _RERUN, "on a virtual-machine host ACS must stay: set `rdma_acs_clear: false` and accept the cost"],
          "tuning.md#gpu-to-nic-data-path"),
-    _doc("acs_unreadable", UNKNOWN,
+    _doc("acs_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The ACS Control register of a bridge on a GPU-NIC path could not be read, so ACS redirect is not ruled "
          "out.",
          "`setpci` / `lspci -vvv` on the bridge (the extended config space needs root).",
@@ -671,7 +687,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["id -u", "command -v setpci lspci", "lspci -vvv -s <bdf> | grep ACSCtl   # as root"],
          ["run `ccrhost check` as root (the Slurm prolog and health check do)", "install pciutils"],
          "tuning.md#gpu-to-nic-data-path"),
-    _doc("pci_unreadable", UNKNOWN,
+    _doc("pci_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The GPU-NIC data path (PCI tree, ACS, IOMMU, peer memory) could not be read; no data-path check was "
          "made.",
          "The PCI part of the node snapshot: sysfs under `/sys/bus/pci`, `setpci`/`lspci`.",
@@ -679,7 +695,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["lspci -tv", "command -v setpci lspci"],
          ["fix what the message names; install pciutils; run as root"],
          "tuning.md#gpu-to-nic-data-path"),
-    _doc("iommu_translated", WARN,
+    _doc("iommu_translated", WARN, INVESTIGATE, NODE,
          "The IOMMU translates DMA for a GPU or NIC; GPUDirect RDMA needs 1:1 addresses (passthrough or off). "
          "Not given on aarch64, where Grace platforms want the IOMMU on.",
          "`/sys/kernel/iommu_groups/<group>/type` of each GPU's and NIC's group (`DMA`/`DMA-FQ`: translated).",
@@ -687,7 +703,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["cat /proc/cmdline", "cat /sys/kernel/iommu_groups/*/type", "journalctl -k -b | grep -i iommu"],
          ["add the kernel parameter the message names (`iommu=pt`) to the boot loader's command line and reboot"],
          "verification.md#data-path-checks"),
-    _doc("nic_numa_far", FAIL,
+    _doc("nic_numa_far", FAIL, INVESTIGATE, NIC,
          "On declared rail-local hardware, a GPU's nearest compute NIC is across the CPU interconnect (SYS): its "
          "traffic crosses sockets.",
          "The sysfs parent chain of each GPU and NIC and their `numa_node`, as `nvidia-smi topo -m` reports it.",
@@ -696,7 +712,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi topo -m", "cat /sys/class/infiniband/<dev>/device/numa_node"],
          ["move the NIC to the GPU's PCIe switch", "set `verify_rail_local: false` for hardware built otherwise"],
          "verification.md#data-path-checks"),
-    _doc("nic_not_rail_local", WARN,
+    _doc("nic_not_rail_local", WARN, INVESTIGATE, NIC,
          "On declared rail-local hardware, a GPU reaches its nearest NIC through the CPU (PHB or NODE): NCCL "
          "does not use GPUDirect RDMA there by default (`NCCL_NET_GDR_LEVEL` stops at PXB).",
          "The sysfs parent chain of each GPU and NIC and their `numa_node`.",
@@ -704,7 +720,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["nvidia-smi topo -m"],
          ["move the NIC behind the GPU's PCIe switch, or set `nccl_net_gdr_level` knowingly"],
          "verification.md#data-path-checks"),
-    _doc("link_flap", FAIL,
+    _doc("link_flap", FAIL, RESEAT_CABLE, PORT,
          "A port's `link_downed` counter rose within the link-health window, or a compute netdev logged `Link "
          "down` more than `verify_link_flap_max` times within `verify_link_flap_lookback_hours`: the link went "
          "down and came back, which a single snapshot never sees.",
@@ -717,7 +733,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["replace the cable or transceiver; check the switch port", _CHECK + "   # after the fix"],
          "verification.md#data-path-checks"),
     *(_link_counter(name) for name in _LINK_COUNTER),
-    _doc("link_counter_saturated", WARN,
+    _doc("link_counter_saturated", WARN, NONE, PORT,
          "A port error counter sits at its maximum (255, 65535 or 15): rises cannot be measured until it is "
          "cleared.",
          f"`{_PORT}/counters/*`, against each counter's width.",
@@ -726,7 +742,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["perfquery -R -C <dev> -P <port>   # InfiniBand: reset the port's counters",
           "the counters restart at zero at boot"],
          "verification.md#data-path-checks"),
-    _doc("link_state_unwritable", WARN,
+    _doc("link_state_unwritable", WARN, INVESTIGATE, NODE,
          "The node cannot keep its counter reading between runs, so the next deploy or check measures no rates.",
          "Writing `verify_link_state` (default `/run/ccrhost/counters`).",
          ["the check runs without permission to that path", "a read-only or full file system"],
@@ -734,7 +750,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["run the check as root (the Slurm scripts do), or point `verify_link_state` at a writable path"],
          "verification.md#data-path-checks"),
     # --- the lossless fabric (model/fabric.py; sources: mlx5 counters.rst, hw_counters) ---------
-    _doc("fabric_unreadable", UNKNOWN,
+    _doc("fabric_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The lossless-fabric counters (ethtool statistics or pause setting, RDMA hw_counters) could not be read: "
          "pause, drops and transport errors are not judged.",
          "`ethtool -S <netdev>`, `ethtool -a <netdev>` for each compute netdev, and "
@@ -743,7 +759,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -S <netdev>", "ethtool -a <netdev>", f"grep -H '' {_PORT}/hw_counters/*"],
          ["report the output the message quotes; meanwhile judge the node by hand"],
          "verification.md#the-lossless-fabric"),
-    _doc("global_pause_on", FAIL,
+    _doc("global_pause_on", FAIL, INVESTIGATE, NIC,
          "Global 802.3x pause is on beside PFC on a compute netdev (global pause on beside PFC): a pause stops every "
          "priority, not just the lossless one; it was seen to take 21.7% of a 400 GbE link with every drop "
          "counter at zero (NVIDIA/daqiri PR #252).",
@@ -753,7 +769,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -a <netdev>"],
          ["ethtool -A <netdev> rx off tx off", _RERUN + " (the QoS stage turns it off, the boot unit keeps it off)"],
          "verification.md#the-lossless-fabric"),
-    _doc("pause_storm", FAIL,
+    _doc("pause_storm", FAIL, INVESTIGATE, NIC,
          "The NIC hit the pause-storm error watermark: it sent pause so long that it stopped sending pause "
          "frames, and drops could have occurred (counters.rst lists `tx_pause_storm_error_events` as an Error).",
          "`ethtool -S <netdev>`: `tx_pause_storm_error_events` (or warning events above "
@@ -763,14 +779,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -S <netdev> | grep -E 'pause_storm|prio._pause'"],
          ["find what stalls the host's receive path; drain the node until it is understood"],
          "verification.md#the-lossless-fabric"),
-    _doc("pause_storm_warning", WARN,
+    _doc("pause_storm_warning", WARN, INVESTIGATE, NIC,
          "The NIC sent pause for longer than the stall warning watermark (`tx_pause_storm_warning_events` rose).",
          "`ethtool -S <netdev>`: `tx_pause_storm_warning_events`, its rise since the node's last stored reading.",
          ["a host that drains its receive queues slowly", "congestion the NIC cannot absorb"],
          ["ethtool -S <netdev> | grep -E 'pause_storm|prio._pause'"],
          ["watch the node; a rise of the error events FAILS it"],
          "verification.md#the-lossless-fabric"),
-    _doc("pfc_pause_share", FAIL,
+    _doc("pfc_pause_share", FAIL, INVESTIGATE, NIC,
          "A compute netdev sent PFC pause on a priority for more than `verify_pause_share_max` of the window: "
          "this node stalls that priority across the fabric.",
          "`ethtool -S <netdev>`: `tx_prio<N>_pause_duration` (microseconds) over the window's seconds.",
@@ -779,7 +795,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -S <netdev> | grep -E 'prio._pause'"],
          ["find why the node cannot absorb its traffic; drain it meanwhile"],
          "verification.md#the-lossless-fabric"),
-    _doc("pfc_paused", WARN,
+    _doc("pfc_paused", WARN, INVESTIGATE, NIC,
          "A compute netdev was paused on a priority for more than `verify_pause_share_max` of the window: the "
          "fabric beyond it is congested.",
          "`ethtool -S <netdev>`: `rx_prio<N>_pause_duration` (microseconds) over the window's seconds.",
@@ -787,7 +803,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -S <netdev> | grep -E 'prio._pause'"],
          ["look for the node that sends the pause (`pfc_pause_share` on it) and the switch's counters"],
          "verification.md#the-lossless-fabric"),
-    _doc("netdev_rx_drops", WARN,
+    _doc("netdev_rx_drops", WARN, INVESTIGATE, NIC,
          "A compute netdev dropped received packets (`rx_discards_phy`: no buffer on the port; `rx_out_of_buffer`: "
          "no receive descriptor) above `verify_fabric_warn_per_hour`.",
          "`ethtool -S <netdev>`, the rise since the node's last stored reading, per hour.",
@@ -795,14 +811,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -S <netdev> | grep -E 'discards_phy|out_of_buffer'"],
          ["check the QoS settings (trust, PFC priority) and re-run the deploy", _RERUN],
          "verification.md#the-lossless-fabric"),
-    _doc("netdev_rx_drops_high", FAIL,
+    _doc("netdev_rx_drops_high", FAIL, INVESTIGATE, NIC,
          "Received packets dropped above `verify_fabric_fail_per_hour`.",
          "`ethtool -S <netdev>`: `rx_discards_phy`, `rx_out_of_buffer`, per hour.",
          ["PFC not on the priority the traffic uses", "a host too slow to post receive buffers"],
          ["ethtool -S <netdev> | grep -E 'discards_phy|out_of_buffer'"],
          [_RERUN],
          "verification.md#the-lossless-fabric"),
-    _doc("netdev_phy_errors", WARN,
+    _doc("netdev_phy_errors", WARN, RESEAT_CABLE, NIC,
          "CRC or symbol errors on a compute netdev's physical port (`rx_crc_errors_phy`, `rx_symbol_err_phy`, "
          "Errors in counters.rst) above `verify_fabric_warn_per_hour`.",
          "`ethtool -S <netdev>`, the rise since the node's last stored reading, per hour.",
@@ -810,7 +826,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -S <netdev> | grep -E 'crc_errors_phy|symbol_err_phy|corrected_bits'"],
          ["clean or reseat the cable and transceiver; replace them if the counter keeps rising"],
          "verification.md#the-lossless-fabric"),
-    _doc("netdev_phy_errors_high", FAIL,
+    _doc("netdev_phy_errors_high", FAIL, RESEAT_CABLE, NIC,
          "CRC or symbol errors above `verify_fabric_fail_per_hour` (default 120 an hour, NVSentinel's fatal "
          "symbol-error rate).",
          "`ethtool -S <netdev>`: `rx_crc_errors_phy`, `rx_symbol_err_phy`, per hour.",
@@ -818,7 +834,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ethtool -S <netdev> | grep -E 'crc_errors_phy|symbol_err_phy'"],
          ["replace the cable or transceiver; check the switch port"],
          "verification.md#the-lossless-fabric"),
-    _doc("rdma_transport_errors", WARN,
+    _doc("rdma_transport_errors", WARN, INVESTIGATE, NIC,
          "RDMA transport errors rose on a port (`out_of_sequence`, `packet_seq_err`, `local_ack_timeout_err`, "
          "`implied_nak_seq_err`, `rnr_nak_retry_err`) above `verify_fabric_warn_per_hour`: packets were lost "
          "or retried on what should be lossless.",
@@ -827,7 +843,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [f"grep -H '' {_PORT}/hw_counters/*"],
          ["check PFC end to end; look for `netdev_rx_drops` or `pfc_pause_share` on this node and its peers"],
          "verification.md#the-lossless-fabric"),
-    _doc("rdma_transport_failing", FAIL,
+    _doc("rdma_transport_failing", FAIL, INVESTIGATE, NIC,
          "RDMA transport errors above `verify_fabric_fail_per_hour`; by default any rise of `rnr_nak_retry_err` "
          "(a QP ran out of receiver-not-ready retries: the connection broke), which NVSentinel treats as fatal.",
          f"`{_PORT}/hw_counters/<name>`, per hour.",
@@ -835,14 +851,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [f"grep -H '' {_PORT}/hw_counters/*"],
          ["find the stalled peer or the dropping hop; drain the node meanwhile"],
          "verification.md#the-lossless-fabric"),
-    _doc("fw_required", FAIL,
+    _doc("fw_required", FAIL, INVESTIGATE, NIC,
          "A NIC runs firmware older than `verify_required_nic_fw`.",
          "`/sys/class/infiniband/<dev>/fw_ver`, compared number by number.",
          ["a NIC replaced or never updated"],
          ["cat /sys/class/infiniband/*/fw_ver", "ibv_devinfo | grep -E 'hca_id|fw_ver|board_id'"],
          ["update the NIC firmware (NVIDIA's MFT: `mlxfwmanager --query`, then its update)"],
          "verification.md#data-path-checks"),
-    _doc("fw_mismatch", WARN,
+    _doc("fw_mismatch", WARN, INVESTIGATE, NIC,
          "A NIC runs other firmware than the fleet's majority for that NIC model (fleet report, three hosts or "
          "more).",
          "`fw_ver` and `board_id` of every NIC in the run.",
@@ -850,49 +866,49 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["cat /sys/class/infiniband/*/fw_ver", "ibv_devinfo | grep -E 'hca_id|fw_ver|board_id'"],
          ["bring the NIC to the fleet's firmware with `mlxfwmanager`"],
          "verification.md#data-path-checks"),
-    _doc("mlx5_required", FAIL,
+    _doc("mlx5_required", FAIL, INVESTIGATE, NODE,
          "The mlx5 driver is older than `verify_required_mlx5`, or its version cannot be found.",
          "`/sys/module/mlx5_core/version` (MLNX_OFED), else the inbox driver's kernel release.",
          ["an old MLNX_OFED/DOCA-OFED, or the inbox driver where OFED is required"],
          ["cat /sys/module/mlx5_core/version", "modinfo mlx5_core | grep -i version"],
          ["install the required MLNX_OFED/DOCA-OFED release"],
          "verification.md#data-path-checks"),
-    _doc("mlx5_mismatch", WARN,
+    _doc("mlx5_mismatch", WARN, INVESTIGATE, NODE,
          "The mlx5 driver differs from the fleet's majority (fleet report, three hosts or more).",
          "Every host's mlx5 driver version in the run.",
          ["a partial driver rollout", "a node reimaged from an older image"],
          ["cat /sys/module/mlx5_core/version"],
          ["install the fleet's MLNX_OFED/DOCA-OFED release"],
          "verification.md#data-path-checks"),
-    _doc("nvidia_required", FAIL,
+    _doc("nvidia_required", FAIL, INVESTIGATE, NODE,
          "The NVIDIA driver is older than `verify_required_nvidia`, or its version cannot be found.",
          "`/proc/driver/nvidia/version`.",
          ["an old driver on the node", "no NVIDIA driver loaded"],
          ["cat /proc/driver/nvidia/version", "nvidia-smi --query-gpu=driver_version --format=csv,noheader"],
          ["install the required NVIDIA driver"],
          "verification.md#data-path-checks"),
-    _doc("nvidia_mismatch", WARN,
+    _doc("nvidia_mismatch", WARN, INVESTIGATE, NODE,
          "The NVIDIA driver differs from the fleet's majority (fleet report, three hosts or more).",
          "Every host's NVIDIA driver version in the run.",
          ["a partial driver rollout", "a node reimaged from an older image"],
          ["cat /proc/driver/nvidia/version"],
          ["install the fleet's NVIDIA driver"],
          "verification.md#data-path-checks"),
-    _doc("gpudirect_unmeasurable", UNKNOWN,
+    _doc("gpudirect_unmeasurable", UNKNOWN, INVESTIGATE, NODE,
          "With `verify_measure_gpudirect`, GPUDirect bandwidth could not be measured: the path is not proven.",
          "`ib_write_bw --help` (does it offer `--use_cuda`?) and `numactl`.",
          ["perftest built without CUDA", "`numactl` missing"],
          ["ib_write_bw --help | grep -i cuda", "command -v numactl"],
          ["install a CUDA-enabled perftest and numactl, or turn `verify_measure_gpudirect` off"],
          "verification.md#data-path-checks"),
-    _doc("gpudirect_measure_failed", UNKNOWN,
+    _doc("gpudirect_measure_failed", UNKNOWN, INVESTIGATE, NODE,
          "A GPUDirect loopback run (ib_write_bw through GPU memory) failed; the message says how.",
          "The loopback `ib_write_bw --use_cuda=N` run of each GPU-NIC pair.",
          ["the run timed out", "the GPU or NIC was busy or in a bad state"],
          ["ib_write_bw --help | grep -i cuda", "nvidia-smi"],
          ["rerun `deploys/verify.py` on an idle node; fix what the message names"],
          "verification.md#data-path-checks"),
-    _doc("gpudirect_slow", FAIL,
+    _doc("gpudirect_slow", FAIL, INVESTIGATE, NODE,
          "A GPU-NIC pair moved data through GPU memory below `verify_measure_min_fraction` of the NIC's rate.",
          "A loopback `ib_write_bw --use_cuda=N` per GPU-NIC pair, pinned with `numactl` to the NIC's NUMA node.",
          ["ACS redirect or a translating IOMMU on the path (their own codes)",
@@ -901,7 +917,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["fix the path the other reasons name; try `rdma_nic_pcie_optimize: true`"],
          "verification.md#data-path-checks"),
     # --- hosts the verification could not judge -------------------------------------
-    _doc("check_error", UNKNOWN,
+    _doc("check_error", UNKNOWN, INVESTIGATE, NODE,
          "`ccrhost check` could not tell: a probe hung past `--probe-timeout`, sysfs held text the kernel never "
          "prints, `scontrol` failed under `--drain`, or an internal error. Exit 3.",
          "Whatever the message names.",
@@ -910,14 +926,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [_CHECK + " --probe-timeout 60", "nvidia-smi", "scontrol show node $(hostname -s)"],
          ["fix what the message names; reboot a node whose GPU or NIC tools hang"],
          "check-and-slurm.md#pre-job-health-check-ccrhost-check"),
-    _doc("check_failed", UNKNOWN,
+    _doc("check_failed", UNKNOWN, INVESTIGATE, NODE,
          "`ccrhost slurm verify`: the node's `ccrhost check` printed no report (it crashed or is missing).",
          "The output of `ccrhost check --format json` in the fleet job's step on that node.",
          ["ccrhost not installed at `slurm_ccrhost` on the node", "a crash, whose output the message quotes"],
          ["srun -w NODE ccrhost check --config /etc/ccrhost/check.yaml --format json"],
          ["install ccrhost on the node at `slurm_ccrhost`: `pyinfra -y INVENTORY deploys/install.py`"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
-    _doc("mlx5_inbox", FAIL,
+    _doc("mlx5_inbox", FAIL, INVESTIGATE, NODE,
          "`verify_required_mlx5` asks for an MLNX_OFED/DOCA release, and the node runs the kernel's inbox mlx5 "
          "driver: the two are not comparable, so the requirement is not met (it never passes by sorting).",
          "`/sys/module/mlx5_core/version` (OFED only; absent for the inbox driver, then `uname -r`).",
@@ -926,7 +942,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["install the required MLNX_OFED/DOCA release for this kernel, or drop verify_required_mlx5 where the "
           "inbox driver is intended"],
          "verification.md"),
-    _doc("fw_version_unknown", UNKNOWN,
+    _doc("fw_version_unknown", UNKNOWN, INVESTIGATE, NIC,
          "The NIC firmware version is not a version number, so it cannot be compared with the required one "
          "(`verify_required_nic_fw`); the message quotes the text seen.",
          "`/sys/class/infiniband/<dev>/fw_ver`.",
@@ -934,7 +950,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["cat /sys/class/infiniband/*/fw_ver"],
          ["install a release with a plain version number, or report the format with the quoted text"],
          "verification.md"),
-    _doc("mlx5_version_unknown", UNKNOWN,
+    _doc("mlx5_version_unknown", UNKNOWN, INVESTIGATE, NODE,
          "The mlx5 driver version is not a version number, so it cannot be compared with the required one "
          "(`verify_required_mlx5`); the message quotes the text seen.",
          "`/sys/module/mlx5_core/version`.",
@@ -942,7 +958,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["cat /sys/module/mlx5_core/version"],
          ["install a release with a plain version number, or report the format with the quoted text"],
          "verification.md"),
-    _doc("nvidia_version_unknown", UNKNOWN,
+    _doc("nvidia_version_unknown", UNKNOWN, INVESTIGATE, NODE,
          "The NVIDIA driver version is not a version number, so it cannot be compared with the required one "
          "(`verify_required_nvidia`); the message quotes the text seen.",
          "`/proc/driver/nvidia/version`.",
@@ -950,7 +966,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["cat /proc/driver/nvidia/version"],
          ["install a release with a plain version number, or report the format with the quoted text"],
          "verification.md"),
-    _doc("rdma_unreadable", UNKNOWN,
+    _doc("rdma_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The RDMA snippet's output could not be read (a sysfs file held text the kernel never prints, or the "
          "probe hung past its timeout), so nothing about the node's ports is known. The deploy, `ccrhost check`, "
          "the prolog and `slurm verify` all give this code, with the file and the text seen; what nobody could "
@@ -962,7 +978,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [f"cat {_PORT}/rate {_PORT}/state", "dmesg | tail -50", _CHECK],
          ["reload the NIC driver or reboot the node; report a new kernel format with the quoted text"],
          "failure-behaviour.md"),
-    _doc("port_rate_unreadable", UNKNOWN,
+    _doc("port_rate_unreadable", UNKNOWN, INVESTIGATE, PORT,
          "An ACTIVE port's `rate` gave no value, so the node's bandwidth B is not known: the node gets no CCR "
          "rather than one that counts the port at 0 Gb/s.",
          f"`{_PORT}/rate`, skipped by the probe when it cannot be read.",
@@ -970,7 +986,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          [f"cat {_PORT}/rate", "ibv_devinfo -v"],
          ["reload the NIC driver or reboot the node"],
          "verification.md#the-connection-to-compute-ratio"),
-    _doc("efa_link_down", FAIL,
+    _doc("efa_link_down", FAIL, INVESTIGATE, PORT,
          "An AWS EFA port's link is down: its netdev's `operstate` is not up (or its `carrier` is 0). The "
          "efa driver's RDMA port always reads ACTIVE/LinkUp, so the netdev is the only sign (as NVIDIA "
          "NVSentinel's EFAStateCheck reads it); the node trains on fewer EFA rails than it has.",
@@ -983,7 +999,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["ip link set <netdev> up, or restart the instance's network configuration",
           "stop and start the instance if the device stays down", _CHECK + "   # after the fix"],
          "efa.md"),
-    _doc("efa_link_unreadable", UNKNOWN,
+    _doc("efa_link_unreadable", UNKNOWN, INVESTIGATE, PORT,
          "An AWS EFA port has no netdev whose `operstate` could be read (an EFA-only interface has none): its "
          "RDMA port state is a constant ACTIVE, so whether its link is up is not known.",
          "`/sys/class/infiniband/<dev>/device/net/*/operstate`, absent or unreadable.",
@@ -993,7 +1009,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["attach the EFA as an ENA+EFA interface where its link must be watched, or watch it through "
           "the EFA's own hw_counters"],
          "efa.md"),
-    _doc("efa_rate_unknown", UNKNOWN,
+    _doc("efa_rate_unknown", UNKNOWN, INVESTIGATE, NODE,
          "The node's compute ports are AWS EFA ports, whose `rate` file is the device's maximum (or a fixed "
          "100 Gb/s on drivers without one: efa_verbs.c efa_query_port), never the rate the link trained at: "
          "ccrhost gives no CCR rather than one built on a constant.",
@@ -1003,7 +1019,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["run NCCL's all-reduce through aws-ofi-nccl (nccl-tests) to measure the node's bandwidth; the "
           "verdict's other checks (GPUs, EFA links, PCIe) still apply"],
          "efa.md"),
-    _doc("node_unreadable", UNKNOWN,
+    _doc("node_unreadable", UNKNOWN, INVESTIGATE, NODE,
          "The deploy could not read a probe it needs for tuning (kernel modules, QoS tools, the managed files): "
          "the tuning stopped on this host and nothing was changed by that stage; the message names the probe "
          "and the text seen.",
@@ -1012,7 +1028,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["pyinfra INVENTORY deploys/rdma.py --dry --limit HOST"],
          ["fix what the message names and rerun the deploy"],
          "failure-behaviour.md"),
-    _doc("drained_unknown", UNKNOWN,
+    _doc("drained_unknown", UNKNOWN, INVESTIGATE, NODE,
          "`ccrhost slurm verify`: the node was drained by its own check (the prolog of the fleet job, or an "
          "earlier one) because it could not be read, with a reason that names no codes (an older ccrhost wrote "
          "it; a reason that names codes is reported with them); the verify job went on without it instead of "
@@ -1022,7 +1038,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["sinfo -R", "srun -w NODE ccrhost check --config /etc/ccrhost/check.yaml --format json"],
          ["fix what the reason names; the health check lifts the drain once the node reads fine"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
-    _doc("drained_fail", FAIL,
+    _doc("drained_fail", FAIL, INVESTIGATE, NODE,
          "`ccrhost slurm verify`: the node was drained by ccrhost's own check (the prolog or the health check) "
          "for a FAIL before the check step could run there, with a reason that names no codes (an older "
          "ccrhost wrote it; a reason that names codes is reported with them); the reason says which.",
@@ -1031,7 +1047,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["sinfo -R", "ccrhost explain CODE   # for the code behind the reason"],
          ["fix what the reason names; the health check lifts the drain once the node is fit"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
-    _doc("drain_capped", WARN,
+    _doc("drain_capped", WARN, INVESTIGATE, NODE,
          "The node failed its own check, but ccrhost's drain cap held: as many nodes as `slurm_drain_cap_*` allow "
          "were already drained for the same reason code within the window, so this one was not drained. Its "
          "prolog keeps jobs off it (`--hold` requeues them) and its node comment says `ccrhost: held: ...`. Many "
@@ -1045,7 +1061,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["find and fix the shared cause; the health check clears the comment once the node is fit",
           "raise the cap in the inventory and rerun deploys/slurm.py if so many nodes really are broken"],
          "check-and-slurm.md#no-drain-storm-the-drain-cap"),
-    _doc("check_config", UNKNOWN,
+    _doc("check_config", UNKNOWN, INVESTIGATE, NODE,
          "The node's `/etc/ccrhost/check.yaml` (or `--config`) is not valid, so the node cannot be judged "
          "with its own settings: `ccrhost check` says so (and the prolog drains with it), and `ccrhost slurm "
          "verify` reports it.",
@@ -1054,7 +1070,7 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["srun -w NODE cat /etc/ccrhost/check.yaml"],
          ["pyinfra -y INVENTORY deploys/slurm.py   # rewrites it from the inventory"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
-    _doc("not_checked", UNKNOWN,
+    _doc("not_checked", UNKNOWN, INVESTIGATE, NODE,
          "`ccrhost slurm verify`: the node could not run the check job (drained, down); it is listed so that "
          "every node is in the report.",
          "`sinfo`'s state and reason of the node.",
@@ -1062,14 +1078,14 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["sinfo -R", "scontrol show node NODE"],
          ["resolve the drain reason; `scontrol update NodeName=NODE State=RESUME` once fixed"],
          "check-and-slurm.md#slurm-prolog-health-check-and-the-fleet-job"),
-    _doc("unreachable", UNKNOWN,
+    _doc("unreachable", UNKNOWN, INVESTIGATE, NODE,
          "pyinfra could not reach the host, so it was not verified.",
          "pyinfra's connection to the host.",
          ["the host is down or off the network", "SSH refused, or a host key that does not match"],
          ["ssh HOST true", "pyinfra INVENTORY exec -- true"],
          ["bring the host back and rerun the deploy; fix `known_hosts` if the key changed legitimately"],
          "failure-behaviour.md"),
-    _doc("failed_before_verification", FAIL,
+    _doc("failed_before_verification", FAIL, INVESTIGATE, NODE,
          "An earlier stage of the run failed this host, so the verification never judged it; the message names "
          "the stage and its error.",
          "pyinfra's result for the host's earlier operations.",
@@ -1077,16 +1093,56 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          ["pyinfra INVENTORY deploys/rdma.py --dry --limit HOST   # what it would run"],
          ["fix what the stage's error names and rerun the deploy"],
          "failure-behaviour.md"),
+    # --- a node's history (issue 40) ------------------------------------------------
+    _doc("node_repeat_failures", FAIL, REPLACE, NODE,
+         "The node failed again and again: `verify_replace_failures` failure episodes (a FAIL after a check that "
+         "passed) within `verify_replace_window_hours`. Repairing it once more is not the fix; its drain reason "
+         "leads with this code, which the health check and `ccrhost slurm remediate` never lift.",
+         "The node's failure history (`verify_history`), which each `ccrhost check` reads and extends; the "
+         "message names the GPU serials the failures had in common.",
+         ["a part that a reset or reboot only hides for a while (a GPU with failing memory, a marginal link)",
+          "a fault outside the node's parts: power, cooling, the slot"],
+         ["cat /var/lib/ccrhost/history.json   # verify_history: each failure, its codes, action and serials",
+          "nvidia-smi -q | grep -E 'Serial Number|Pending|Remapping Failure'"],
+         ["replace the part the serials name (or the node), then `scontrol update NodeName=NODE State=RESUME`",
+          "after a replacement, remove the node's history file so that old failures do not count against it"],
+         "check-and-slurm.md"),
+    _doc("gpu_lemon", FAIL, REPLACE, GPU,
+         "A GPU whose serial failed on another node before, and now fails here: the board, not the node, is the "
+         "fault (a lemon).",
+         "The failure histories (`verify_history`) of the nodes `ccrhost slurm verify` checks, joined by GPU "
+         "serial (nvidia-smi -q `Serial Number`).",
+         ["a board moved between nodes after a failure, carrying its fault with it"],
+         ["nvidia-smi -q | grep 'Serial Number'"],
+         ["replace the GPU; do not move it to another node"],
+         "check-and-slurm.md"),
 )
 
 REGISTRY: dict[str, ReasonDoc] = {}
 for _entry in _ENTRIES:
     assert _entry.code not in REGISTRY, f"reason code {_entry.code} registered twice"
     assert _entry.level in (FAIL, WARN, UNKNOWN), f"{_entry.code}: level {_entry.level}"
+    assert _entry.action in ACTIONS, f"{_entry.code}: action {_entry.action!r}, not one of {ACTIONS}"
+    assert _entry.scope in SCOPES, f"{_entry.code}: scope {_entry.scope!r}, not one of {SCOPES}"
     REGISTRY[_entry.code] = _entry
 
 
+def action_of(code: str) -> str:
+    """The code's action; a code this version does not know (a newer node's
+    JSON) is for a person to look at."""
+    doc = REGISTRY.get(code)
+    return doc.action if doc else INVESTIGATE
+
+
+def scope_of(code: str) -> str:
+    """The code's scope; an unknown code is about the node."""
+    doc = REGISTRY.get(code)
+    return doc.scope if doc else NODE
+
+
 def close_matches(code: str, n: int = 5) -> list[str]:
+    import difflib  # only explain's misspellings need it; every check reads the registry
+
     return difflib.get_close_matches(code, REGISTRY, n=n, cutoff=0.5)
 
 
@@ -1118,7 +1174,7 @@ def entry_text(doc: ReasonDoc, width: int = 78) -> str:
     def item(text):  # a command stays one line; prose is a wrapped bullet
         return f"  {text}" if isinstance(text, Cmd) else para(text, "  - ", "    ")
 
-    lines = [f"{doc.code} ({doc.level})", "", para(doc.meaning), "", para("Read: " + doc.reads, rest="  "), "",
+    lines = [f"{doc.code} ({doc.level})", f"Action: {doc.action}; scope: {doc.scope}", "", para(doc.meaning), "", para("Read: " + doc.reads, rest="  "), "",
              "Likely causes:", *(para(c, "  - ", "    ") for c in doc.causes),
              "", "Confirm:", *(f"  {c}" for c in doc.confirm),
              "", "Fix:", *(item(f) for f in doc.fix)]

@@ -20,14 +20,32 @@ class Reason:
     level: str
     code: str
     message: str
+    # the part it is about, where the code's scope (model/reasons.py) is one
+    # part: a GPU's index, a NIC's RDMA device (or netdev), a port's number
+    gpu: int | None = None
+    nic: str | None = None
+    port: int | None = None
+    # this reason's own action where it is not its code's: an XID's comes
+    # from NVIDIA's catalogue row (model/xids.py), Xid 154's from its text
+    action: str | None = None
 
     def to_dict(self) -> dict:
-        return {"level": self.level, "code": self.code, "message": self.message}
+        out = {"level": self.level, "code": self.code, "message": self.message}
+        out.update((k, v) for k, v in (("gpu", self.gpu), ("nic", self.nic), ("port", self.port),
+                                       ("action", self.action)) if v is not None)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Reason:
         """A reason as :meth:`to_dict` wrote it (a node's JSON)."""
-        return cls(data["level"], data["code"], data["message"])
+        action = data.get("action")
+        if action is not None:  # the report writes every reason's action: keep it only where it is the reason's own
+            from ccrhost.model.reasons import REGISTRY
+
+            doc = REGISTRY.get(data["code"])
+            action = None if doc is not None and doc.action == action else action
+        return cls(data["level"], data["code"], data["message"], data.get("gpu"), data.get("nic"), data.get("port"),
+                   action)
 
 
 def worst(statuses) -> str:

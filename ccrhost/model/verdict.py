@@ -17,6 +17,7 @@ from ccrhost.model.active import ActiveReading
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
+from ccrhost.model import history as hist
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model.gpus import GpuReading
@@ -49,6 +50,7 @@ class Readings:
     fabric: fab.FabricReading | None = None      # None: the lossless-fabric counters were not read
     allreduce: ar.AllReduceReading | None = None  # None: no all-reduce result was read (not judged)
     dcgm: ActiveReading | None = None             # None: no DCGM diag result was read (not judged)
+    history: hist.History | None = None          # None: the node's failure history is not kept (or not here)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -94,6 +96,7 @@ class Policy:
     gpu_health: gh.GpuHealthPolicy = gh.GpuHealthPolicy()
     fabric: fab.FabricPolicy = fab.FabricPolicy()
     window_max_age: float | None = 3600  # verify_window_max_age: the oldest stored reading a rate starts from
+    history: hist.HistoryPolicy = hist.HistoryPolicy()
 
 
 @dataclass
@@ -106,6 +109,7 @@ class Verdict:
     fail_below: float | None = None  # the CCR under which this host fails
     evaluated: bool = True  # False: no readings were judged (a probe that hung, a check that never answered)
     measured_ccr: ccrmod.CcrResult | None = None  # B from the two-node all-reduce (ring busbw), beside the nominal
+    evidence: str | None = None  # the diagnostics bundle of this failure (ccrhost.node.evidence), where kept
 
     @property
     def exit_code(self) -> int:
@@ -115,12 +119,36 @@ class Verdict:
         bad = [r.message for r in self.reasons if r.level != OK]
         return "; ".join(bad) if bad else "all checks passed"
 
+    @property
+    def action(self) -> str:
+        """What to do about the node: the most disruptive action of its
+        worst-level reasons (a warning's advice does not outrank a
+        failure's), ``none`` when OK."""
+        if self.status == OK:
+            return "none"  # a healthy check never loads the catalogue (about 5 ms)
+        from ccrhost.model.actions import worst_action
+        return worst_action(reason_action(r) for r in self.reasons if r.level == self.status and r.level != OK)
+
+    def action_text(self) -> str:
+        """``reset_gpu (gpu 0 0000:18:00.0 GPU-...)``: the node's action and
+        the parts its reasons with that action are about."""
+        action = self.action
+        parts = []
+        for r in self.reasons:
+            if r.level == self.status and reason_action(r) == action:
+                where = scope_text(r, self.readings)
+                if where != "node" and where not in parts:
+                    parts.append(where)
+        return f"{action} ({', '.join(parts)})" if parts else action
+
     def to_dict(self) -> dict:
         r = self.readings
         readings = r.to_dict() if self.evaluated else None
         return {
             "status": self.status,
-            "reasons": [x.to_dict() for x in self.reasons],
+            "action": self.action,
+            "evidence": self.evidence,
+            "reasons": [{**x.to_dict(), **scope_detail(x, r)} for x in self.reasons],
             "ccr": self.ccr.to_dict() if self.ccr else None,
             "measured_ccr": self.measured_ccr.to_dict() if self.measured_ccr else None,
             "expected_ccr": self.expected_ccr,
@@ -158,7 +186,51 @@ class Verdict:
             readings=readings_from_dict(readings) if readings is not None else Readings([], []),
             fail_below=doc.get("fail_below"),
             evaluated=readings is not None,
+            evidence=doc.get("evidence"),
         )
+
+
+def gpu_serials(readings: Readings) -> dict[int, str]:
+    """GPU index -> its board serial, where GPU health read one."""
+    health = readings.gpu_health.gpus if readings.gpu_health is not None else []
+    return {g.index: g.serial for g in health if g.serial}
+
+
+def reason_action(reason: Reason) -> str:
+    """What to do about ``reason``: its own action (an XID's catalogue row),
+    else its code's (model/reasons.py)."""
+    if reason.action:
+        return reason.action
+    from ccrhost.model.reasons import action_of
+
+    return action_of(reason.code)
+
+
+def scope_detail(reason: Reason, readings: Readings) -> dict:
+    """The reason's action and scope, with what the readings know of the
+    part it names: a GPU's PCI address and UUID, a NIC's port."""
+    from ccrhost.model.reasons import scope_of
+
+    out: dict = {"action": reason_action(reason), "scope": scope_of(reason.code)}
+    if reason.gpu is not None:
+        uuid = next((g.uuid for g in readings.gpus if g.index == reason.gpu), None)
+        health = readings.gpu_health.gpus if readings.gpu_health is not None else []
+        pci = next((g.pci for g in health if g.index == reason.gpu), None)
+        serial = gpu_serials(readings).get(reason.gpu)
+        out.update((k, v) for k, v in (("pci", pci), ("uuid", uuid), ("serial", serial)) if v)
+    return out
+
+
+def scope_text(reason: Reason, readings: Readings) -> str:
+    """``gpu 0 0000:18:00.0 GPU-...``, ``port mlx5_0/1``, ``nic mlx5_0`` or ``node``."""
+    detail = scope_detail(reason, readings)
+    if reason.gpu is not None:
+        serial = f"serial {detail['serial']}" if detail.get("serial") else None
+        return " ".join(str(x) for x in ("gpu", reason.gpu, detail.get("pci"), detail.get("uuid"), serial)
+                        if x is not None)
+    if reason.nic is not None:
+        return f"port {reason.nic}/{reason.port}" if reason.port is not None else f"nic {reason.nic}"
+    return detail["scope"]
 
 
 def unjudged(status: str, code: str, message: str) -> Verdict:
@@ -210,10 +282,11 @@ def _expected_ccr(expect: Expectation, policy: Policy) -> float | None:
     return result.ccr if result and math.isfinite(result.ccr) else None
 
 
-def _degraded_links(level: str, what: str, checks) -> list[Reason]:
+def _degraded_links(level: str, what: str, checks, **part) -> list[Reason]:
     """A reason for each ``(code, have, capable, message format)`` whose link
-    trained below what it is capable of; an unknown figure is not judged."""
-    return [Reason(level, code, f"{what} {text.format(have, capable)}")
+    trained below what it is capable of; an unknown figure is not judged.
+    ``part``: the GPU or NIC it is about (Reason's fields)."""
+    return [Reason(level, code, f"{what} {text.format(have, capable)}", **part)
             for code, have, capable, text in checks if have and capable and have < capable]
 
 
@@ -236,17 +309,20 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
                 reasons.append(Reason(UNKNOWN, "efa_link_unreadable",
                                       f"EFA port {p.name} has no readable netdev operstate "
                                       f"({p.netdev or 'no netdev under its device/net/'}): its own state file "
-                                      "always reads ACTIVE, so its link is not known"))
+                                      "always reads ACTIVE, so its link is not known", nic=p.device, port=p.port))
             elif not p.active:
                 reasons.append(Reason(FAIL, "efa_link_down", f"EFA port {p.name} is down: {p.link_text} "
-                                      "(its RDMA port state reads ACTIVE whatever the link does)"))
+                                      "(its RDMA port state reads ACTIVE whatever the link does)",
+                                      nic=p.device, port=p.port))
         elif not p.active:
-            reasons.append(Reason(FAIL, "port_down", f"port {p.name} is {p.state}/{p.phys_state}"))
+            reasons.append(Reason(FAIL, "port_down", f"port {p.name} is {p.state}/{p.phys_state}",
+                                  nic=p.device, port=p.port))
         elif p.rate_gbps is not None and p.rate_gbps < top_rate:
-            reasons.append(Reason(FAIL, "port_rate", f"port {p.name} runs at {p.rate_gbps:g} Gb/s, expected {top_rate:g}"))
+            reasons.append(Reason(FAIL, "port_rate", f"port {p.name} runs at {p.rate_gbps:g} Gb/s, expected {top_rate:g}",
+                                  nic=p.device, port=p.port))
         reasons += _degraded_links(FAIL, f"NIC {p.device} PCIe", (
             ("nic_pcie_width", p.pcie_width, p.pcie_width_max, "x{}, capable of x{}"),
-            ("nic_pcie_speed", p.pcie_gts, p.pcie_gts_max, "{:g} GT/s, capable of {:g} GT/s")))
+            ("nic_pcie_speed", p.pcie_gts, p.pcie_gts_max, "{:g} GT/s, capable of {:g} GT/s")), nic=p.device)
     active = [p for p in ports if p.active]
     up_efa = [p for p in active if p.efa]
     if up_efa:
@@ -262,7 +338,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
         reasons.append(Reason(UNKNOWN, "port_rate_unreadable",
                               f"port {p.name} is ACTIVE but its rate was not read "
                               f"(/sys/class/infiniband/{p.device}/ports/{p.port}/rate gave no value): "
-                              "the node's bandwidth is not known"))
+                              "the node's bandwidth is not known", nic=p.device, port=p.port))
     if expect.ports is not None and len(active) < expect.ports:
         reasons.append(Reason(FAIL, "port_count", f"{len(active)} active compute ports, expected {expect.ports}"))
 
@@ -289,14 +365,15 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
         reasons.append(Reason(UNKNOWN, "gpu_none", "no GPU found"))
     for g in gpus:
         if expect.gpu_model and g.name != expect.gpu_model:
-            reasons.append(Reason(FAIL, "gpu_model", f"GPU {g.index} is {g.name!r}, expected {expect.gpu_model!r}"))
+            reasons.append(Reason(FAIL, "gpu_model", f"GPU {g.index} is {g.name!r}, expected {expect.gpu_model!r}",
+                                  gpu=g.index))
         if g.throttle_reasons:
             reasons.append(Reason(WARN, "gpu_throttled",
                                   f"GPU {g.index} SM clock {g.sm_clock_mhz}/{g.max_sm_clock_mhz} MHz "
-                                  f"({', '.join(g.throttle_reasons)})"))
+                                  f"({', '.join(g.throttle_reasons)})", gpu=g.index))
         reasons += _degraded_links(WARN, f"GPU {g.index} PCIe", (
             ("gpu_pcie_gen", g.pcie_gen, g.pcie_gen_max, "gen {} < max {} (normal while idle)"),
-            ("gpu_pcie_width", g.pcie_width, g.pcie_width_max, "x{} < max x{}")))
+            ("gpu_pcie_width", g.pcie_width, g.pcie_width_max, "x{} < max x{}")), gpu=g.index)
 
     if readings.datapath is not None:
         reasons += dp.check_datapath(readings.datapath, dp.DatapathPolicy(
@@ -339,6 +416,8 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
                                                max(floors) if floors else None)
     reasons.extend(measured_reasons)
     status = worst(r.level for r in reasons)
+    if readings.history is not None:  # last: it counts this verdict's failure with the node's earlier ones
+        reasons += hist.check_history(readings.history, status, reasons, gpu_serials(readings), policy.history)
     return Verdict(status, reasons, result, expected, readings, max(floors) if floors else None, measured_ccr=measured)
 
 
@@ -377,11 +456,29 @@ def apply_fleet_rules(verdicts: dict[str, Verdict], tolerance: float | None = No
             extra[host].append(reason)
     for host, found in dp.check_fleet_versions(host_versions(verdicts)).items():
         extra[host].extend(found)
+    for host, found in fleet_lemons(verdicts).items():
+        extra[host].extend(found)
     for host, found in extra.items():
         if found:
             verdict = verdicts[host]
             verdict.reasons.extend(found)
             verdict.status = worst([verdict.status, *(r.level for r in found)])
+
+
+def fleet_lemons(verdicts: dict[str, Verdict]) -> dict[str, list[Reason]]:
+    """A GPU whose serial failed on another node too (the node histories
+    each check keeps): ``gpu_lemon`` on the node that holds it now."""
+    histories = {h: v.readings.history for h, v in verdicts.items() if v.readings.history is not None}
+    out: dict[str, list[Reason]] = {}
+    for serial, nodes in sorted(hist.lemons(histories).items()):
+        for host, v in verdicts.items():
+            for index, held in gpu_serials(v.readings).items():
+                if held == serial:
+                    others = ", ".join(sorted(nodes - {host}))
+                    out.setdefault(host, []).append(Reason(
+                        FAIL, "gpu_lemon", f"GPU {index} serial {serial} failed on {others} before it failed here: "
+                        "the board is the fault, replace it", gpu=index))
+    return out
 
 
 def fleet_outliers(verdicts: dict[str, Verdict], tolerance: float) -> dict[str, Reason]:

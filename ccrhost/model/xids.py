@@ -2,12 +2,12 @@
 
 One table (:data:`XIDS`), built from NVIDIA's Xid catalogue with the
 Azure and gcm lists as documented overrides; ``check_gpu_health`` judges
-each XID by it, docs/gpu-health.md and ``ccrhost explain`` print it, and a
-later "action per reason" reads its ``action`` column.
+each XID by it, docs/gpu-health.md and ``ccrhost explain`` print it, and
+each XID reason carries its row's ``action`` (Reason.action).
 
 Source: :data:`CATALOG_VERSION`. Each catalogue row gives an "immediate
 resolution bucket"; :data:`_BUCKETS` turns a bucket into a level and an
-action word (:data:`ACTIONS`).
+action word (model/actions.py's ``ACTIONS``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ccrhost.model.actions import ACTIONS  # noqa: F401  (one vocabulary: the reason codes' actions)
 from ccrhost.model.status import FAIL, WARN
 
 CATALOG_VERSION = ("NVIDIA Xid catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html "
                    "(Xid-Catalog.xlsx, sheet Catalog, as published 2025-10: codes 1-172)")
-
-# what to do about a reason, coarsest first (issue 40 reads this column)
-ACTIONS = ("none", "restart_job", "reset_gpu", "reboot", "replace", "investigate")
 
 
 @dataclass(frozen=True)

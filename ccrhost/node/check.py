@@ -20,7 +20,8 @@ from ccrhost.model.datapath import DatapathReading, unreadable
 from ccrhost.model.fabric import FabricReading, window_from_state
 from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
-from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
+from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, reason_action, scope_detail, scope_text, unjudged
+from ccrhost.output import write_state
 
 if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without the settings model
     from ccrhost.settings import HostSettings
@@ -32,6 +33,11 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 MEASURED_PREFIX = "ccrhost: measured:"
 # codes only a fleet measurement gives (ib_write_bw, the all-reduce pairs): the node-local check cannot see them
 MEASURED_CODES = ("measured_slow", "allreduce_slow", "allreduce_wrong", "ccr_measured_low")
+# A node to replace because it failed too often (its history) or carries a
+# board that failed elsewhere: no check, health check or remediation lifts
+# this drain, since a passing check is what each repair gave before. Its
+# codes lead the drain reason.
+REPLACE_CODES = ("node_repeat_failures", "gpu_lemon")
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
@@ -85,7 +91,87 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         from ccrhost.node import dcgm as node_dcgm
 
         readings.dcgm = node_dcgm.stored_reading(settings.dcgm_state)
-    return evaluate(readings, settings.expectation(), settings.policy())
+    path = getattr(settings, "verify_history", None)
+    if not path:
+        verdict = evaluate(readings, settings.expectation(), settings.policy())
+    else:
+        # one check at a time reads and extends the history (a prolog beside
+        # the health check would otherwise count one failure twice)
+        with _locked(path):
+            readings.history = read_history(path)
+            verdict = evaluate(readings, settings.expectation(), settings.policy())
+            keep_history(path, verdict, settings.policy().history)
+    if getattr(settings, "verify_evidence_dir", None) and verdict.status == FAIL:
+        from ccrhost.node.evidence import keep_evidence
+
+        verdict.evidence = keep_evidence(settings, verdict)
+    return verdict
+
+
+class _locked:
+    """An exclusive flock on ``<path>.lock`` while the block runs; a lock
+    that cannot be had (a read-only folder) is no lock, and the history's
+    own write says why."""
+
+    def __init__(self, path: str):
+        self.path, self.fd = path + ".lock", None
+
+    def __enter__(self):
+        import fcntl
+
+        try:
+            os.makedirs(os.path.dirname(self.path) or "/", exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            self.fd = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+# --- the node's failure history -----------------------------------------------
+
+def read_history(path: str, now: float | None = None):
+    """The stored history (``verify_history``); none yet, or one that is not
+    ours, starts afresh, saying why in its ``error``."""
+    from ccrhost.model.history import History, from_dict
+
+    now = time.time() if now is None else now
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return History(now=now)
+    except OSError as exc:
+        return History(now=now, error=f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        history = from_dict(json.loads(text))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return History(now=now, error=f"{path} is not a ccrhost failure history ({exc}): started afresh")
+    history.now = now
+    return history
+
+
+def keep_history(path: str, verdict: Verdict, policy) -> None:
+    """Write the history this verdict makes (model.history.record), through
+    the state writer; a history that cannot be written is said, never fatal."""
+    from ccrhost.model.history import record
+    from ccrhost.model.plain import plain
+    from ccrhost.model.verdict import gpu_serials
+
+    before = verdict.readings.history
+    after = record(before, verdict.status, verdict.reasons, verdict.action, gpu_serials(verdict.readings), policy)
+    data = plain(after)
+    data.pop("now", None), data.pop("error", None)
+    after.error = before.error
+    verdict.readings.history = after  # the JSON carries it, this failure included: the fleet finds lemons in it
+    try:
+        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        write_state(path, json.dumps(data, sort_keys=True) + "\n")  # a root write: never through a planted link
+    except OSError as exc:
+        after.error = f"cannot keep the failure history in {path}: {exc.strerror or exc}"
 
 
 def unknown(code: str, message: str, verdict: Verdict | None = None) -> Verdict:
@@ -213,7 +299,9 @@ def bounded_summary(verdict: Verdict, limit: int = SUMMARY_MAX) -> str:
     characters; what does not fit is counted ("+N more")."""
     from ccrhost.model.status import _RANK
 
-    bad = sorted((r for r in verdict.reasons if r.level != OK), key=lambda r: -_RANK[r.level])
+    # what to replace leads (its serials must not be cut)
+    bad = sorted((r for r in verdict.reasons if r.level != OK),
+                 key=lambda r: (-_RANK[r.level], r.code not in REPLACE_CODES))
     if not bad:
         return "all checks passed"
     out = ""
@@ -242,18 +330,26 @@ def format_text(verdict: Verdict) -> str:
     if verdict.measured_ccr:
         m = verdict.measured_ccr
         lines.append(f"  measured CCR {m.ccr:.3e} (B {m.bandwidth_gbps:g} Gb/s from the two-node all-reduce)")
+    if verdict.status != OK:
+        lines.append(f"  action: {verdict.action_text()}")
     shown: dict[str, int] = {}
     printed = 0
     for r in verdict.reasons:
         shown[r.code] = shown.get(r.code, 0) + 1
         if shown[r.code] <= PER_CODE_MAX and printed < REASONS_MAX:
-            lines.append(f"  {r.level}: {r.code}: {_cut(r.message, MESSAGE_MAX)}")  # `ccrhost explain` takes the code
+            # `ccrhost explain` takes the code
+            lines.append(f"  {r.level}: {r.code}: {_cut(r.message, MESSAGE_MAX)}{_action_note(r, verdict)}")
             printed += 1
     left = len(verdict.reasons) - printed
     if left:
         more = ", ".join(f"{n - min(n, PER_CODE_MAX)} {code}" for code, n in shown.items() if n > PER_CODE_MAX)
         lines.append(f"  ... and {left} more reasons{f' ({more} among them)' if more else ''} "
                      "(--format json lists them all)")
+    if verdict.evidence:
+        lines.append(f"  evidence: {verdict.evidence}")
+    history = verdict.readings.history
+    if history is not None and history.error:
+        lines.append(f"  note: {history.error}")
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         lines.append(f"  note: {_cut(fabric.window.note, MESSAGE_MAX)}")
@@ -263,14 +359,22 @@ def format_text(verdict: Verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _action_note(reason: Reason, verdict: Verdict) -> str:
+    """`` [reset_gpu: gpu 0 0000:18:00.0 GPU-...]``: a reason's action and the part it is about."""
+    if reason.level == OK:
+        return ""
+    return f" [{scope_detail(reason, verdict.readings)['action']}: {scope_text(reason, verdict.readings)}]"
+
+
 def format_nhc(verdict: Verdict) -> str:
     """NHC's convention: silence when healthy, one ``ERROR:`` line otherwise."""
     if verdict.status == OK:
         return ""
     codes = ",".join(reason_codes(verdict))
     if verdict.status in (FAIL, UNKNOWN):
-        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {codes}: {bounded_summary(verdict)}\n"
-    return f"WARNING: ccrhost: {codes}: {bounded_summary(verdict)}\n"
+        return f"ERROR: ccrhost: Health check failed: {verdict.status}: {codes}: {bounded_summary(verdict)} "\
+               f"[action {verdict.action}]\n"
+    return f"WARNING: ccrhost: {codes}: {bounded_summary(verdict)} [action {verdict.action}]\n"
 
 
 def reason_codes(verdict: Verdict) -> list[str]:
@@ -282,7 +386,7 @@ def reason_codes(verdict: Verdict) -> list[str]:
         for r in verdict.reasons:
             if r.level == level and r.code not in codes:
                 codes.append(r.code)
-    return codes
+    return sorted(codes, key=lambda c: c not in REPLACE_CODES)  # what to replace leads
 
 
 # Node Problem Detector's custom-plugin contract (kubernetes/node-problem-detector
@@ -308,11 +412,13 @@ def format_npd(verdict: Verdict, warn_unhealthy: bool = False) -> tuple[str, int
     else:
         code = NPD_OK
     codes = reason_codes(verdict)
-    line = f"{status}: " + (",".join(codes) if codes else "all checks passed")
+    # the action closes the line and is never cut: a remediation controller acts on it
+    action = f"; action {verdict.action}" if codes and status != OK else ""
+    line = f"{status}: " + (",".join(codes) if codes else "all checks passed") + action
     shown = len(codes)
     while len(line.encode()) > NPD_MAX_OUTPUT and shown > 1:
         shown -= 1
-        line = f"{status}: {','.join(codes[:shown])} +{len(codes) - shown} more"
+        line = f"{status}: {','.join(codes[:shown])} +{len(codes) - shown} more{action}"
     return line.encode()[:NPD_MAX_OUTPUT].decode(errors="ignore") + "\n", code
 
 
@@ -359,14 +465,19 @@ def format_prometheus(verdict: Verdict) -> str:
                    f'active="{int(p.active)}"}} {p.effective_gbps:g}')
     out += ["# HELP ccrhost_gpus GPUs found.", "# TYPE ccrhost_gpus gauge", f"ccrhost_gpus {len(verdict.readings.gpus)}",
             *gpu_health_metrics(verdict.readings.gpu_health),
-            "# HELP ccrhost_check_reason A reason for a non-OK verdict (its code; the message is in the "
-            "check's text and JSON output, never a label: a number in it would make a new series).",
+            "# HELP ccrhost_check_reason A reason for a non-OK verdict (its code, with the code's action and "
+            "scope; the message is in the check's text and JSON output, never a label: a number in it would "
+            "make a new series).",
             "# TYPE ccrhost_check_reason gauge"]
     seen = set()
     for r in verdict.reasons:
         if (r.level, r.code) not in seen:
             seen.add((r.level, r.code))
-            out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}"}} 1')
+            part = scope_detail(r, verdict.readings)
+            out.append(f'ccrhost_check_reason{{level="{r.level}",code="{r.code}",action="{part["action"]}",'
+                       f'scope="{part["scope"]}"}} 1')
+    out += ["# HELP ccrhost_check_action What to do about the node (1 for its action; none when OK).",
+            "# TYPE ccrhost_check_action gauge", f'ccrhost_check_action{{action="{verdict.action}"}} 1']
     out += _fabric_metrics(verdict.readings.fabric)
     out += active_metrics(verdict.readings)
     return "\n".join(out) + "\n"
@@ -534,19 +645,26 @@ def _fit(text: str, limit: int) -> str:
 
 def drain_reason(verdict: Verdict) -> str:
     """The drain reason for ``verdict``: ``ccrhost: <codes>: <messages>``,
-    ``ccrhost: <codes>: UNKNOWN: <what could not be read>`` for UNKNOWN;
-    :func:`parse_drain_reason` reads it back."""
+    ``ccrhost: <codes>: UNKNOWN: <what could not be read>`` for UNKNOWN,
+    closed by `` [evidence NAME]`` where a bundle was kept and ``[action
+    ACTION gpu N,M]``, never cut; :func:`parse_drain_reason` and
+    :func:`parse_drain_action` read it back."""
     codes = reason_codes(verdict) or ["check_error"]
+    tail = drain_action(verdict)
+    if verdict.evidence:  # the bundle's name (its folder is verify_evidence_dir)
+        tail = f" [evidence {os.path.basename(verdict.evidence)}]{tail}"
     head = f"{DRAIN_PREFIX} {','.join(codes)}:"
     shown = len(codes)
     while len(head.encode()) > REASON_BYTES // 2 and shown > 1:  # room for a message too
         shown -= 1
         head = f"{DRAIN_PREFIX} {','.join(codes[:shown])} +{len(codes) - shown} more:"
     marker = " UNKNOWN:" if verdict.status == UNKNOWN else ""
-    room = REASON_BYTES - len(f"{head}{marker} ".encode())
-    return _fit(f"{head}{marker} {bounded_summary(verdict, room)}", REASON_BYTES)
+    room = REASON_BYTES - len(f"{head}{marker} ".encode()) - len(tail.encode())
+    return _fit(f"{head}{marker} {bounded_summary(verdict, room)}", REASON_BYTES - len(tail.encode())) + tail
 
 
+# what scontrol shows after a reason: " [root@2026-12-05T10:00:00]"
+_SLURM_STAMP = re.compile(r"\s+\[[^\]\s]*@[^\]]*\]\s*$")
 _DRAIN = re.compile(r"^ccrhost: (?P<codes>[a-z0-9_]+(?:,[a-z0-9_]+)*)(?: \+(?P<more>[0-9]+) more)?:"
                     r"(?P<unknown> UNKNOWN:)? ?(?P<text>.*)$", re.S)
 
@@ -569,7 +687,7 @@ def parse_drain_reason(reason: str | None) -> DrainReason | None:
 
     if not reason:
         return None
-    match = _DRAIN.match(re.sub(r"\s+\[[^\]]*\]\s*$", "", reason.strip()))
+    match = _DRAIN.match(_SLURM_STAMP.sub("", reason.strip()))
     if not match or not all(c in REGISTRY for c in match.group("codes").split(",")):
         return None
     return DrainReason(UNKNOWN if match.group("unknown") else FAIL, tuple(match.group("codes").split(",")),
@@ -585,6 +703,13 @@ def measured_drain(reason: str) -> bool:
     return any(c in MEASURED_CODES for c in parsed.codes)
 
 
+def replace_drain(reason: str) -> bool:
+    """A drain for a node to replace (its history, a lemon GPU): only an
+    operator lifts it."""
+    parsed = parse_drain_reason(reason)
+    return parsed is not None and any(c in REPLACE_CODES for c in parsed.codes)
+
+
 class DrainNote(str):
     """What :func:`drain` did, in words; ``held``: the cap's decision when
     the drain cap kept the node from being drained."""
@@ -595,6 +720,25 @@ def _note(text: str, held=None) -> DrainNote:
     note = DrainNote(text)
     note.held = held
     return note
+
+
+_DRAIN_ACTION = re.compile(r" \[action ([a-z_]+)(?: gpu ([0-9]+(?:,[0-9]+)*))?\](?:\s+\[[^\]\s]*@[^\]]*\])?\s*$")
+
+
+def drain_action(verdict: Verdict) -> str:
+    """`` [action reset_gpu gpu 2,5]``: the node's action and the GPUs it is
+    for, short enough never to be cut (``ccrhost slurm remediate`` reads it
+    back with :func:`parse_drain_action`)."""
+    gpus = sorted({r.gpu for r in verdict.reasons if r.gpu is not None and r.level == verdict.status
+                   and reason_action(r) == verdict.action})
+    return f" [action {verdict.action}" + (f" gpu {','.join(map(str, gpus[:16]))}" if gpus else "") + "]"
+
+
+def parse_drain_action(reason: str) -> tuple[str, list[int]] | None:
+    """(action, GPU indexes) of a drain reason :func:`drain_reason` wrote;
+    None for any other (an operator's, an older ccrhost's)."""
+    match = _DRAIN_ACTION.search(reason)
+    return (match.group(1), [int(g) for g in match.group(2).split(",")] if match.group(2) else []) if match else None
 
 
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,
@@ -630,6 +774,8 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
         return _note(f"{node} already has reason {reason!r} set by someone else; left alone")
     if ours and measured_drain(reason) and not measured:
         return _note(f"{node} stays drained: {reason!r} rests on a measurement this check cannot repeat")
+    if ours and replace_drain(reason):
+        return _note(f"{node} stays drained: {reason!r} is to be replaced; only an operator resumes it")
     if verdict.status == FAIL or (unknown_drains and verdict.status == UNKNOWN):
         text = drain_reason(verdict)
         if reason == text:

@@ -150,8 +150,9 @@ def parse_query(lines: list[str]) -> list[GpuHealth]:
                 cor = (cor or 0) + n
         pending = next((v for k, v in f.items() if k.startswith("Retired Pages/Pending")), "N/A")
         state, status = f.get("Fabric/State"), f.get("Fabric/Status")
+        serial = f.get("Serial Number", "N/A")
         gpus.append(GpuHealth(
-            index=index, pci=pci, ecc_uncorrectable=unc, ecc_correctable=cor,
+            index=index, pci=pci, serial=None if serial in _NA else serial, ecc_uncorrectable=unc, ecc_correctable=cor,
             retired_pending=_yes_no(pending, "Retired Pages/Pending"),
             remap_pending=_yes_no(f.get("Remapped Rows/Pending", "N/A"), "Remapped Rows/Pending"),
             remap_failure=_yes_no(f.get("Remapped Rows/Remapping Failure Occurred", "N/A"),
@@ -384,8 +385,10 @@ def read_nvml(nvml, lost: list[str] | None = None) -> list[GpuHealth]:
             state = _FABRIC_STATES.get(getattr(fabric, "state", None)) if fabric is not None else None
             status = getattr(fabric, "status", None) if fabric is not None else None
             # nvml.h: NVML_MEMORY_ERROR_TYPE_CORRECTED 0, _UNCORRECTED 1; NVML_VOLATILE_ECC 0
+            serial = call("nvmlDeviceGetSerial", h)
+            serial = serial.decode() if isinstance(serial, bytes) else serial
             gpus.append(GpuHealth(
-                index=i, pci=_bdf(bus) if bus else None,
+                index=i, pci=_bdf(bus) if bus else None, serial=serial or None,
                 ecc_uncorrectable=call("nvmlDeviceGetTotalEccErrors", h, 1, 0),
                 ecc_correctable=call("nvmlDeviceGetTotalEccErrors", h, 0, 0),
                 retired_pending=None if pending is None else bool(pending),

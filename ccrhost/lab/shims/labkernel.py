@@ -211,15 +211,52 @@ def count_bytes(dev: str, direction: str, nbytes: float) -> None:
 # Each takes [INDEX] (default GPU 0; gpu_fell_off: the last); xid CODE[:INDEX];
 # nvlink_down INDEX[:LINK] (default link 0); fabric_not_ready without a value: every GPU.
 
+RESET_FILE = "/run/ccrhost-lab/gpu_reset"  # faults a GPU reset cleared (nvidia-smi -r); a boot empties /run
+HOLDERS_FILE = "/run/ccrhost-lab/gpu_holders"  # "INDEX PID" lines: a process that holds a GPU open
+# What a GPU reset clears: a pending row remap and retired pages take effect,
+# the volatile ECC counts start again (nvidia-smi(1) -r; NVIDIA's XID catalogue
+# "reset the GPU" resolution).
+RESET_CLEARS = ("row_remap_pending", "ecc_uncorrectable")
+
+
+def reset_faults() -> set[str]:
+    try:
+        with open(RESET_FILE) as f:
+            return set(f.read().split())
+    except FileNotFoundError:
+        return set()
+
+
+def holders() -> dict[int, list[int]]:
+    """GPU index -> the live PIDs that hold it."""
+    out: dict[int, list[int]] = {}
+    try:
+        with open(HOLDERS_FILE) as f:
+            rows = [line.split() for line in f if line.strip()]
+    except FileNotFoundError:
+        return out
+    for index, pid in rows:
+        if os.path.exists(f"/proc/{pid}"):
+            out.setdefault(int(index), []).append(int(pid))
+    return out
+
+
 def gpu_health() -> dict:
-    """``{kind: {index: value}}`` for the node's GPU health faults."""
+    """``{kind: {index: value}}`` for the node's GPU health faults (less
+    those a GPU reset cleared)."""
     count = node()["gpus"]["count"]
     out: dict = {}
+    cleared = reset_faults()
     for fault in node()["faults"]:
+        if fault in cleared:
+            continue
         kind, eq, value = fault.partition("=")
         if kind == "xid":  # CODE[:INDEX[:GI[:CI]]]
             code, index, *mig = value.split(":") + ([] if ":" in value else ["0"])
             out.setdefault(kind, {}).setdefault(int(index or 0), []).append((int(code), *map(int, mig)))
+        elif kind == "gpu_serial":
+            index, _, serial = value.partition(":")
+            out.setdefault(kind, {})[int(index)] = serial
         elif kind == "nvlink_down":
             index, _, link = value.partition(":")
             out.setdefault(kind, {}).setdefault(int(index or 0), set()).add(int(link or 0))

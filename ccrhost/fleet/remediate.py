@@ -1,0 +1,202 @@
+"""``ccrhost slurm remediate``: from a drained node's action to a node back
+in service, or one that stays drained with what was tried.
+
+For each node Slurm shows drained with a ccrhost reason, the action the
+reason carries (``[action reset_gpu gpu 2]``, written by the node's own
+check: ccrhost.node.check.drain_reason) is carried out when it is safe to
+automate and the operator enabled it:
+
+- ``reset_gpu``: each GPU named, only while no process holds it
+  (``nvidia-smi --query-compute-apps=pid -i N``), with ``nvidia-smi -r -i N``;
+  then the node's check, and ``scontrol update State=RESUME`` only when it
+  passes (OK or WARN) and the reason is still the one acted on;
+- ``reboot``: ``scontrol reboot NODE``, at most ``max_reboots`` nodes
+  rebooting at once (those Slurm already shows rebooting count); the node
+  comes back drained, and a later run checks it and resumes it if it passes.
+
+An operator's reason, a drain for replacement (``node_repeat_failures``,
+``gpu_lemon``) or one resting on a measurement, and any other action are left alone, and said so. Commands on a node
+run over the operator's ssh (``--ssh``). Every step is logged per node; a dry
+run logs what it would do and touches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+
+from ccrhost.model.actions import REBOOT, RESET_GPU
+from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX
+from ccrhost.model.status import OK, WARN
+from ccrhost.model.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class RemediateOptions:
+    enabled: tuple[str, ...] = (RESET_GPU,)  # the automatable actions the operator allows
+    max_reboots: int = 1                       # nodes rebooting at once, at most
+    dry_run: bool = False
+    ssh: str = "ssh -o BatchMode=yes -o ConnectTimeout=10"
+    ccrhost: str = "/usr/local/bin/ccrhost"
+    config: str = CHECK_CONFIG
+    timeout: float = 120
+
+
+@dataclass
+class NodeLog:
+    node: str
+    steps: list[str] = field(default_factory=list)
+    outcome: str = "left drained"
+
+    def __call__(self, step: str) -> None:
+        self.steps.append(step)
+
+
+class Remote:
+    """A command on a node over the operator's ssh; (exit code, output)."""
+
+    def __init__(self, ssh: str, timeout: float):
+        self.ssh, self.timeout = shlex.split(ssh), timeout
+
+    def __call__(self, address: str, command: str) -> tuple[int, str]:
+        try:
+            out = subprocess.run([*self.ssh, address, command], capture_output=True, text=True, timeout=self.timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 255, f"ssh {address}: {exc}"
+        return out.returncode, (out.stdout + out.stderr).strip()
+
+
+def _verdict(text: str) -> Verdict | None:
+    try:
+        return Verdict.from_dict(json.loads(text))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[str]) -> NodeLog:
+    """One drained node: its action, carried out or not, each step logged.
+    ``remote(address, command)`` runs on the node, ``slurm(*args)`` is a
+    Slurm client command (both return (rc, output)); ``rebooting`` the nodes
+    rebooting now, this run's included."""
+    from ccrhost.node.check import measured_drain, parse_drain_action, replace_drain
+
+    log = NodeLog(node.name)
+    reason = node.reason or ""
+    if not reason.startswith(DRAIN_PREFIX):
+        log(f"reason {reason!r} is not ccrhost's: left alone")
+        return log
+    if replace_drain(reason):
+        log("to be replaced: only an operator resumes it")
+        return log
+    if measured_drain(reason):
+        log("drained by a measurement (ib_write_bw or the all-reduce gate): `ccrhost slurm verify --measure` or `--nccl` lifts it")
+        return log
+    parsed = parse_drain_action(reason)
+    if parsed is None:
+        log("the reason carries no action (written by an older ccrhost?): left drained")
+        return log
+    action, gpus = parsed
+    if action not in opts.enabled:
+        log(f"action {action} is not enabled for automation (--allow {','.join(opts.enabled) or 'nothing'}): "
+            "left drained for a person")
+        return log
+    if action == RESET_GPU:
+        if not gpus:
+            log("reset_gpu names no GPU: left drained")
+            return log
+        for i in gpus:
+            if opts.dry_run:
+                log(f"would reset GPU {i} (nvidia-smi -r -i {i}) if no process holds it")
+                continue
+            rc, out = remote(node.address, f"nvidia-smi --query-compute-apps=pid --format=csv,noheader -i {i}")
+            if rc != 0:
+                log(f"cannot tell whether a process holds GPU {i} (exit {rc}: {out}): not reset")
+                return log
+            if out.strip():
+                log(f"GPU {i} is held by pid {', '.join(out.split())}: not reset")
+                return log
+            rc, out = remote(node.address, f"nvidia-smi -r -i {i}")
+            if rc != 0:
+                log(f"nvidia-smi -r -i {i} failed (exit {rc}): {out.splitlines()[0] if out else ''}")
+                return log
+            log(f"reset GPU {i}: {out.splitlines()[0] if out else 'done'}")
+    elif action == REBOOT:
+        if node.name in rebooting:
+            log("a reboot is under way")
+            return log
+        if len(rebooting) >= opts.max_reboots:
+            log(f"not rebooted: {len(rebooting)} node(s) rebooting already (--max-reboots {opts.max_reboots})")
+            return log
+        if opts.dry_run:
+            log(f"would reboot (scontrol reboot {node.name}), then check it on a later run")
+            rebooting.append(node.name)
+            return log
+        rc, out = slurm("scontrol", "reboot", node.name)
+        if rc != 0:
+            log(f"scontrol reboot failed: {out}")
+            return log
+        rebooting.append(node.name)
+        log("rebooting (scontrol reboot); a later run checks it and resumes it if it passes")
+        log.outcome = "rebooting"
+        return log
+    else:
+        log(f"action {action} cannot be automated: left drained for a person")
+        return log
+    if opts.dry_run:
+        log("would run the node's check and resume it if it passes")
+        log.outcome = "dry run"
+        return log
+    return check_and_resume(node, opts, remote, slurm, log)
+
+
+def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) -> NodeLog:
+    """The node's own check; RESUME only when it passes and the drain is still the one acted on."""
+    rc, out = remote(node.address, f"{shlex.quote(opts.ccrhost)} check --config {shlex.quote(opts.config)} "
+                                   "--format json")
+    verdict = _verdict(out)
+    if verdict is None:
+        log(f"the check gave no verdict (exit {rc}): {out[-200:]}")
+        return log
+    log(f"check: {verdict.status}" + (f" ({verdict.summary()})" if verdict.status not in (OK,) else ""))
+    if verdict.status not in (OK, WARN):
+        log(f"stays drained: action now {verdict.action}")
+        return log
+    rc, now = slurm("sinfo", "-h", "-n", node.name, "-o", "%T|%E")
+    state, _, reason = now.strip().partition("|")
+    if "drain" not in state:
+        log(f"already back in service ({state}): its health check resumed it")
+        log.outcome = "resumed"
+        return log
+    if reason != node.reason:
+        log(f"not resumed: the reason changed meanwhile to {reason!r}")
+        return log
+    rc, out = slurm("scontrol", "update", f"NodeName={node.name}", "State=RESUME")
+    if rc != 0:
+        log(f"scontrol update State=RESUME failed: {out}")
+        return log
+    log("resumed")
+    log.outcome = "resumed"
+    return log
+
+
+def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None) -> list[NodeLog]:
+    """Every drained node of ``nodes`` (``fleet.slurm.SlurmNode`` by name), in name order."""
+    from ccrhost.fleet.slurm import run_slurm
+
+    remote = remote or Remote(opts.ssh, opts.timeout)
+
+    def default_slurm(*args):
+        proc = run_slurm(*args, check=False)
+        return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+    slurm = slurm or default_slurm
+    rebooting = [n.name for n in nodes.values() if "reboot" in n.state]
+    logs = []
+    for name in sorted(nodes):
+        node = nodes[name]
+        if "drain" not in node.state or node.state.startswith("draining"):
+            continue  # a draining node still runs a job: nothing may be reset under it
+        logs.append(remediate_node(node, opts, remote, slurm, rebooting))
+    return logs

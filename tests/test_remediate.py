@@ -1,0 +1,107 @@
+"""ccrhost slurm remediate without a cluster: the per-node decisions, the
+reboot cap, the dry run, an operator's reason (the Slurm lab test is
+tests/test_remediate_lab.py)."""
+
+from __future__ import annotations
+
+import json
+
+from test_actions import remap_pending_on_gpu2
+from test_checks import H100, healthy
+
+from ccrhost.fleet.remediate import RemediateOptions, remediate
+from ccrhost.fleet.slurm import SlurmNode
+from ccrhost.model.verdict import evaluate
+from ccrhost.node.check import drain_reason
+
+RESET = drain_reason(remap_pending_on_gpu2())  # "ccrhost: GPU 2 (...) ... [action reset_gpu gpu 2]"
+
+
+class Cluster:
+    """Fake ssh and Slurm: records every command; each node's GPU holders and check verdict."""
+
+    def __init__(self, nodes, holders=None, passes=True):
+        self.nodes, self.holders, self.passes = nodes, holders or {}, passes
+        self.ran: list[tuple] = []
+
+    def remote(self, address, command):
+        self.ran.append((address, command))
+        if "--query-compute-apps" in command:
+            return 0, "\n".join(map(str, self.holders.get(address, [])))
+        if command.startswith("nvidia-smi -r"):
+            return 0, "GPU 00000000:38:00.0  was successfully reset.\nAll done."
+        if " check " in command:
+            v = evaluate(healthy(), H100) if self.passes else remap_pending_on_gpu2()
+            return v.exit_code, json.dumps(v.to_dict())
+        return 127, "unexpected"
+
+    def slurm(self, *args):
+        self.ran.append(args)
+        if args[0] == "sinfo":
+            node = self.nodes[args[3]]
+            return 0, f"{node.state}|{node.reason}"
+        return 0, ""
+
+
+def node(name, reason, state="drained"):
+    return SlurmNode(name, f"10.0.0.{name[-1]}", state, reason)
+
+
+def run(cluster, **opts):
+    return remediate(cluster.nodes, RemediateOptions(**opts), cluster.remote, cluster.slurm)
+
+
+def test_an_idle_gpu_is_reset_checked_and_the_node_resumed():
+    c = Cluster({"n1": node("n1", RESET)})
+    [log] = run(c, enabled=("reset_gpu",))
+    assert log.outcome == "resumed"
+    assert log.steps == ["reset GPU 2: GPU 00000000:38:00.0  was successfully reset.", "check: OK", "resumed"]
+    assert ("10.0.0.1", "nvidia-smi -r -i 2") in c.ran
+    assert ("scontrol", "update", "NodeName=n1", "State=RESUME") in c.ran
+
+
+def test_a_held_gpu_is_not_reset_and_a_failing_check_keeps_the_drain():
+    c = Cluster({"n1": node("n1", RESET)}, holders={"10.0.0.1": [4242]})
+    [log] = run(c, enabled=("reset_gpu",))
+    assert log.steps == ["GPU 2 is held by pid 4242: not reset"] and log.outcome == "left drained"
+    assert not any(x[1:2] == ("update",) or "-r -i" in str(x) for x in c.ran)
+    c = Cluster({"n1": node("n1", RESET)}, passes=False)
+    [log] = run(c, enabled=("reset_gpu",))
+    assert log.steps[-1] == "stays drained: action now reset_gpu" and log.outcome == "left drained"
+    assert not any("RESUME" in x for x in c.ran)
+
+
+def test_not_enabled_operator_replace_and_measured_drains_are_left_alone():
+    nodes = {"n1": node("n1", RESET), "n2": node("n2", "hw ticket 42"),
+             "n3": node("n3", "ccrhost: node_repeat_failures: failed 3 times within 168 h [action replace]"),
+             "n4": node("n4", "ccrhost: measured_slow: ports mlx5_0/1 measured below 90% [action investigate]"),
+             "n5": node("n5", "ccrhost: port mlx5_0/1 is DOWN/Disabled [action reseat_cable]"),
+             "n6": node("n6", RESET, state="draining"), "n7": node("n7", None, state="idle")}
+    c = Cluster(nodes)
+    logs = {log.node: log.steps for log in run(c, enabled=())}
+    assert logs == {
+        "n1": ["action reset_gpu is not enabled for automation (--allow nothing): left drained for a person"],
+        "n2": ["reason 'hw ticket 42' is not ccrhost's: left alone"],
+        "n3": ["to be replaced: only an operator resumes it"],
+        "n4": ["drained by a measurement (ib_write_bw or the all-reduce gate): `ccrhost slurm verify --measure` or "
+               "`--nccl` lifts it"],
+        "n5": ["action reseat_cable is not enabled for automation (--allow nothing): left drained for a person"]}
+    assert c.ran == []  # nothing ran anywhere
+
+
+def test_reboots_stay_within_the_cap_and_the_dry_run_touches_nothing():
+    reboot = "ccrhost: GPU 7 (0000:88:00.0) fell off the bus [action reboot gpu 7]"
+    nodes = {"n1": node("n1", reboot), "n2": node("n2", reboot), "n3": node("n3", reboot),
+             "n4": node("n4", None, state="reboot_issued"), "n5": node("n5", RESET)}
+    c = Cluster(nodes)
+    logs = {log.node: log.steps for log in run(c, enabled=("reboot", "reset_gpu"), max_reboots=2, dry_run=True)}
+    assert logs == {"n1": ["would reboot (scontrol reboot n1), then check it on a later run"],
+                    "n2": ["not rebooted: 2 node(s) rebooting already (--max-reboots 2)"],
+                    "n3": ["not rebooted: 2 node(s) rebooting already (--max-reboots 2)"],
+                    "n5": ["would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it",
+                           "would run the node's check and resume it if it passes"]}
+    assert c.ran == []
+    logs = {log.node: (log.steps, log.outcome) for log in run(c, enabled=("reboot",), max_reboots=2)}
+    assert logs["n1"] == (["rebooting (scontrol reboot); a later run checks it and resumes it if it passes"],
+                          "rebooting")
+    assert [x for x in c.ran if x[:2] == ("scontrol", "reboot")] == [("scontrol", "reboot", "n1")]

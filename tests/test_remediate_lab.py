@@ -1,0 +1,133 @@
+"""``ccrhost slurm remediate`` on the Slurm lab (issue 40): a failure leaves
+its evidence bundle, named in the drain reason; a reset-fixable
+GPU fault is reset (nvidia-smi -r over the node's emulated state) and the
+node resumed; a GPU a process holds is not reset; a fault that returns after
+each repair ends as "replace", naming the GPU's serial, and stays drained
+through the health check's resume; an operator's drain reason is never
+touched. One 2-node lab for the module."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from test_slurm import in_node, state, wait_for
+
+from ccrhost.lab import slurm as lab_slurm
+
+pytestmark = pytest.mark.lab
+SLURM_NODES = 2
+INTERVAL = lab_slurm.HEALTHCHECK_INTERVAL
+PENDING = "    Remapped Rows\n        Correctable Error             : 0\n        Uncorrectable Error           : 0\n" \
+          "        Pending                       : "  # nvidia-smi -q, driver 550's layout
+
+
+def remediate(lab, *args):
+    ssh = (f"ssh -i {lab.dir / 'client_key'} -o UserKnownHostsFile={lab.dir / 'known_hosts'} "
+           "-o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 -l root")
+    run = subprocess.run([sys.executable, "-m", "ccrhost", "slurm", "remediate", "--ssh", ssh,
+                          "--ccrhost", lab_slurm.ccrhost_command(), *args],
+                         capture_output=True, text=True, timeout=180, env=lab_slurm.client_env(lab))
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def reset_file(lab, node):
+    path = lab.root(node) / "run/ccrhost-lab/gpu_reset"
+    return path.read_text().split() if path.exists() else []
+
+
+def drained_with(lab, node, text):
+    (st, reason), _ = wait_for(lab, node, lambda s, r: "drain" in s and text in r, timeout=6 * INTERVAL + 60)
+    return reason
+
+
+def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(slurm_lab):
+    lab = slurm_lab
+    config = lab.root("node2") / "etc/ccrhost/check.yaml"
+    original = config.read_text()
+    settings = yaml.safe_load(original)
+    settings.update(verify_history="/etc/ccrhost/history.json", verify_replace_failures=3,
+                    verify_evidence_dir="/etc/ccrhost/evidence")
+    config.write_text(yaml.safe_dump(settings))
+    serial = json.loads((lab.dir / "nodes/node2/node.json").read_text())["gpu_serials"][2]
+    sleeper = None
+    try:
+        # 1. a pending row remap on GPU 2: the health check drains with the action; a dry run changes nothing
+        lab.fault("node2", "row_remap_pending=2")
+        reason = drained_with(lab, "node2", "[action reset_gpu gpu 2]")
+        assert reason.startswith("ccrhost: GPU 2 (0000:") and "row remapping pending" in reason
+        # the evidence of this failure, named in the reason: the GPU as nvidia-smi -q -i 2 showed it then
+        name = reason.split(" [evidence ")[1].split("]")[0]
+        bundle = lab.root("node2") / "etc/ccrhost/evidence" / name
+        shown = (bundle / "nvidia-smi-q-gpu2.txt").read_text()
+        judged = json.loads((bundle / "verdict.json").read_text())
+        assert shown.count("GPU 0000") == 1 and PENDING + "Yes\n" in shown, shown
+        assert [r["code"] for r in judged["reasons"]] == ["gpu_row_remap_pending"]
+        assert json.loads((bundle / "verdict.json").read_text())["action"] == "reset_gpu"
+        out = remediate(lab, "--allow", "reset_gpu", "--dry-run")
+        assert "node2: would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it\n" in out
+        assert reset_file(lab, "node2") == [] and "drain" in state(lab, "node2")[0]
+        # the real run: reset over the node's emulated state, check, resume
+        out = remediate(lab, "--allow", "reset_gpu")
+        assert "node2: reset GPU 2: GPU 00000000:" in out and "  was successfully reset.\n" in out, out
+        assert out.rstrip().endswith("node2: resumed"), out
+        assert reset_file(lab, "node2") == ["row_remap_pending=2"]  # the fault is still set: the reset cleared it
+        assert wait_for(lab, "node2", lambda s, r: s == "idle")[0] == ("idle", "none")
+        q = in_node(lab, "node2", "/usr/local/sbin/nvidia-smi", "-q").stdout
+        assert q.count(PENDING + "Yes\n") == 0 and q.count(PENDING + "No\n") == 8 and f": {serial}\n" in q
+
+        # 2. it comes back; a process holds the GPU: not reset, the node stays drained
+        sleeper = subprocess.Popen(["nsenter", "-t", str(lab.node("node2").holder_pid), "-m", "-n", "-u", "--",
+                                    "sleep", "600"])
+        (lab.root("node2") / "run/ccrhost-lab/gpu_holders").write_text(f"2 {sleeper.pid}\n")
+        lab.fault("node2", "row_remap_pending=2")
+        drained_with(lab, "node2", "[action reset_gpu gpu 2]")
+        refused = in_node(lab, "node2", "/usr/local/sbin/nvidia-smi", "-r", "-i", "2")
+        assert refused.returncode == 255 and refused.stdout.startswith("Unable to reset this GPU because it's "
+                                                                       "being used by some other process")
+        out = remediate(lab, "--allow", "reset_gpu")
+        assert f"node2: GPU 2 is held by pid {sleeper.pid}: not reset\nnode2: left drained\n" in out
+        assert "drain" in state(lab, "node2")[0]
+        sleeper.kill()
+        sleeper.wait()
+        out = remediate(lab, "--allow", "reset_gpu")
+        assert "node2: reset GPU 2" in out and out.rstrip().endswith("node2: resumed"), out
+        wait_for(lab, "node2", lambda s, r: s == "idle")
+
+        # 3. a third time: replace, naming the serial; never lifted, even once the check passes
+        lab.fault("node2", "row_remap_pending=2")
+        reason = drained_with(lab, "node2", "ccrhost: replace: ")
+        assert reason.startswith(f"ccrhost: replace: failed 3 times within 168 h (verify_replace_failures 3); "
+                                 f"GPU serial {serial} each time: replace, do not repair again"), reason
+        assert reason.endswith("[action replace]")
+        assert len(list((lab.root("node2") / "etc/ccrhost/evidence").iterdir())) == 3  # one per failure
+        out = remediate(lab, "--allow", "reset_gpu", "--allow", "reboot")
+        assert "node2: to be replaced: only an operator resumes it\n" in out
+        lab.clear("node2", "row_remap_pending")
+        log = lab.dir / "slurm/nodes/node2/slurmd.log"
+        runs = log.read_text().count("health_check")
+        time.sleep(3 * INTERVAL + 5)  # the health check ran on a node that now passes
+        st, now = state(lab, "node2")
+        assert "drain" in st and now == reason, (st, now, runs)
+        history = json.loads((lab.root("node2") / "etc/ccrhost/history.json").read_text())
+        assert [(e["codes"], e["action"], e["gpus"]) for e in history["episodes"]] == [
+            (["gpu_row_remap_pending"], "reset_gpu", [serial])] * 2 + [
+            (["gpu_row_remap_pending", "node_repeat_failures"], "replace", [serial])]
+
+        # 4. an operator's drain is never touched, whatever is allowed
+        lab_slurm.run(lab, "scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=hw ticket 42")
+        out = remediate(lab, "--allow", "reset_gpu", "--allow", "reboot")
+        assert "node1: reason 'hw ticket 42' is not ccrhost's: left alone\n" in out
+        assert state(lab, "node1") == ("drained", "hw ticket 42")
+    finally:
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+        config.write_text(original)
+        for node in ("node1", "node2"):
+            for fault in list(lab.node(node).faults):
+                lab.clear(node, fault.split("=")[0])
+            if "drain" in state(lab, node)[0]:
+                lab_slurm.run(lab, "scontrol", "update", f"NodeName={node}", "State=RESUME")

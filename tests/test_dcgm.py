@@ -163,6 +163,8 @@ def test_an_unreadable_state_file_is_unknown(tmp_path):
     path.write_text("{")
     assert [r.code for r in dcgm.check_dcgm(node_dcgm.stored_reading(str(path)))] == ["dcgm_unreadable"]
     assert dcgm.check_dcgm(ActiveReading(0.0, {})) == []
+    bad = dcgm.check_dcgm(ActiveReading(0.0, {"dcgm_diag/level 2": {"status": "GREAT"}}))
+    assert [r.code for r in bad] == ["dcgm_unreadable"] and bad[0].message.startswith("DCGM diag result dcgm_diag/level 2:")
 
 
 def test_the_level_deadlines_survive_the_nodes_check_yaml_and_bad_ones_are_refused():

@@ -59,6 +59,19 @@ class ActiveReading:
     error: str | None = None                                 # the state file could not be read
 
 
+def results_of(reading: ActiveReading) -> tuple[list[tuple[str, ActiveResult]], list[tuple[str, str]]]:
+    """The reading's results by key, in key order, and the keys whose stored
+    result is not one (with why): each check turns those into its own
+    "unreadable" reason."""
+    good, bad = [], []
+    for key, data in sorted(reading.results.items()):
+        try:
+            good.append((key, ActiveResult.from_dict(data)))
+        except ValueError as exc:
+            bad.append((key, str(exc)))
+    return good, bad
+
+
 def evaluate(result: ActiveResult | None, now: float) -> tuple[str, str]:
     """(status, why) of a stored result now: a missing one is UNKNOWN, a
     stale one is UNKNOWN as stale (never its old OK), else its own verdict."""

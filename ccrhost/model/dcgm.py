@@ -176,20 +176,17 @@ def check_dcgm(reading) -> list[Reason]:
     """Reasons from the stored diag results (an ``ActiveReading``): a result
     past its validity is UNKNOWN as stale, never its old pass; otherwise the
     reasons the run gave, as it gave them (never judged again)."""
-    from ccrhost.model.active import ActiveResult
+    from ccrhost.model.active import results_of
 
     if reading is None:
         return []
     if reading.error:
         return [Reason(UNKNOWN, "dcgm_unreadable", f"DCGM diag results: {reading.error}")]
     now = reading.read_at
-    results, reasons = [], []
-    for key, data in sorted(reading.results.items()):
-        try:
-            result = ActiveResult.from_dict(data)
-        except ValueError as exc:
-            reasons.append(Reason(UNKNOWN, "dcgm_unreadable", f"DCGM diag result {key}: {exc}"))
-            continue
+    good, bad = results_of(reading)
+    reasons = [Reason(UNKNOWN, "dcgm_unreadable", f"DCGM diag result {key}: {why}") for key, why in bad]
+    results = []
+    for _, result in good:
         if result.check == CHECK:
             results.append(result)
         elif result.check == "nvbandwidth":  # stored beside the diag, by the same runs (node/nvbandwidth.py)

@@ -409,6 +409,13 @@ FAULT_KINDS = {
     "allreduce_hang": "the node's all_reduce_perf ranks stop after start-up: the run never ends",
     "allreduce_missing": "all_reduce_perf is not installed on the node: the launcher cannot exec it",
     "gpu_busy": "the node's GPUs are held (another process, exclusive mode): CUDA refuses them to all_reduce_perf",
+    # the lab's dcgmi (shims/dcgmi; docs/dcgm.md)
+    "dcgm_hostengine_hung": "the DCGM host engine takes connections and never answers: every dcgmi command hangs",
+    "dcgm_diag_hang": "dcgmi diag never ends (the host engine still answers discovery)",
+    "dcgm_stress_fail": "[INDEX]: that GPU (default: 0) fails DCGM's targeted_stress test only (level 3 and up)",
+    "dcgm_missing": "dcgmi is not installed on the node",
+    "gpu_pcie_slow": "INDEX[:WIDTH]: GPU INDEX copies as if its PCIe link had WIDTH lanes (default 4) while "
+                     "nvidia-smi reads the full width (shims/nvbandwidth)",
 }
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay", "gpu_serial")
@@ -571,6 +578,7 @@ def _guid(node_index: int, nic_index: int) -> str:
 FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
               "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy",
+              "dcgm_hostengine_hung", "dcgm_diag_hang", "dcgm_stress_fail", "dcgm_missing", "gpu_pcie_slow",
               *GPU_HEALTH_KINDS, *FABRIC_FAULTS)
 
 

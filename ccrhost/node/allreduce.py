@@ -50,8 +50,5 @@ def run_and_store(settings, gpu_name: str | None, gpus: int, nic_gbps: list[floa
 def stored_reading(path: str, clock=time.time) -> AllReduceReading:
     """What ``ccrhost check`` and the prolog judge: the stored results and their age, never a new run."""
     now = clock()
-    try:
-        stored = active.load(path)
-    except ValueError as exc:
-        return AllReduceReading(now, {}, str(exc))
-    return AllReduceReading(now, {r.mode: r.to_dict() for r in stored.values() if r.check == CHECK})
+    stored, error = active.read_stored(path, (CHECK,), now)
+    return AllReduceReading(now, {r.mode: r.to_dict() for r in stored.values()}, error)

@@ -277,6 +277,42 @@ def explain(text):
                        nl=True)
 
 
+@main.command("dcgm")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="YAML file of the same keys as inventory data (verify_dcgm_*).")
+@click.option("--level", type=click.IntRange(1, 4), help="The diag level [default: verify_dcgm_level_sweep].")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def dcgm_diag(config_path, level, fmt):
+    """Run DCGM's diagnostics on this node now and store the result.
+
+    Asks the host engine first (verify_dcgm_engine_timeout), then runs
+    `dcgmi diag -r LEVEL -j` under the level's deadline, judges the report
+    and stores the result in verify_dcgm_state, where `ccrhost check` and
+    the prolog read it with its age; with verify_nvbandwidth, nvbandwidth's
+    copy bandwidths too. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (the worst).
+    Never run this under a job: the diag holds every GPU.
+    """
+    import json
+
+    from ccrhost.model.status import EXIT_CODES
+    from ccrhost.node import dcgm as node_dcgm
+
+    from ccrhost.model.status import worst
+
+    settings = _settings(config_path)
+    results = [node_dcgm.run_and_store(settings, level or settings.verify_dcgm_level_sweep)]
+    if settings.verify_nvbandwidth:  # the copy bandwidths, stored beside the diag
+        from ccrhost.node import nvbandwidth
+
+        results.append(nvbandwidth.run_and_store(settings))
+    if fmt == "json":
+        click.echo(json.dumps([r.to_dict() for r in results], separators=(",", ":")))
+    else:
+        for r in results:
+            click.echo(f"{r.status}: {r.message}")
+    sys.exit(EXIT_CODES[worst(r.status for r in results)])
+
+
 @main.command("nccl-env")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML file of the same keys as inventory data (roce_*, nccl_*, rdma_exclude_devices).")

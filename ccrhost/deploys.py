@@ -49,7 +49,8 @@ def verify_stage(measure: bool = True) -> None:
     ``measure``), ib_write_bw between host pairs first, and with
     ``verify_measure_gpudirect`` each node's GPU-NIC pairs through GPU
     memory, and with ``verify_allreduce`` the single-node all-reduce modes (and the pair mode where
-    ``verify_allreduce_launcher`` says how to launch it)."""
+    ``verify_allreduce_launcher`` says how to launch it), and with ``verify_dcgm`` DCGM's diagnostics at
+    ``verify_dcgm_level_deploy``."""
     settings = host_settings(host, inventory)
     _keep_readings(settings)
     measured = {}
@@ -70,6 +71,11 @@ def verify_stage(measure: bool = True) -> None:
         # pairs first, on every host at once (each host waits for them here), then each host's own modes
         pair = mpirun_pairs(state, inventory, all_settings(inventory)).get(host.name)
         allreduce = single_node_host(host, settings) + ([pair] if pair is not None else [])
+    dcgm = None
+    if measure and settings.verify_dcgm and settings.verify_dcgm_level_deploy:
+        from ccrhost.fleet.allreduce import dcgm_host
+
+        dcgm = dcgm_host(host, settings, settings.verify_dcgm_level_deploy)
     verify.ccr(
         name="Verify CCR",
         settings=settings,
@@ -77,6 +83,7 @@ def verify_stage(measure: bool = True) -> None:
         measured=measured.get(host.name),
         gpudirect=gpudirect,
         allreduce=allreduce,
+        dcgm=dcgm,
     )
 
 

@@ -158,7 +158,7 @@ def _written_file(path: str, example: str) -> str:
 # Every setting naming a file ccrhost replaces (the state files on each
 # check): one validator (_written_file) and one distinctness rule against
 # every other path setting; a new one is added here and nowhere else.
-STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_history")
+STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_history", "verify_dcgm_state")
 WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS)
 PATH_SETTINGS = (*WRITTEN_PATHS, "slurm_ccrhost", "slurm_conf")
 _STATE_EXAMPLE = "/run/ccrhost/counters.json"
@@ -668,6 +668,67 @@ class HostSettings(BaseModel):
     verify_nic_link_type: Literal[1, 2] | None = Field(
         None, description="LINK_TYPE_P1 wanted (1 InfiniBand, 2 Ethernet) on NICs that have it; None: not judged.",
     )
+    # DCGM diagnostics (model/dcgm.py, node/dcgm.py; docs/dcgm.md)
+    verify_dcgm: bool = Field(
+        False, description="Judge the stored DCGM diag result (`dcgmi diag -r LEVEL -j`) in `ccrhost check`, the "
+        "prolog and the health check (which read it with its age), and run the diag where a path's level "
+        "(verify_dcgm_level_*) is above 0.",
+    )
+    verify_dcgm_level_deploy: int = Field(
+        1, ge=0, le=4, description="The diag level deploys/verify.py runs on each host (0: none; 1 quick, seconds; "
+        "2 medium, minutes; 3 long; 4 extended, hours).",
+    )
+    verify_dcgm_level_prolog: int = Field(
+        0, ge=0, le=1, description="The diag level the Slurm prolog runs before its check: 0 (none) reads only the "
+        "stored result and its age; 1 (quick, seconds) is the most a job start may wait for.",
+    )
+    verify_dcgm_level_sweep: int = Field(
+        2, ge=1, le=4, description="The diag level `ccrhost slurm verify --dcgm` and `ccrhost slurm sweep` run on "
+        "idle nodes (exclusive jobs).",
+    )
+    verify_dcgm_exclude: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9 _/.-]{1,64}$")], ...] = Field(
+        (), description="Diag tests or categories not judged, by the report's name (DCGM 3.x display names such as "
+        "'Persistence Mode', DCGM 4.x plugin names such as 'software', or a category such as 'Deployment'), "
+        "as gcm's --exclude_category.",
+    )
+    verify_dcgm_binary: str = Field(
+        "dcgmi", pattern=r"^[A-Za-z0-9_.+@/-]{1,255}$", description="The dcgmi command (a name on PATH or a path).",
+    )
+    verify_dcgm_engine_timeout: int = Field(
+        10, ge=1, le=120, description="Seconds the host engine has to answer `dcgmi discovery -l` before any diag; "
+        "one that does not is UNKNOWN (dcgm_hostengine), never a FAIL of the GPUs, and the diag is not started.",
+    )
+    verify_dcgm_timeouts: dict[Literal[1, 2, 3, 4], Annotated[int, Field(ge=5, le=6 * 3600)]] | None = Field(
+        None, description="Seconds after which a level's diag is killed and counts as a hang (UNKNOWN), "
+        "overriding the built-in deadlines (1: 300, 2: 1200, 3: 3600, 4: 10800; docs/dcgm.md).",
+    )
+    verify_dcgm_valid_for: int = Field(
+        86400, ge=60, le=30 * 86400, description="Seconds a stored diag result holds; an older one is UNKNOWN as "
+        "stale, never a pass.",
+    )
+    verify_dcgm_state: str = Field(
+        "/var/lib/ccrhost/dcgm.json", pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
+        description="Where each node keeps its DCGM diag results: the active-check state file format "
+        "(verify_allreduce_state's), written whole, atomically, apart from the all-reduce results so that "
+        "neither run replaces the other's.",
+    )
+    verify_nvbandwidth: bool = Field(
+        False, description="Also run nvbandwidth (host to device, device to host, device to device) wherever the "
+        "DCGM diag runs on the node (`ccrhost dcgm`, slurm verify --dcgm, slurm sweep), stored beside it in "
+        "verify_dcgm_state and judged with it.",
+    )
+    verify_nvbandwidth_binary: str = Field(
+        "nvbandwidth", pattern=r"^[A-Za-z0-9_.+@/-]{1,255}$", description="The nvbandwidth command.",
+    )
+    verify_nvbandwidth_timeout: int = Field(
+        300, ge=10, le=3600, description="Seconds after which nvbandwidth is killed (UNKNOWN).",
+    )
+    verify_nvbandwidth_min_gbs: dict[Literal["host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
+                                             "device_to_device_memcpy_read_ce"],
+                                     Annotated[float, Field(gt=0)]] | None = Field(
+        None, description="GB/s below which a GPU (or GPU pair) FAILS nvbandwidth's testcase, overriding the built-in "
+        "figure (H200: 48 host to device and device to host, 335 device to device; H100: 52; docs/dcgm.md).",
+    )
     verify_npd_warn_unhealthy: bool = Field(
         False, description="`ccrhost check --format npd` exits 1 (Node Problem Detector: problem) on WARN too; "
         "default: only FAIL is a problem.",
@@ -764,6 +825,14 @@ class HostSettings(BaseModel):
             raise ValueError(f"allowed: {allowed} (a number, not true/false)")
         if isinstance(value, float):
             raise ValueError(f"allowed: {allowed} (a whole number, not {value!r})")
+        return value
+
+    @field_validator("verify_dcgm_timeouts", mode="before")
+    @classmethod
+    def _level_keys(cls, value):
+        # a YAML (or JSON) round trip gives the level keys back as text: "2" is level 2
+        if isinstance(value, dict):
+            return {int(k) if isinstance(k, str) and k in ("1", "2", "3", "4") else k: v for k, v in value.items()}
         return value
 
     @field_validator("nccl_ib_addr_range")
@@ -927,7 +996,7 @@ class HostSettings(BaseModel):
                              verify_history=self.verify_history, verify_evidence_dir=self.verify_evidence_dir,
                              verify_evidence_max_age_days=self.verify_evidence_max_age_days,
                              verify_evidence_keep=self.verify_evidence_keep,
-                             verify_evidence_bug_report=self.verify_evidence_bug_report)
+                             verify_evidence_bug_report=self.verify_evidence_bug_report, dcgm_state=self.dcgm_state)
 
     def drain_cap(self):
         """The drain cap (``slurm_drain_cap_*``)."""
@@ -940,6 +1009,11 @@ class HostSettings(BaseModel):
     def allreduce_state(self) -> str | None:
         """The state file whose all-reduce results a check judges; None when the gate is off."""
         return self.verify_allreduce_state if self.verify_allreduce else None
+
+    @property
+    def dcgm_state(self) -> str | None:
+        """The state file whose DCGM diag result a check judges; None when verify_dcgm is off."""
+        return self.verify_dcgm_state if self.verify_dcgm else None
 
     def workload_problems(self) -> list[wl.Problem]:
         """The workload against the declared GPUs per node; when none is

@@ -114,6 +114,17 @@ def node_address(index: int) -> str:
     return f"198.18.{LAB_SUBNET}.{10 + index}"
 
 
+def in_node(lab, node, *cmd, env=(), timeout=60) -> subprocess.CompletedProcess:
+    """Run as slurmd runs a prolog or health check: inside the node's
+    namespaces, its clock included (a node's uptime is its own since its
+    boot), with no environment but its name and ``env`` ("KEY=VALUE")."""
+    from ccrhost.lab.procs import NODE_CLOCK
+
+    holder = lab.node(node).holder_pid
+    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", *NODE_CLOCK, "--", "env", "-i",
+                           f"SLURMD_NODENAME={node}", *env, *cmd], capture_output=True, text=True, timeout=timeout)
+
+
 def lab_ssh(lab, node: str, command: str) -> subprocess.CompletedProcess:
     """Run a command on a lab node over its real sshd, strict host-key checking on."""
     address = lab.node(node).address

@@ -118,7 +118,7 @@ def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
     time.sleep(2 * lab_slurm.HEALTHCHECK_INTERVAL + 3)  # the health checks ran: a measured drain stays
     states = lab_slurm.node_states(lab)
     assert states["node2"][0] == "drained" and states["node3"][0] == "drained"
-    assert states["node2"][1].startswith("ccrhost: measured: two-node ring all-reduce")
+    assert states["node2"][1].startswith("ccrhost: allreduce_slow")
     assert {n: states[n][0] for n in ("node1", "node4", "node5", "node6", "node7", "node8")} == dict.fromkeys(
         ("node1", "node4", "node5", "node6", "node7", "node8"), "idle")
     assert states["node9"][0] == "allocated"  # still running its own job

@@ -154,14 +154,18 @@ def test_capture_maps_verbatim_readings_onto_what_the_lab_renders(tmp_path):
 
 def read_node(lab, node: str) -> dict:
     """Every reading ccrhost's probes take on the node, as plain data (the
-    fabric counters aside: a time and a boot id, not the node's make-up)."""
+    fabric counters aside: a time and a boot id, not the node's make-up;
+    so is the GPU reading's uptime, the node's clock since its boot)."""
     probes = tuple(p for p in node_probe.PROBES if p != "fabric")
     snap = lab_ssh(lab, node, node_probe.command(list(FILES), UNIT_WANTS, probes))
     dump = lab_ssh(lab, node, pci.COMMAND)
     assert snap.returncode == 0 and dump.returncode == 0, snap.stderr + dump.stderr
     parsed = node_probe.parse_snapshot(snap.stdout.splitlines(), probes)
     assert parsed.errors == {}
-    return {"node": dataclasses.asdict(parsed), "pci": dataclasses.asdict(pci.parse_pci_dump(dump.stdout.splitlines()))}
+    node = dataclasses.asdict(parsed)
+    if node.get("gpu_health"):
+        assert node["gpu_health"].pop("uptime_s") > 0  # read, and read as a clock: never replayed
+    return {"node": node, "pci": dataclasses.asdict(pci.parse_pci_dump(dump.stdout.splitlines()))}
 
 
 def capture_on(lab, node: str, *flags: str) -> dict:
@@ -175,7 +179,7 @@ def _identities(tree, found: list[str]) -> list[str]:
     """GIDs, IPv4 addresses and GPU UUIDs in ``tree``, in reading order."""
     if isinstance(tree, dict):
         for key, value in tree.items():
-            if key in ("gid", "ipv4", "uuid") and isinstance(value, str):
+            if key in ("gid", "ipv4", "uuid", "serial") and isinstance(value, str):
                 found.append(value)
             _identities(value, found)
     elif isinstance(tree, (list, tuple)):
@@ -189,7 +193,7 @@ def _canonical(tree, names: dict[str, str]):
     two trees are equal after this when they differ only by a consistent
     one-to-one renaming."""
     if isinstance(tree, dict):
-        return {k: (names.setdefault(v, f"id{len(names)}") if k in ("gid", "ipv4", "uuid") and isinstance(v, str)
+        return {k: (names.setdefault(v, f"id{len(names)}") if k in ("gid", "ipv4", "uuid", "serial") and isinstance(v, str)
                     else _canonical(v, names)) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
         return [_canonical(v, names) for v in tree]

@@ -37,6 +37,13 @@ def test_each_fabric_fault_is_its_own_nodes_reason_and_global_pause_stays_off(ma
                          f"nodes = [(n, {{**d, 'verify_report_dir': {str(tmp_path / 'report')!r}}}) "
                          "for n, d in lab_hosts()]\n")
     assert "RX:\t\ton" in lab_ssh(lab, "node3", "ethtool -a ens1np0").stdout
+    # node5's fault counts once a second from its boot: the first reading must come after the first count,
+    # or there is nothing since boot to judge yet (what a node that has shown no fault rightly reads)
+    rnr = lab.root("node5") / "sys/class/infiniband/mlx5_0/ports/1/hw_counters/rnr_nak_retry_err"
+    deadline = time.monotonic() + 10
+    while int(rnr.read_text()) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert int(rnr.read_text()) > 0
 
     def report():
         doc = json.loads((tmp_path / "report/ccr-report.json").read_text())

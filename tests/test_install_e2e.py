@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, lab_inventory, node_address, run_pyinfra, tree_snapshot
+from conftest import REPO, in_node, lab_inventory, node_address, run_pyinfra, tree_snapshot
 
 from ccrhost.lab import slurm as lab_slurm
 from ccrhost.model.install import controller_version
@@ -25,12 +25,6 @@ LINK = "/usr/local/bin/ccrhost"  # slurm_ccrhost's default, as the docs leave it
 HOME = "/usr/local/lib/ccrhost"  # ccrhost_install_dir's default
 VERSION = controller_version()
 
-
-def in_node(lab, node, *cmd) -> subprocess.CompletedProcess:
-    """As slurmd runs the prolog: in the node, with no environment but its name."""
-    holder = lab.node(node).holder_pid
-    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", "--", "env", "-i",
-                           f"SLURMD_NODENAME={node}", *cmd], capture_output=True, text=True, timeout=60)
 
 
 def slurm_files(lab) -> dict:

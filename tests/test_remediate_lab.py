@@ -58,7 +58,7 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
         # 1. a pending row remap on GPU 2: the health check drains with the action; a dry run changes nothing
         lab.fault("node2", "row_remap_pending=2")
         reason = drained_with(lab, "node2", "[action reset_gpu gpu 2]")
-        assert reason.startswith("ccrhost: GPU 2 (0000:") and "row remapping pending" in reason
+        assert reason.startswith("ccrhost: gpu_row_remap_pending: GPU 2 (0000:") and "row remapping pending" in reason
         # the evidence of this failure, named in the reason: the GPU as nvidia-smi -q -i 2 showed it then
         name = reason.split(" [evidence ")[1].split("]")[0]
         bundle = lab.root("node2") / "etc/ccrhost/evidence" / name
@@ -99,8 +99,8 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
 
         # 3. a third time: replace, naming the serial; never lifted, even once the check passes
         lab.fault("node2", "row_remap_pending=2")
-        reason = drained_with(lab, "node2", "ccrhost: replace: ")
-        assert reason.startswith(f"ccrhost: replace: failed 3 times within 168 h (verify_replace_failures 3); "
+        reason = drained_with(lab, "node2", "ccrhost: node_repeat_failures,")
+        assert reason.startswith(f"ccrhost: node_repeat_failures,gpu_row_remap_pending: failed 3 times within 168 h (verify_replace_failures 3); "
                                  f"GPU serial {serial} each time: replace, do not repair again"), reason
         assert reason.endswith("[action replace]")
         assert len(list((lab.root("node2") / "etc/ccrhost/evidence").iterdir())) == 3  # one per failure

@@ -111,7 +111,7 @@ def test_every_path_setting_is_in_the_one_rule():
 
     # a new setting naming a file on the node joins the rule, or this fails
     named = {k for k in HostSettings.model_fields if k.startswith("verify_") and k.endswith("_state")}
-    assert named == {"verify_link_state", "verify_gpu_state", "verify_allreduce_state"}
+    assert named == {"verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_dcgm_state"}
     assert "verify_history" in PATH_SETTINGS  # issue 40's history: written on every failing check
     assert named <= set(PATH_SETTINGS)
 

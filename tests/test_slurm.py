@@ -11,7 +11,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import heal_slurm_lab, lab_inventory, node_address, run_pyinfra, tree_snapshot
+from conftest import heal_slurm_lab, in_node, lab_inventory, node_address, run_pyinfra, tree_snapshot
 
 from ccrhost.lab import slurm as lab_slurm
 
@@ -39,12 +39,6 @@ def wait_for(lab, node, predicate, timeout=60):
         assert time.monotonic() - start < timeout, f"{node} still {now} after {timeout} s"
         time.sleep(0.1)
 
-
-def in_node(lab, node, *cmd) -> subprocess.CompletedProcess:
-    """Run as slurmd runs the health check: in the node, with no environment but its name."""
-    holder = lab.node(node).holder_pid
-    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", "--", "env", "-i",
-                           f"SLURMD_NODENAME={node}", *cmd], capture_output=True, text=True, timeout=60)
 
 
 def health_check_seconds(lab, node) -> float:

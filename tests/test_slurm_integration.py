@@ -70,6 +70,12 @@ EVERY_KEY = {
     "verify_nic_firmware": True, "verify_nic_valid_for": 3600, "verify_nic_max_acc_out_read": (0, 128),
     "verify_nic_ats_enabled": True, "verify_nic_link_type": 2, "verify_nic_optics": True,
     "verify_nic_raw_ber_max": 1e-5,
+    "verify_dcgm": True, "verify_dcgm_level_deploy": 2, "verify_dcgm_level_prolog": 1, "verify_dcgm_level_sweep": 3,
+    "verify_dcgm_exclude": ("Persistence Mode",), "verify_dcgm_binary": "/usr/bin/dcgmi",
+    "verify_dcgm_engine_timeout": 20, "verify_dcgm_timeouts": {2: 900}, "verify_dcgm_valid_for": 7200,
+    "verify_dcgm_state": "/var/lib/ccrhost/diag.json", "verify_nvbandwidth": True,
+    "verify_nvbandwidth_binary": "/opt/nvbandwidth/nvbandwidth", "verify_nvbandwidth_timeout": 120,
+    "verify_nvbandwidth_min_gbs": {"host_to_device_memcpy_ce": 50.0},
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from conftest import in_node as conftest_in_node
 from conftest import lab_inventory, node_address, run_pyinfra
 
 from ccrhost.lab import slurm as lab_slurm
@@ -31,11 +32,8 @@ def slurm(lab, *args, timeout=60):
 
 
 def in_node(lab, node, *cmd):
-    """Run as slurmd runs the prolog: in the node, with no environment but its name (and the
-    PATH the installed scripts set)."""
-    holder = lab.node(node).holder_pid
-    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", "--", "env", "-i",
-                           f"SLURMD_NODENAME={node}", f"PATH={lab_slurm.PATH}", *cmd], capture_output=True, text=True, timeout=120)
+    """As slurmd runs the prolog, with the PATH the installed scripts set."""
+    return conftest_in_node(lab, node, *cmd, env=(f"PATH={lab_slurm.PATH}",), timeout=120)
 
 
 def node_check(lab, node) -> dict:

@@ -142,7 +142,7 @@ def test_check_on_a_node_whose_nvidia_smi_hangs(lab):
     assert out.returncode == 3, out
     assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: gpu_unreadable"), out
     assert ": cannot read GPUs: NVML: " in out.stdout, out
-    assert out.stdout.endswith("nvidia-smi: nvidia-smi --query-gpu did not answer within 2 s (killed)\n"), out
+    assert out.stdout.endswith("nvidia-smi: nvidia-smi --query-gpu did not answer within 2 s (killed) [action investigate]\n"), out
 
 
 TOOL_CASES = [

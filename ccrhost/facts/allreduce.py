@@ -38,3 +38,22 @@ class AllReducePairRun(FactBase):
 
     def process(self, output):
         return parse_run_script(list(output))
+
+
+class DcgmDiagRun(FactBase):
+    """Asks the host's DCGM host engine (``engine_timeout`` s), then runs
+    ``dcgmi diag -r level -j`` killed after ``timeout`` s; returns
+    ``(engine, gpus, diag)`` as ``probes.dcgmi.parse_run_script``."""
+
+    def default(self):
+        return (None, {}, None)
+
+    def command(self, binary, level, engine_timeout, timeout):
+        from ccrhost.probes.dcgmi import run_script as dcgm_script
+
+        return dcgm_script(binary, level, engine_timeout, timeout)
+
+    def process(self, output):
+        from ccrhost.probes.dcgmi import parse_run_script as parse_dcgm
+
+        return parse_dcgm(list(output))

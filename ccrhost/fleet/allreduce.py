@@ -103,6 +103,20 @@ def single_node_host(host, settings, clock=time.time) -> list[ActiveResult]:
     return results
 
 
+def dcgm_host(host, settings, level: int, clock=time.time) -> ActiveResult:
+    """The deploy's verification: DCGM's diagnostics at ``level`` on this
+    host (its own greenlet), judged by ``judge_diag`` through the node
+    runner's own ``result_of``."""
+    from ccrhost.facts.allreduce import DcgmDiagRun
+    from ccrhost.node import dcgm as node_dcgm
+    from ccrhost.operations import cache as fact_cache
+
+    engine, gpus, diag = fact_cache._real(host).get_fact(
+        DcgmDiagRun, binary=settings.verify_dcgm_binary, level=level,
+        engine_timeout=settings.verify_dcgm_engine_timeout, timeout=int(node_dcgm.deadline(settings, level)))
+    return node_dcgm.result_of(engine, gpus, diag, level, settings, clock)
+
+
 def _pair_host(state, h, settings):
     """What a pair needs of one host, from its snapshot (read now, kept for its own verification)."""
     from pyinfra.context import ctx_host, ctx_state

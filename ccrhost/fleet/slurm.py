@@ -183,7 +183,7 @@ def _unknown(code: str, message: str) -> Verdict:
     return unjudged(UNKNOWN, code, message)
 
 
-def judge(out: CheckOutput, measured=None, allreduce=None) -> tuple[Verdict, HostSettings | None]:
+def judge(out: CheckOutput, measured=None, allreduce=None, dcgm=None) -> tuple[Verdict, HostSettings | None]:
     """The node's verdict as its own ``ccrhost check`` made it: taken, never
     judged again from part of its readings. A check that printed no verdict
     is UNKNOWN with what it said. With a ``measured`` bandwidth the node's
@@ -205,11 +205,13 @@ def judge(out: CheckOutput, measured=None, allreduce=None) -> tuple[Verdict, Hos
         settings = validate_host(out.node, yaml.safe_load(out.config or "") or {})
     except (InventoryDataError, yaml.YAMLError, ValueError) as exc:
         return _unknown("check_config", f"{out.node}: {CHECK_CONFIG}: {exc}"), None
-    if (measured is None and allreduce is None) or not verdict.evaluated:
+    if (measured is None and allreduce is None and dcgm is None) or not verdict.evaluated:
         return verdict, settings
     readings = with_measurement(verdict.readings, measured) if measured is not None else verdict.readings
     if allreduce is not None:  # the all-reduce results of this run (ccrhost.fleet.slurm_nccl)
         readings = replace(readings, allreduce=allreduce)
+    if dcgm is not None:  # the DCGM diag result of this run (ccrhost.fleet.slurm_dcgm)
+        readings = replace(readings, dcgm=dcgm)
     return evaluate(readings, settings.expectation(), settings.policy()), settings
 
 
@@ -352,6 +354,9 @@ class VerifyOptions:
     sbatch_options: tuple[str, ...] = ()
     nccl: object = None                # a ccrhost.fleet.slurm_nccl.NcclOptions: run the all-reduce gate
     refresh_nic: bool = False  # --refresh-nic: the checks query the NICs' tools and store their readings
+    dcgm: object = None                # a ccrhost.fleet.slurm_dcgm.DcgmOptions: run DCGM's diagnostics
+    idle_only: bool = False            # ccrhost slurm sweep: only idle nodes, in capped batches, even without a gate
+    max_nodes: int | None = None       # ccrhost slurm sweep: the cap on nodes held at once (else the gates' own)
 
 
 class Progress:
@@ -643,9 +648,10 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
     if not nodes:
         raise VerifyError(f"no nodes{f' in partition {opts.partition}' if opts.partition else ''}"
                           f"{f' matching {opts.nodelist}' if opts.nodelist else ''}")
-    capped = opts.nccl is not None and not inside
-    if capped:  # only idle nodes, in batches of at most --nccl-max-nodes
+    capped = (opts.nccl is not None or opts.dcgm is not None or opts.idle_only) and not inside
+    if capped:  # only idle nodes, in batches of at most the cap
         usable = [n for n in usable if nodes[n].state == "idle"]
+    batch_cap = opts.max_nodes or min((o.max_nodes for o in (opts.nccl, opts.dcgm) if o is not None), default=64)
     verdicts: dict[str, Verdict] = {n: drained_verdict(v) if not v.usable or inside else busy_verdict(v)
                                     for n, v in nodes.items() if n not in usable}
     say(f"{len(nodes)} nodes, {len(usable)} can run the check"
@@ -656,7 +662,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
         if inside:
             say(f"running in the existing allocation of job {inside}")
         if capped:
-            batches = Batches(opts, say, opts.nccl.max_nodes)
+            batches = Batches(opts, say, batch_cap)
             say(f"at most {batches.cap} nodes held at once: each batch its own job, released before the next")
         while usable and not job and not capped:
             try:
@@ -680,7 +686,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                 verdicts[name], node_settings = judge(outputs[name])
                 if node_settings is not None:
                     settings[name] = node_settings
-            measured = {}
+            measured, allreduce = {}, {}
             if opts.measure:
                 measured = _measure(job, {n: verdicts[n] for n in usable}, settings,
                                     {n: nodes[n].address for n in usable}, opts, say, batches)
@@ -695,6 +701,15 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                 for name, reading in readings.items():
                     verdicts[name] = judge(outputs[name], measured.get(name), reading)[0]
                 _store_allreduce(job, readings, settings, say, batches)
+                allreduce = readings
+            if opts.dcgm is not None:
+                from ccrhost.fleet.slurm_dcgm import run_diag
+
+                # nodes whose own check judged readings (the same nodes the all-reduce gate runs on)
+                judged = [n for n in usable if n in settings and verdicts[n].evaluated]
+                diag = run_diag(job, judged, opts.dcgm, opts.ccrhost, opts.config, say, batches)
+                for name, reading in diag.items():
+                    verdicts[name] = judge(outputs[name], measured.get(name), allreduce.get(name), reading)[0]
             if batches is not None:
                 for name, node in batches.lost.items():
                     if name not in outputs:
@@ -781,10 +796,18 @@ def slurm():
               help="NCCL_COMM_ID port of the first pair; each pair takes the next four.")
 @click.option("--nccl-srun-option", "nccl_srun_options", multiple=True, metavar="OPT",
               help="Passed to each all-reduce srun step, e.g. --nccl-srun-option=--mpi=pmix (repeatable).")
+@click.option("--dcgm", is_flag=True, help="Also run DCGM's diagnostics (dcgmi diag) on every idle node, by the "
+              "node's own `ccrhost dcgm`: host engine first, the level under its deadline, the result stored on the "
+              "node (docs/dcgm.md).")
+@click.option("--dcgm-level", type=click.IntRange(1, 4), default=2, show_default=True)
+@click.option("--dcgm-max-nodes", type=click.IntRange(1), default=64, show_default=True,
+              help="With --dcgm, at most this many nodes held at once (each batch its own exclusive job).")
+@click.option("--dcgm-timeout", type=click.IntRange(10, 6 * 3600),
+              help="Seconds the diag step may take [default: the level's deadline + 70].")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
-           nccl_port, nccl_srun_options, refresh_nic):
+           nccl_port, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout):
     """Check every node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -805,6 +828,10 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
     if nccl:
         opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
                                  nccl_max_nodes, nccl_port, nccl_srun_options)
+    if dcgm:
+        from ccrhost.fleet.slurm_dcgm import DcgmOptions
+
+        opts.dcgm = DcgmOptions(dcgm_level, dcgm_max_nodes, dcgm_timeout)
     try:
         code, _, _ = run_verify(opts)
     except SlurmError as exc:
@@ -913,3 +940,59 @@ def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_c
         click.echo(f"{log.node}: {'dry run' if dry_run else log.outcome}")
     if not logs:
         click.echo("no drained node")
+
+
+@slurm.command()
+@click.option("--partition", "-p", required=True, help="The partition to sweep.")
+@click.option("--nodes", "-w", "nodelist", help="Only these nodes of it (a Slurm hostlist).")
+@click.option("--max-nodes", type=click.IntRange(1), default=4, show_default=True,
+              help="At most this many nodes held at once.")
+@click.option("--max-percent", type=click.FloatRange(0, 100, min_open=True), default=10.0, show_default=True,
+              help="At most this share of the partition's nodes held at once (rounded up; the smaller cap wins).")
+@click.option("--nice", type=click.IntRange(0, 2147483645), default=10000, show_default=True,
+              help="sbatch --nice for each batch job: the lowest priority, so every waiting job goes first.")
+@click.option("--dcgm-level", type=click.IntRange(0, 4), default=2, show_default=True,
+              help="DCGM diag level (0: no diag).")
+@click.option("--nccl", is_flag=True, help="Also run the single-node all-reduce modes (nvlink, loopback).")
+@click.option("--ccrhost", "ccrhost_cmd", default="/usr/local/bin/ccrhost", show_default=True)
+@click.option("--config", default=CHECK_CONFIG, show_default=True)
+@click.option("--report-dir", default="ccrhost-sweep", show_default=True)
+@click.option("--drain/--no-drain", default=True, show_default=True,
+              help="Drain nodes that FAIL (never on UNKNOWN: a hung host engine drains nothing).")
+@click.option("--wait", "wait_s", type=click.FloatRange(1), default=600, show_default=True)
+@click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
+@click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="OPT")
+def sweep(partition, nodelist, max_nodes, max_percent, nice, dcgm_level, nccl, ccrhost_cmd, config, report_dir,
+          drain, wait_s, check_timeout, sbatch_options):
+    """Run the active checks on the partition's idle nodes only, a few at a time.
+
+    Each batch is an exclusive job of the lowest priority (--nice) on nodes
+    that are idle when it starts, holding at most min(--max-nodes,
+    --max-percent of the partition) nodes, released before the next: a node
+    running a job is never touched. Each node stores its results with their
+    time and validity, where its prolog and health check read them (a
+    result past its validity is UNKNOWN as stale). Run it from cron.
+    """
+    import math
+
+    from ccrhost.fleet.slurm_dcgm import DcgmOptions
+
+    nodes = list_nodes(partition, nodelist)
+    if not nodes:
+        raise VerifyError(f"no nodes in partition {partition}" + (f" matching {nodelist}" if nodelist else ""))
+    cap = max(1, min(max_nodes, math.ceil(len(nodes) * max_percent / 100)))
+    opts = VerifyOptions(partition, nodelist, False, ccrhost_cmd, config, report_dir, drain, None, wait=wait_s,
+                         check_timeout=check_timeout,
+                         sbatch_options=(f"--nice={nice}", *sbatch_options), idle_only=True, max_nodes=cap)
+    if dcgm_level:
+        opts.dcgm = DcgmOptions(dcgm_level, cap)
+    if nccl:
+        if cap < 2:
+            raise click.UsageError(f"--nccl: the cap is {cap} node(s) of {len(nodes)}; raise --max-nodes or --max-percent")
+        opts.nccl = nccl_options("nvlink,loopback", None, None, 20, None, None, cap, 29500, ())
+    Progress()(f"sweep of {partition}: {len(nodes)} nodes, at most {cap} held at once, nice {nice}")
+    try:
+        code, _, _ = run_verify(opts)
+    except SlurmError as exc:
+        raise VerifyError(str(exc)) from None
+    return code

@@ -147,6 +147,10 @@ class Anonymizer:
     def host(self, name: str) -> str:
         return self._next("host", name, lambda n: f"node-{n}")
 
+    def serial(self, text: str) -> str:
+        # 13 digits, as NVIDIA prints a board's serial; a board's history follows its serial (issue 40)
+        return self._next("serial", text, lambda n: f"{9 * 10**12 + n}")
+
     def text(self, text: str) -> str:
         """Free text (the kernel command line): addresses, UUIDs, MACs and
         the host name replaced."""
@@ -180,6 +184,7 @@ class _Plain:
     def ipv4(self, addr): return addr
     def gid(self, gid): return ipaddress.IPv6Address(gid).exploded
     def gpu_uuid(self, text): return text
+    def serial(self, text): return text
     def host(self, name): return name
     def text(self, text): return text
 
@@ -398,6 +403,10 @@ def build_profile(r: Readings, name: str | None = None, anonymize: bool = False,
         "pci_device": Hex(gpu_fns[0].device or 0) if gpu_fns else Hex(0x2330),
         "uuids": [anon.gpu_uuid(g.uuid or f"GPU-{i}") for i, g in enumerate(readings)],
     }
+    # the boards' serials (nvidia-smi -q), where every GPU has one: a replayed node keeps its boards
+    serials = [g.serial for g in sorted(r.snapshot.gpu_health.gpus, key=lambda g: g.index)]
+    if serials and len(serials) == len(readings) and all(serials):
+        gpus["serials"] = [anon.serial(s) for s in serials]
 
     types = set(p.iommu.group_types.values())
     iommu = "off" if not p.iommu.group_types else "passthrough" if "identity" in types else "translated"

@@ -421,6 +421,13 @@ FAULT_KINDS = {
     "high_ber": "[DEV]: that NIC's link (default: the first) has an effective physical BER of 1E-10 in mlxlink -c",
     "mlx5_fatal": "[DEV[:KIND]]: the kernel log has an mlx5_core fatal line for that NIC (default: the first) of "
                   "KIND cmd_exec_timeout, health_poll_failed (default) or unrecoverable_err",
+    # the lab's dcgmi (shims/dcgmi; docs/dcgm.md)
+    "dcgm_hostengine_hung": "the DCGM host engine takes connections and never answers: every dcgmi command hangs",
+    "dcgm_diag_hang": "dcgmi diag never ends (the host engine still answers discovery)",
+    "dcgm_stress_fail": "[INDEX]: that GPU (default: 0) fails DCGM's targeted_stress test only (level 3 and up)",
+    "dcgm_missing": "dcgmi is not installed on the node",
+    "gpu_pcie_slow": "INDEX[:WIDTH]: GPU INDEX copies as if its PCIe link had WIDTH lanes (default 4) while "
+                     "nvidia-smi reads the full width (shims/nvbandwidth)",
 }
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay", "gpu_serial")
@@ -583,6 +590,7 @@ def _guid(node_index: int, nic_index: int) -> str:
 FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
               "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy",
+              "dcgm_hostengine_hung", "dcgm_diag_hang", "dcgm_stress_fail", "dcgm_missing", "gpu_pcie_slow",
               *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal", "module_fault", "ddm_out_of_range", "high_ber")
 
 

@@ -7,7 +7,7 @@ and its age, and never runs the slow test itself.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ccrhost.model.status import EXIT_CODES, OK, UNKNOWN
 
@@ -24,6 +24,7 @@ class ActiveResult:
     value: float | None = None  # the figure judged (busbw GB/s, ...)
     runs: int = 1               # launches made (retries included)
     tail: str = ""              # the output's last lines, for a person reading the state file
+    reasons: tuple = ()         # every reason the run gave ({level, code, message}), where one is not enough
     data: dict | None = None    # the parsed reading, where the verdict is made when it is judged (NIC firmware)
 
     def age(self, now: float) -> float:
@@ -40,13 +41,36 @@ class ActiveResult:
     def from_dict(cls, data: dict) -> ActiveResult:
         """A stored result; one that is not one raises ``ValueError``."""
         try:
-            result = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+            result = cls(**{k: tuple(data[k]) if k == "reasons" else data[k]
+                            for k in cls.__dataclass_fields__ if k in data})
         except TypeError as exc:
             raise ValueError(f"not a stored active-check result: {exc}") from None
         if result.status not in EXIT_CODES or not isinstance(result.measured_at, (int, float)) \
                 or not isinstance(result.valid_for, (int, float)):
             raise ValueError(f"not a stored active-check result: status {result.status!r}")
         return result
+
+
+@dataclass
+class ActiveReading:
+    """One check's stored results on one node (its state file's, or a fleet
+    run's just made), keyed CHECK/MODE, and when they were read."""
+    read_at: float                                           # seconds since the epoch
+    results: dict[str, dict] = field(default_factory=dict)  # "check/mode" -> ActiveResult.to_dict()
+    error: str | None = None                                 # the state file could not be read
+
+
+def results_of(reading: ActiveReading) -> tuple[list[tuple[str, ActiveResult]], list[tuple[str, str]]]:
+    """The reading's results by key, in key order, and the keys whose stored
+    result is not one (with why): each check turns those into its own
+    "unreadable" reason."""
+    good, bad = [], []
+    for key, data in sorted(reading.results.items()):
+        try:
+            good.append((key, ActiveResult.from_dict(data)))
+        except ValueError as exc:
+            bad.append((key, str(exc)))
+    return good, bad
 
 
 def evaluate(result: ActiveResult | None, now: float) -> tuple[str, str]:

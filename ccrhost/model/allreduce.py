@@ -238,20 +238,16 @@ def pair_busbw(reading: AllReduceReading | None) -> float | None:
 def check_allreduce(reading: AllReduceReading | None) -> list[Reason]:
     """Reasons from the results (``ccrhost.model.active.ActiveResult``
     dicts): a result past its validity is UNKNOWN as stale, never its old pass."""
-    from ccrhost.model.active import ActiveResult
+    from ccrhost.model.active import results_of
 
     if reading is None:
         return []
     if reading.error:
         return [Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce results: {reading.error}")]
     now = reading.read_at
-    reasons = []
-    for mode, data in sorted(reading.results.items()):
-        try:
-            result = ActiveResult.from_dict(data)
-        except ValueError as exc:
-            reasons.append(Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce result {mode}: {exc}"))
-            continue
+    good, bad = results_of(reading)
+    reasons = [Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce result {mode}: {why}") for mode, why in bad]
+    for mode, result in good:
         if result.stale(now):
             reasons.append(Reason(UNKNOWN, "allreduce_stale",
                                   f"{MODE_TEXT.get(mode, mode)}: the stored result is {result.age(now):.0f} s old, "

@@ -33,6 +33,7 @@ class CheckSettings:
     verify_evidence_max_age_days: float = 7  # verify_evidence_max_age_days
     verify_evidence_keep: int = 10          # verify_evidence_keep
     verify_evidence_bug_report: bool = False  # verify_evidence_bug_report
+    dcgm_state: str | None = None          # HostSettings.dcgm_state: the stored DCGM diag results, if judged
 
     def expectation(self) -> Expectation:
         return self.expected

@@ -33,7 +33,8 @@ def integration_files(settings) -> list[tuple[str, str, str]]:
                       interval=settings.slurm_healthcheck_interval, node_state=settings.slurm_healthcheck_node_state)
     return [
         (CHECK_CONFIG, check_config_text(settings), "644"),
-        (SLURM_PROLOG, render("slurm-prolog.sh.j2", **values), "755"),
+        (SLURM_PROLOG, render("slurm-prolog.sh.j2", **values,
+                              dcgm_level=settings.verify_dcgm_level_prolog if settings.verify_dcgm else 0), "755"),
         (SLURM_HEALTHCHECK, render("slurm-healthcheck.sh.j2", **values), "755"),
         (settings.slurm_fragment, fragment, "644"),
     ]

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ccrhost.model import allreduce as ar
+from ccrhost.model import dcgm
+from ccrhost.model.active import ActiveReading
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
@@ -49,6 +51,7 @@ class Readings:
     fabric: fab.FabricReading | None = None      # None: the lossless-fabric counters were not read
     allreduce: ar.AllReduceReading | None = None  # None: no all-reduce result was read (not judged)
     nic_fw: nicfw.NicFwReading | None = None      # None: no NIC firmware reading was read (not judged)
+    dcgm: ActiveReading | None = None             # None: no DCGM diag result was read (not judged)
     history: hist.History | None = None          # None: the node's failure history is not kept (or not here)
 
     def to_dict(self) -> dict:
@@ -403,6 +406,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
         from ccrhost.model.nicfw import check_nic_firmware
 
         reasons += check_nic_firmware(readings.nic_fw, policy.nic_fw, ethernet)
+    reasons += dcgm.check_dcgm(readings.dcgm)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))

@@ -93,6 +93,16 @@ def load(path: str) -> dict[str, ActiveResult]:
     return {key: ActiveResult.from_dict(value) for key, value in doc["results"].items()}
 
 
+def read_stored(path: str, checks: tuple[str, ...], now: float) -> tuple[dict[str, ActiveResult], str | None]:
+    """The stored results of ``checks`` ("check/mode" -> result), or none and why the file could not be read:
+    what a check and the prolog judge, with the results' age, never a new run."""
+    try:
+        stored = load(path)
+    except ValueError as exc:
+        return {}, str(exc)
+    return {k: r for k, r in stored.items() if r.check in checks}, None
+
+
 def store(path: str, results: list[ActiveResult]) -> None:
     """Add or replace ``results`` (by check and mode) in the state file."""
     try:
@@ -133,13 +143,3 @@ def merged(text: str, results: list[ActiveResult]) -> list[ActiveResult]:
         current[f"{r.check}/{r.mode}"] = r
     return list(current.values())
 
-
-def stored_results(path: str, check: str) -> tuple[dict[str, dict], str | None]:
-    """One check's stored results by mode (``ActiveResult`` dicts), and why
-    the state file could not be read (then no results): what the prolog and
-    ``ccrhost check`` judge, never a new run."""
-    try:
-        stored = load(path)
-    except ValueError as exc:
-        return {}, str(exc)
-    return {r.mode: r.to_dict() for r in stored.values() if r.check == check}, None

@@ -50,4 +50,5 @@ def run_and_store(settings, gpu_name: str | None, gpus: int, nic_gbps: list[floa
 def stored_reading(path: str, clock=time.time) -> AllReduceReading:
     """What ``ccrhost check`` and the prolog judge: the stored results and their age, never a new run."""
     now = clock()
-    return AllReduceReading(now, *active.stored_results(path, CHECK))
+    stored, error = active.read_stored(path, (CHECK,), now)
+    return AllReduceReading(now, {r.mode: r.to_dict() for r in stored.values()}, error)

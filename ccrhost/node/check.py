@@ -99,6 +99,10 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
             nicfw.run_and_store(nic_state, devices, settings.verify_nic_valid_for, run=query_nic,
                                 firmware=nic.enabled, optics=nic.optics)
         readings.nic_fw = nicfw.stored_reading(nic_state)
+    if getattr(settings, "dcgm_state", None):  # likewise the stored DCGM diag result (node/dcgm.py)
+        from ccrhost.node import dcgm as node_dcgm
+
+        readings.dcgm = node_dcgm.stored_reading(settings.dcgm_state)
     path = getattr(settings, "verify_history", None)
     if not path:
         verdict = evaluate(readings, settings.expectation(), settings.policy())
@@ -487,7 +491,36 @@ def format_prometheus(verdict: Verdict) -> str:
     out += ["# HELP ccrhost_check_action What to do about the node (1 for its action; none when OK).",
             "# TYPE ccrhost_check_action gauge", f'ccrhost_check_action{{action="{verdict.action}"}} 1']
     out += _fabric_metrics(verdict.readings.fabric)
+    out += active_metrics(verdict.readings)
     return "\n".join(out) + "\n"
+
+
+def active_metrics(readings) -> list[str]:
+    """The stored active-check results' age and staleness (all-reduce, DCGM
+    diag), labelled by check and mode only: an operator sees which nodes
+    have not been proven lately. None when no result was read."""
+    from ccrhost.model.active import ActiveResult
+
+    rows = []
+    for reading in (readings.allreduce, readings.dcgm):
+        if reading is None or reading.error:
+            continue
+        for data in reading.results.values():
+            try:
+                r = ActiveResult.from_dict(data)
+            except ValueError:
+                continue  # an unreadable result is a reason of the verdict, not a number
+            rows.append((r.check, r.mode, r.age(reading.read_at), int(r.stale(reading.read_at))))
+    if not rows:
+        return []
+    out = ["# HELP ccrhost_active_result_age_seconds Age of the stored active-check result (all-reduce, DCGM diag).",
+           "# TYPE ccrhost_active_result_age_seconds gauge"]
+    out += [f'ccrhost_active_result_age_seconds{{check="{_label(c)}",mode="{_label(m)}"}} {a:.0f}'
+            for c, m, a, _ in sorted(rows)]
+    out += ["# HELP ccrhost_active_result_stale 1 when the stored result is past its validity (judged UNKNOWN).",
+            "# TYPE ccrhost_active_result_stale gauge"]
+    out += [f'ccrhost_active_result_stale{{check="{_label(c)}",mode="{_label(m)}"}} {s}' for c, m, _, s in sorted(rows)]
+    return out
 
 
 # (name, help, value of a GpuHealth): labels are the GPU index only, never a message

@@ -93,4 +93,5 @@ def run_and_store(path: str, devices: list[str], valid_for: float, run=None, clo
 def stored_reading(path: str, clock=time.time) -> NicFwReading:
     """What every path judges: the stored results and their age, never a new query."""
     now = clock()
-    return NicFwReading(now, *active.stored_results(path, CHECK))
+    stored, error = active.read_stored(path, (CHECK,), now)
+    return NicFwReading(now, {r.mode: r.to_dict() for r in stored.values()}, error)

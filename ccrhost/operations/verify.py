@@ -32,7 +32,7 @@ def fabric(snap, settings, first=None):
 
 
 def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allreduce=None,
-                 nic_fw=None) -> Verdict:
+                 nic_fw=None, dcgm=None) -> Verdict:
     """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
     as ``ccrhost check`` makes it from the same output: RDMA ports that
     cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
@@ -51,6 +51,7 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
     readings.fabric = fabric(snap, settings, first)
     readings.allreduce = allreduce
     readings.nic_fw = nic_fw
+    readings.dcgm = dcgm
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
@@ -69,7 +70,7 @@ def nic_firmware(snap, settings) -> list:
 
 
 @operation
-def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
+def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dcgm=None):
     """
     Measure this node's CCR from its RDMA ports and GPUs, read its GPU-to-NIC
     data path (peer memory, ACS, IOMMU, topology, versions) and its lossless
@@ -82,6 +83,8 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
     + gpudirect: this host's measured ``GpuDirectBandwidth``, if any
     + allreduce: this host's all-reduce results (``ActiveResult``), if run: judged with the rest
       and stored in ``verify_allreduce_state`` for the prolog and ``ccrhost check``
+    + dcgm: this host's DCGM diag result (``ActiveResult``), if run: judged with the rest and
+      stored in ``verify_dcgm_state``
 
     Read-only: yields nothing for OK, WARN and UNKNOWN (reasons are logged),
     and fails the host, naming the reasons, for FAIL.
@@ -105,7 +108,13 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
         from ccrhost.model.nicfw import NicFwReading
 
         nic_reading = NicFwReading(time.time(), {r.mode: r.to_dict() for r in nic_results})
-    verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading, nic_reading)
+    diag = None
+    if dcgm is not None:
+        from ccrhost.model.active import ActiveReading
+
+        diag = ActiveReading(time.time(), {f"{dcgm.check}/{dcgm.mode}": dcgm.to_dict()})
+    verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading, nic_reading,
+                           diag)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))
@@ -120,6 +129,10 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None):
         text = fact_cache._real(host).get_fact(ActiveStateText, path=settings.verify_allreduce_state,
                                                attempt=time.time())
         yield store_script(settings.verify_allreduce_state, merged(text, stored))
+    if dcgm is not None:
+        from ccrhost.node.active import store_script
+
+        yield store_script(settings.verify_dcgm_state, [dcgm])
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

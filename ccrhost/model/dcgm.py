@@ -1,0 +1,215 @@
+"""DCGM diagnostics (``dcgmi diag -r LEVEL -j``): the report as typed
+records, the levels and their deadlines, and the verdict of one run.
+
+Pure: the probe (``ccrhost.probes.dcgmi``) fills :class:`DiagOutput` from
+either JSON shape (DCGM 3.x ``"DCGM GPU Diagnostic"``, DCGM 4.x ``"DCGM
+Diagnostic"``); :func:`judge_diag` decides a run, after the host engine's
+answer; :func:`check_dcgm` turns the stored result into the node's reasons.
+Formats and figures: shared/reference/active-checks.md, docs/dcgm.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
+
+CHECK = "dcgm_diag"
+
+# Levels (dcgmi-diag reference): 1 quick (seconds), 2 medium (about 2 min), 3 long (about 15 min),
+# 4 extended (1-2 h). Deadlines: the longest documented or measured duration with room to spare:
+# level 2 measured 2.5-10.5 min on 8 GPUs and level 4 45 min-2.25 h (AWS gpu-cluster-healthcheck);
+# NVSentinel documents 1 about 30 s, 3 about 15 min.
+LEVELS = (1, 2, 3, 4)
+LEVEL_TEXT = {1: "quick", 2: "medium", 3: "long", 4: "extended"}
+DEADLINES = {1: 300, 2: 1200, 3: 3600, 4: 10800}
+DEADLINE_SOURCE = ("dcgmi-diag reference (1 seconds, 2 about 2 min, 3 about 15 min, 4 extended); "
+                   "AWS gpu-cluster-healthcheck measured 2 at 2.5-10.5 min and 4 at 45 min-2.25 h on 8 GPUs")
+ENGINE_DEADLINE = 10  # seconds for the host engine to answer `dcgmi discovery -l`
+
+
+def mode(level: int) -> str:
+    """The stored result's mode: one result per level."""
+    return f"level {level}"
+
+
+# -- the report ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiagResult:
+    """One test's result on one entity (or on none: a test-wide result)."""
+    category: str                 # "category": Deployment, Integration, Hardware, Stress
+    test: str                     # "name": "GPU Memory" (3.x display name) or "memory" (4.x plugin name)
+    status: str                   # "status", normalised: Pass, Fail, Warn, Skip, Not Run
+    gpu: int | None               # 3.x "gpu_id" ("0"), "gpu_ids" ("0,1" gives one result each); 4.x "entity_id"
+                                  # where "entity_group" is GPU; None: the result is for no one GPU
+    warnings: tuple[str, ...] = ()  # "warnings"[].warning (3.x level-one results: .warnings), the tool's words
+    error_ids: tuple[int, ...] = ()  # "warnings"[].error_id: DCGM's dcgmError_t code
+
+
+@dataclass(frozen=True)
+class DiagOutput:
+    shape: str                              # "3.x" ("DCGM GPU Diagnostic") or "4.x" ("DCGM Diagnostic")
+    results: tuple[DiagResult, ...]
+    version: str | None = None              # 4.x "metadata".version; 3.x "DCGM GPU Diagnostic".version
+    runtime_error: str | None = None        # "runtime_error": the diag could not run at all
+    serials: dict[int, str] = field(default_factory=dict)  # 4.x "entity_groups" GPU entity_id -> serial_num
+
+
+@dataclass(frozen=True)
+class GpuId:
+    """How a GPU is named in a reason: as the node's readings know it."""
+    index: int
+    pci: str | None = None
+    uuid: str | None = None
+
+    def text(self) -> str:
+        parts = [f"GPU {self.index}"]
+        if self.pci:
+            parts.append(self.pci)
+        if self.uuid:
+            parts.append(self.uuid)
+        return " ".join(parts[:1]) + (f" ({', '.join(parts[1:])})" if len(parts) > 1 else "")
+
+
+# -- one run's verdict -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """What one dcgmi invocation gave, as the runner saw it."""
+    rc: int | None = None             # None: killed at its deadline
+    output: str = ""
+    timed_out: bool = False
+    missing: str | None = None        # dcgmi was not found
+
+
+def judge_engine(engine: ToolAnswer, deadline: float) -> Reason | None:
+    """The host engine's answer to ``dcgmi discovery -l``: a reason when it
+    did not answer. Never a FAIL: a hung engine says nothing of the GPUs."""
+    if engine.missing:
+        return Reason(UNKNOWN, "dcgm_missing", f"DCGM diagnostics: {engine.missing}")
+    if engine.timed_out:
+        return Reason(UNKNOWN, "dcgm_hostengine",
+                      f"DCGM host engine not responding: `dcgmi discovery -l` gave no answer in {deadline:g} s")
+    if engine.rc != 0:
+        said = (engine.output.strip().splitlines() or ["no output"])[-1][:200]
+        return Reason(UNKNOWN, "dcgm_hostengine", f"DCGM host engine not responding: `dcgmi discovery -l` "
+                      f"exited {engine.rc}: {said}")
+    return None
+
+
+def _gpu_text(gpu: int | None, gpus: dict[int, GpuId]) -> str:
+    if gpu is None:
+        return "all GPUs"
+    return gpus.get(gpu, GpuId(gpu)).text()
+
+
+def judge_output(out: DiagOutput, level: int, gpus: dict[int, GpuId], exclude=()) -> list[Reason]:
+    """The reasons of a parsed report: each failed test a FAIL naming the
+    test and the GPU; a warning a WARN; an excluded test is not judged."""
+    skipped = {e.lower() for e in exclude}
+    reasons = []
+    for r in out.results:
+        if r.test.lower() in skipped or r.category.lower() in skipped or r.status not in ("Fail", "Warn"):
+            continue
+        said = f": {r.warnings[0][:300]}" if r.warnings else ""
+        codes = f" (DCGM error {', '.join(str(c) for c in r.error_ids)})" if r.error_ids else ""
+        text = f"DCGM diag level {level}: {r.category} test {r.test!r} {r.status.lower()}ed on " \
+               f"{_gpu_text(r.gpu, gpus)}{said}{codes}"
+        if r.status == "Fail":
+            reasons.append(Reason(FAIL, "dcgm_test_failed", text))
+        else:
+            reasons.append(Reason(WARN, "dcgm_test_warn", text))
+    return reasons
+
+
+def judge_diag(engine: ToolAnswer | None, diag: ToolAnswer | None, parsed: DiagOutput | str | None, level: int,
+               gpus: dict[int, GpuId], exclude=(), engine_deadline: float = ENGINE_DEADLINE,
+               deadline: float | None = None) -> tuple[str, list[Reason], str]:
+    """One run to (status, reasons, summary): the host engine first (not
+    answering is UNKNOWN, the diag is not run); a diag killed at its
+    deadline is UNKNOWN; a report that is not one is UNKNOWN; then the
+    report's failed tests. ``parsed`` is the probe's record, or the text of
+    its format error."""
+    from ccrhost.model.status import worst
+
+    if engine is not None and (why := judge_engine(engine, engine_deadline)):
+        return why.level, [why], why.message
+    if diag is None:
+        r = Reason(UNKNOWN, "dcgm_failed", f"DCGM diag level {level}: not run")
+        return UNKNOWN, [r], r.message
+    if diag.missing:
+        r = Reason(UNKNOWN, "dcgm_missing", f"DCGM diag level {level}: {diag.missing}")
+        return UNKNOWN, [r], r.message
+    if diag.timed_out:
+        r = Reason(UNKNOWN, "dcgm_hang", f"DCGM diag level {level}: no result before its deadline "
+                   f"({(deadline or DEADLINES[level]):g} s; killed)")
+        return UNKNOWN, [r], r.message
+    if not isinstance(parsed, DiagOutput):
+        said = (diag.output.strip().splitlines() or ["no output"])[-1][:200]
+        r = Reason(UNKNOWN, "dcgm_failed", f"DCGM diag level {level}: no report (exit {diag.rc}): "
+                   f"{parsed or said}")
+        return UNKNOWN, [r], r.message
+    if parsed.runtime_error:
+        r = Reason(UNKNOWN, "dcgm_failed", f"DCGM diag level {level}: {parsed.runtime_error[:300]}")
+        return UNKNOWN, [r], r.message
+    reasons = judge_output(parsed, level, gpus, exclude)
+    if not reasons:
+        skipped = {e.lower() for e in exclude}
+        ran = len({r.test for r in parsed.results if r.status == "Pass"
+                   and r.test.lower() not in skipped and r.category.lower() not in skipped})
+        if not ran:
+            r = Reason(UNKNOWN, "dcgm_failed", f"DCGM diag level {level}: no test passed or failed "
+                       "(every test skipped or excluded)")
+            return UNKNOWN, [r], r.message
+        return OK, [], f"DCGM diag level {level}: {ran} test(s) passed"
+    status = worst(r.level for r in reasons)
+    return status, reasons, "; ".join(r.message for r in reasons)
+
+
+# -- the node's stored result and its reasons ------------------------------------------
+
+
+def check_dcgm(reading) -> list[Reason]:
+    """Reasons from the stored diag results (an ``ActiveReading``): a result
+    past its validity is UNKNOWN as stale, never its old pass; otherwise the
+    reasons the run gave, as it gave them (never judged again)."""
+    from ccrhost.model.active import results_of
+
+    if reading is None:
+        return []
+    if reading.error:
+        return [Reason(UNKNOWN, "dcgm_unreadable", f"DCGM diag results: {reading.error}")]
+    now = reading.read_at
+    good, bad = results_of(reading)
+    reasons = [Reason(UNKNOWN, "dcgm_unreadable", f"DCGM diag result {key}: {why}") for key, why in bad]
+    results = []
+    for _, result in good:
+        if result.check == CHECK:
+            results.append(result)
+        elif result.check == "nvbandwidth":  # stored beside the diag, by the same runs (node/nvbandwidth.py)
+            reasons += [Reason(UNKNOWN, "nvbandwidth_stale", _stale(result, now))] if result.stale(now) \
+                else _stored(result)
+    # the newest run speaks for the GPUs now (a level 2 sweep after an operator's level 4, or before it)
+    result = max(results, key=lambda r: r.measured_at, default=None)
+    if result is None:
+        return reasons
+    if result.stale(now):
+        return reasons + [Reason(UNKNOWN, "dcgm_stale", _stale(result, now))]
+    return reasons + _stored(result)
+
+
+def _stale(result, now: float) -> str:
+    what = f"DCGM diag {result.mode}" if result.check == CHECK else f"{result.check} ({result.mode})"
+    return (f"{what}: the stored result is {result.age(now):.0f} s old, valid for {result.valid_for:g} s: "
+            "run it again")
+
+
+def _stored(result) -> list[Reason]:
+    if result.status == OK:
+        return []
+    # the reasons the verdict gave when the result was made, as it gave them (never judged again)
+    return [Reason.from_dict(r) for r in result.reasons or
+            ({"level": result.status, "code": result.code, "message": result.message},)]

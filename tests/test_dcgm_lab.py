@@ -1,0 +1,258 @@
+"""DCGM diagnostics end to end on an 8-node Slurm lab: the lab's dcgmi
+answers from each node's emulated GPUs, and every path names the same
+test and GPU.
+
+Faults: node1 an uncorrectable ECC error on GPU 3 (memory), node2 a failed
+row remap on GPU 5 (software), node3 NVLink down on GPU 2 (pcie), node4 a
+GPU 6 that fails only the stress test (targeted_stress, level 3), node5 a
+hung host engine, node6 a diag that hangs; node7 and node8 are healthy.
+"""
+
+import json
+import shlex
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import heal_slurm_lab, lab_inventory, lab_ssh, node_address, run_pyinfra
+
+from ccrhost.lab import slurm as lab_slurm
+from ccrhost.model.slurm import integration_files
+from ccrhost.settings import validate_host
+
+pytestmark = pytest.mark.lab
+
+SLURM_NODES = 8
+FAULTS = {"node1": "ecc_uncorrectable=3", "node2": "row_remap_failure=5", "node3": "nvlink_down=2",
+          "node4": "dcgm_stress_fail=6", "node5": "dcgm_hostengine_hung", "node6": "dcgm_diag_hang"}
+# the diag test and the GPU each fault fails, as the report names them
+NAMED = {"node1": ("Hardware test 'memory' failed on GPU 3", "DCGM error 4"),
+         "node2": ("Deployment test 'software' failed on GPU 5", "DCGM error 80"),
+         "node3": ("Integration test 'pcie' failed on GPU 2", "DCGM error 14"),
+         "node4": ("Stress test 'targeted_stress' failed on GPU 6", "DCGM error 50")}
+DCGM_DATA = {"verify_dcgm": True, "verify_dcgm_state": "/run/ccrhost/dcgm.json", "verify_dcgm_engine_timeout": 3,
+             "verify_dcgm_timeouts": {1: 8, 2: 8, 3: 8, 4: 8},
+             # four nodes fail one code here: the drain cap (10% of the partition per code) would hold three
+             "slurm_drain_cap_share": 1.0}
+
+
+def install(lab, **extra):
+    """The nodes' check settings (and prolog) as deploys/slurm.py writes them, with ``extra``."""
+    data = {**lab_slurm.integration_data(lab, lab_slurm.HEALTHCHECK_INTERVAL), **extra}
+    files = integration_files(validate_host("lab", data))
+    for node in lab.load().nodes:
+        lab_slurm.install_integration(lab, node, files)
+
+
+@pytest.fixture
+def dcgm_lab(slurm_lab):
+    lab = slurm_lab
+    install(lab, **DCGM_DATA)
+    try:
+        yield lab
+    finally:
+        heal_slurm_lab(lab)
+        for node in lab.load().nodes:
+            lab_ssh(lab, node.name, "rm -f /run/ccrhost/dcgm.json")
+        install(lab)
+
+
+def slurm_ccrhost(lab, tmp_path, *args, job=None, timeout=600):
+    env = lab_slurm.client_env(lab)
+    if job:  # run inside that allocation, as from an salloc shell
+        nodes = lab_slurm.run(lab, "squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        env = {**env, "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": nodes}
+    return subprocess.run([sys.executable, "-m", "ccrhost", "slurm", *args, "--ccrhost", lab_slurm.ccrhost_command(),
+                           "--report-dir", str(tmp_path / "report")],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+
+
+def allocate(lab, nodes: str, name: str = "someone-else") -> str:
+    """An exclusive job holding ``nodes``, running (its prologs passed)."""
+    job = lab_slurm.run(lab, "sbatch", "--parsable", "-J", name, "-w", nodes, "--exclusive", "-o", "/dev/null",
+                        "--wrap", "exec sleep 3600", check=True).stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 180
+    # RUNNING with no reason: every node's prolog has passed (PrologFlags=Alloc), as slurm verify waits
+    while (state := lab_slurm.run(lab, "squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()) != "RUNNING|None":
+        assert time.monotonic() < deadline, (job, nodes, state, lab_slurm.node_states(lab))
+        time.sleep(0.3)
+    return job
+
+
+def dcgm_reasons(host):
+    return [r for r in host["reasons"] if r["code"].startswith("dcgm_")]
+
+
+def test_each_diag_fault_fails_its_node_naming_test_and_gpu_on_every_path(dcgm_lab, tmp_path):
+    lab = dcgm_lab
+    # inside an allocation, as an operator's salloc: the health checks (idle nodes only) would
+    # otherwise drain the nodes whose faults the passive checks see before the diag runs
+    job = allocate(lab, "node[1-8]", "operator")
+    for node, fault in FAULTS.items():
+        lab.fault(node, fault)
+    run = slurm_ccrhost(lab, tmp_path, "verify", "--dcgm", "--dcgm-level", "3", job=job)
+    assert run.returncode == 2, run.stderr[-4000:]
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    status = {h: v["status"] for h, v in hosts.items()}
+    assert {n: status[n] for n in NAMED} == dict.fromkeys(NAMED, "FAIL"), run.stderr[-4000:]
+    for node, (test, code) in NAMED.items():
+        failed = [r["message"] for r in dcgm_reasons(hosts[node]) if r["code"] == "dcgm_test_failed"]
+        assert len(failed) == 1 and test in failed[0] and code in failed[0], (node, failed)
+        gpu = int(test.rsplit(" ", 1)[1])
+        # named by index, PCI address and UUID, as nvidia-smi on the node gives them
+        assert f"GPU {gpu} (0000" in failed[0] and "GPU-" in failed[0], failed[0]
+    # the stress-only GPU fails nothing passive: the diag alone found it
+    assert [r["code"] for r in hosts["node4"]["reasons"] if r["level"] == "FAIL"] == ["dcgm_test_failed"]
+    # a hung host engine and a hung diag are UNKNOWN, never a FAIL of the GPUs
+    assert [(r["level"], r["code"]) for r in dcgm_reasons(hosts["node5"])] == [("UNKNOWN", "dcgm_hostengine")]
+    assert dcgm_reasons(hosts["node5"])[0]["message"].startswith("DCGM host engine not responding")
+    assert [(r["level"], r["code"]) for r in dcgm_reasons(hosts["node6"])] == [("UNKNOWN", "dcgm_hang")]
+    assert status["node5"] == status["node6"] == "UNKNOWN"
+    assert status["node7"] in ("OK", "WARN") and status["node8"] in ("OK", "WARN")
+    assert not dcgm_reasons(hosts["node7"]) and not dcgm_reasons(hosts["node8"])
+
+    # the node's own check (what the prolog and health check run) reads the stored result and its age
+    check = lab_ssh(lab, "node4", f"{lab_slurm.ccrhost_command()} check --config /etc/ccrhost/check.yaml "
+                                  "--format json")
+    mine = [r for r in json.loads(check.stdout)["reasons"] if r["code"] == "dcgm_test_failed"]
+    assert check.returncode == 2 and len(mine) == 1 and NAMED["node4"][0] in mine[0]["message"], check.stdout[-2000:]
+    hung = lab_ssh(lab, "node5", f"{lab_slurm.ccrhost_command()} check --config /etc/ccrhost/check.yaml "
+                                 "--format json")
+    assert [r["code"] for r in json.loads(hung.stdout)["reasons"] if r["code"].startswith("dcgm")] == \
+        ["dcgm_hostengine"]
+
+    # FAIL drains (verify's own drain); the UNKNOWN nodes are drained by nothing, the health checks included
+    lab_slurm.run(lab, "scancel", job)
+    time.sleep(3)
+    states = lab_slurm.node_states(lab)
+    assert all(states[n][0] == "drained" for n in NAMED), states
+    assert "dcgm_test_failed" in states["node4"][1]
+    lab_slurm.run(lab, "scontrol", "update", "NodeName=node4", "State=RESUME")
+    time.sleep(3 * lab_slurm.HEALTHCHECK_INTERVAL + 3)
+    states = lab_slurm.node_states(lab)
+    # the health check read node4's stored FAIL and drained it again; node5 and node6 stay idle
+    assert states["node4"][0] == "drained" and "dcgm_test_failed" in states["node4"][1], states["node4"]
+    assert {n: states[n][0] for n in ("node5", "node6", "node7", "node8")} == dict.fromkeys(
+        ("node5", "node6", "node7", "node8"), "idle"), states
+
+
+class Held:
+    """Polls slurmctld while the sweep runs: the most nodes its jobs hold at
+    once, every node list a ccrhost job was given, and their nice values."""
+
+    def __init__(self, lab, busy):
+        self.lab, self.busy, self.most, self.lists, self.nice, self.polls = lab, busy, 0, set(), set(), 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+
+    def poll(self):
+        while not self.stop.is_set():
+            jobs = lab_slurm.run(self.lab, "squeue", "-h", "-o", "%j|%T|%N|%y").stdout.splitlines()
+            states = lab_slurm.node_states(self.lab)
+            held = [n for n, (st, _) in states.items()
+                    if n != self.busy and any(w in st for w in ("alloc", "mix", "comp"))]
+            self.most = max(self.most, len(held))
+            for j in jobs:
+                name, _, nodes, nice = j.split("|")
+                if name == "ccrhost-verify" and nodes:
+                    self.lists.add(nodes)
+                    self.nice.add(nice)
+            self.polls += 1
+            time.sleep(0.1)
+
+
+def test_a_sweep_never_touches_a_running_job_nor_holds_more_than_its_cap_and_stale_shows(dcgm_lab, tmp_path):
+    lab = dcgm_lab
+    lab.fault("node4", "dcgm_stress_fail=6")  # stress only: level 2 passes it
+    other = allocate(lab, "node8")
+    held = Held(lab, "node8")
+    held.thread.start()
+    try:
+        # 25% of 8 nodes: 2 at once, below --max-nodes 3
+        run = slurm_ccrhost(lab, tmp_path, "sweep", "-p", "lab", "--max-nodes", "3", "--max-percent", "25")
+    finally:
+        held.stop.set()
+        held.thread.join()
+    assert "at most 2 held at once, nice 10000" in run.stderr, run.stderr[-3000:]
+    assert held.polls > 30 and 1 <= held.most <= 2, (held.most, held.polls)
+    given = [lab_slurm.run(lab, "scontrol", "show", "hostnames", x).stdout.split() for x in held.lists]
+    assert given and all(len(g) <= 2 for g in given) and not any("node8" in g for g in given), given
+    assert held.nice == {"10000"}, held.nice
+    assert lab_slurm.run(lab, "squeue", "-h", "-j", other, "-o", "%T|%N").stdout.strip() == "RUNNING|node8"
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    assert [r["code"] for r in hosts["node8"]["reasons"]] == ["not_checked"]
+    assert not dcgm_reasons(hosts["node4"]), hosts["node4"]  # level 2 runs no stress test
+    # each swept node stored its result with its time and validity
+    stored = json.loads(lab_ssh(lab, "node7", "cat /run/ccrhost/dcgm.json").stdout)["results"]["dcgm_diag/level 2"]
+    assert stored["status"] == "OK" and stored["valid_for"] == 86400 and abs(stored["measured_at"] - time.time()) < 600
+    assert lab_ssh(lab, "node8", "test -e /run/ccrhost/dcgm.json").returncode != 0  # never touched
+
+    # a result past its validity: UNKNOWN as stale in the node's check, its Prometheus textfile and slurm
+    # verify (in an allocation taken while the result was fresh: a prolog that read it stale would drain)
+    lab_slurm.run(lab, "scancel", other)
+    mine = allocate(lab, "node7", "operator")
+    old = {**stored, "measured_at": stored["measured_at"] - 2 * 86400}
+    doc = json.dumps({"version": 1, "results": {"dcgm_diag/level 2": old}})
+    # printf, not echo: dash's echo turns the JSON's backslash escapes into the characters
+    assert lab_ssh(lab, "node7", f"printf '%s' {shlex.quote(doc)} > /run/ccrhost/dcgm.json").returncode == 0
+    prom = lab_ssh(lab, "node7", f"{lab_slurm.ccrhost_command()} check --config /etc/ccrhost/check.yaml "
+                                 "--format prometheus")
+    assert 'ccrhost_active_result_stale{check="dcgm_diag",mode="level 2"} 1' in prom.stdout, prom.stdout[-2000:]
+    ages = [line for line in prom.stdout.splitlines() if line.startswith("ccrhost_active_result_age_seconds")]
+    assert len(ages) == 1 and 2 * 86400 <= float(ages[0].split()[-1]) < 2 * 86400 + 600, ages
+    verify = slurm_ccrhost(lab, tmp_path, "verify", "-w", "node7", "--no-drain", job=mine)
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    assert hosts["node7"]["status"] == "UNKNOWN", verify.stderr[-3000:]
+    assert [r["code"] for r in dcgm_reasons(hosts["node7"])] == ["dcgm_stale"]
+    assert "s old, valid for 86400 s" in dcgm_reasons(hosts["node7"])[0]["message"]
+
+
+def test_the_deploys_verification_runs_the_diag_and_names_the_same_test_and_gpu(dcgm_lab, tmp_path):
+    """The pyinfra path: deploys/verify.py with verify_dcgm runs verify_dcgm_level_deploy on every host."""
+    lab = dcgm_lab
+    lab.fault("node4", "dcgm_stress_fail=6")
+    lab.fault("node1", "ecc_uncorrectable=3")
+    lab.fault("node5", "dcgm_hostengine_hung")
+    report_dir = tmp_path / "report"
+    inventory = lab_inventory(tmp_path, verify_report_dir=str(report_dir), **DCGM_DATA, verify_dcgm_level_deploy=3)
+    run = run_pyinfra("deploys/verify.py", inventory=inventory, timeout=600)
+    assert "Traceback" not in run.out, run.out[-4000:]
+    hosts = json.loads((report_dir / "ccr-report.json").read_text())["hosts"]
+    by = {f"node{i}": hosts[node_address(i)] for i in range(1, SLURM_NODES + 1)}
+    for node in ("node1", "node4"):
+        failed = [r["message"] for r in dcgm_reasons(by[node]) if r["code"] == "dcgm_test_failed"]
+        assert len(failed) == 1 and NAMED[node][0] in failed[0] and NAMED[node][1] in failed[0], (node, failed)
+        assert by[node]["status"] == "FAIL"
+    assert [(r["level"], r["code"]) for r in dcgm_reasons(by["node5"])] == [("UNKNOWN", "dcgm_hostengine")]
+    assert not dcgm_reasons(by["node7"])
+    # stored where the node's own check reads it
+    stored = json.loads(lab_ssh(lab, "node4", "cat /run/ccrhost/dcgm.json").stdout)["results"]
+    assert stored["dcgm_diag/level 3"]["code"] == "dcgm_test_failed"
+
+
+def test_a_gpu_reading_x16_but_copying_at_x4_fails_naming_it(dcgm_lab, tmp_path):
+    """nvbandwidth beside the diag: node3's GPU 3 reads x16 everywhere a passive check looks, and copies
+    a quarter of what its neighbours do."""
+    lab = dcgm_lab
+    install(lab, **DCGM_DATA, verify_nvbandwidth=True,
+            verify_nvbandwidth_min_gbs={"device_to_device_memcpy_read_ce": 300.0})
+    lab.fault("node3", "gpu_pcie_slow=3")
+    width = lab_ssh(lab, "node3", "nvidia-smi --query-gpu=pcie.link.width.current --format=csv,noheader")
+    assert width.stdout.split() == ["16"] * 8, width.stdout  # every GPU, GPU 3 included, reads x16
+    run = slurm_ccrhost(lab, tmp_path, "verify", "-w", "node[2-3]", "--dcgm", "--dcgm-level", "1", "--no-drain")
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    assert run.returncode == 2 and hosts["node3"]["status"] == "FAIL", run.stderr[-3000:]
+    slow = [r["message"] for r in hosts["node3"]["reasons"] if r["code"] == "nvbandwidth_slow"]
+    assert len(slow) == 2, hosts["node3"]["reasons"]  # host to device and device to host
+    assert slow[0].startswith("nvbandwidth host to device: GPU 3 (0000") and "copies at 13.89 GB/s" in slow[0]
+    assert "below 52 GB/s (Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf" in slow[0]
+    assert not any(r["code"] == "gpu_pcie_width" for r in hosts["node3"]["reasons"])  # invisible to the passive checks
+    assert not [r for r in hosts["node2"]["reasons"] if r["code"].startswith(("nvbandwidth", "dcgm"))]
+    # stored beside the diag, where the node's own check reads it
+    stored = json.loads(lab_ssh(lab, "node3", "cat /run/ccrhost/dcgm.json").stdout)["results"]
+    assert stored["nvbandwidth/copy engine"]["code"] == "nvbandwidth_slow"
+    check = lab_ssh(lab, "node3", f"{lab_slurm.ccrhost_command()} check --config /etc/ccrhost/check.yaml "
+                                  "--format json")
+    assert [r["message"] for r in json.loads(check.stdout)["reasons"] if r["code"] == "nvbandwidth_slow"] == slow

@@ -146,6 +146,7 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
     # validated, which takes longer than they do.
     reads = take_early(probe_timeout) or Started(probe_timeout)
 
+    from ccrhost.model.verdict import only_unproven
     from ccrhost.node import check as node_check
     from ccrhost.output import write_output
 
@@ -200,6 +201,12 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
         click.echo(f"ccrhost check: UNKNOWN: {problem}", err=True)
     if held:  # past the drain cap, in a prolog: the job is off the node, and a non-zero exit would drain it
         click.echo(f"ccrhost check: {held}; exit 0 so that slurmd does not drain the node", err=True)
+        return 0
+    if drain and drain_unknown and problem is None and only_unproven(verdict):
+        # prolog use: an active check's missing or old proof says nothing against the node, and any
+        # non-zero exit would make slurmd drain it (a sweep that fell behind must not drain the fleet)
+        click.echo("ccrhost check: UNKNOWN only for want of an active check's proof; exit 0 so that the job "
+                   "starts and slurmd does not drain the node", err=True)
         return 0
     return exit_code
 

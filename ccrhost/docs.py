@@ -174,7 +174,10 @@ def _entry_md(doc: reasons_mod.ReasonDoc) -> str:
     fixes = [f"- `{f}`" if isinstance(f, reasons_mod.Cmd) else f"- {_md(f)}" for f in doc.fix]
     return "\n".join([
         f"## `{doc.code}`", "", f"**{doc.level}**{see}", "",
-        f"**Action:** `{doc.action}`; **scope:** {doc.scope}", "", _md(doc.meaning), "",
+        f"**Action:** `{doc.action}`; **scope:** {doc.scope}", "",
+        *(["**Drains:** never; a job still starts (an active check's proof is missing or old: nothing is said "
+           "against the node)", ""] if doc.proof else []),
+        _md(doc.meaning), "",
         f"**What is read**: {_md(doc.reads)}", "", "**Likely causes**", "",
         *(f"- {_md(c)}" for c in doc.causes), "", "**Confirm**", "", "```sh", *doc.confirm, "```", "",
         "**Fix**", "", *fixes, ""])

@@ -136,6 +136,12 @@ def test_each_diag_fault_fails_its_node_naming_test_and_gpu_on_every_path(dcgm_l
     assert states["node4"][0] == "drained" and "dcgm_test_failed" in states["node4"][1], states["node4"]
     assert {n: states[n][0] for n in ("node5", "node6", "node7", "node8")} == dict.fromkeys(
         ("node5", "node6", "node7", "node8"), "idle"), states
+    # and a job starts on node5 and node6: their prologs judge the same stored UNKNOWN, which is only a
+    # missing proof (dcgm_hostengine, dcgm_hang), so they let it start and drain nothing
+    job = allocate(lab, "node[5-6]", "someone")
+    states = lab_slurm.node_states(lab)
+    assert {n: states[n][0] for n in ("node5", "node6")} == dict.fromkeys(("node5", "node6"), "allocated"), states
+    lab_slurm.run(lab, "scancel", job)
 
 
 class Held:
@@ -190,7 +196,7 @@ def test_a_sweep_never_touches_a_running_job_nor_holds_more_than_its_cap_and_sta
     assert lab_ssh(lab, "node8", "test -e /run/ccrhost/dcgm.json").returncode != 0  # never touched
 
     # a result past its validity: UNKNOWN as stale in the node's check, its Prometheus textfile and slurm
-    # verify (in an allocation taken while the result was fresh: a prolog that read it stale would drain)
+    # verify (in an allocation taken while the result was fresh)
     lab_slurm.run(lab, "scancel", other)
     mine = allocate(lab, "node7", "operator")
     old = {**stored, "measured_at": stored["measured_at"] - 2 * 86400}
@@ -207,6 +213,11 @@ def test_a_sweep_never_touches_a_running_job_nor_holds_more_than_its_cap_and_sta
     assert hosts["node7"]["status"] == "UNKNOWN", verify.stderr[-3000:]
     assert [r["code"] for r in dcgm_reasons(hosts["node7"])] == ["dcgm_stale"]
     assert "s old, valid for 86400 s" in dcgm_reasons(hosts["node7"])[0]["message"]
+    # a stale proof keeps no job off the node: a new job's prolog reads it and lets the job start, undrained
+    lab_slurm.run(lab, "scancel", mine)
+    again = allocate(lab, "node7", "someone")
+    assert lab_slurm.node_states(lab)["node7"][0] == "allocated"
+    lab_slurm.run(lab, "scancel", again)
 
 
 def test_the_deploys_verification_runs_the_diag_and_names_the_same_test_and_gpu(dcgm_lab, tmp_path):

@@ -384,3 +384,73 @@ def test_a_check_that_ends_early_leaves_no_nvidia_smi_behind(tmp_path, case):
     while any(_alive(p) for p in started) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in started if _alive(p)]
+
+
+def _with(verdict, *reasons):
+    from dataclasses import replace
+
+    from ccrhost.model.status import worst
+
+    return replace(verdict, status=worst([verdict.status, *(r.level for r in reasons)]),
+                   reasons=[*verdict.reasons, *reasons])
+
+
+def test_an_unknown_that_is_only_a_missing_proof_never_drains(scontrol):
+    """Issue 38: a hung DCGM host engine, or an active result past its validity, is UNKNOWN
+    and drains nothing, in the prolog too (a sweep that fell behind must not drain the fleet)."""
+    from ccrhost.model.status import UNKNOWN
+    from ccrhost.model.verdict import Reason, only_unproven
+
+    script, state, log = scontrol
+    unproven = _with(evaluate(healthy(), H100),
+                     Reason(UNKNOWN, "dcgm_hostengine", "DCGM host engine not responding to dcgmi discovery -l"),
+                     Reason(UNKNOWN, "allreduce_stale", "the stored nvlink result is 90000 s old"))
+    assert unproven.status == "UNKNOWN" and only_unproven(unproven)
+    assert node_check.drain(unproven, node="gpu01", scontrol=str(script), unknown_drains=True) == (
+        "gpu01 not drained: UNKNOWN only for want of an active check's proof (dcgm_hostengine, allreduce_stale)")
+    assert not log.exists()
+    # beside an UNKNOWN of the node's own readings it drains as any UNKNOWN does
+    unreadable = _with(unproven, Reason(UNKNOWN, "rdma_unreadable", "cannot read /sys/class/infiniband"))
+    assert not only_unproven(unreadable)
+    assert node_check.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True).startswith(
+        "drained gpu01: ccrhost: dcgm_hostengine,allreduce_stale,rdma_unreadable: UNKNOWN: ")
+    # and a FAIL beside a missing proof is a FAIL
+    assert not only_unproven(_with(failing(), Reason(UNKNOWN, "dcgm_stale", "old")))
+
+
+def test_the_proof_codes_are_catalogued_unknown_codes_and_explain_says_they_never_drain():
+    from click.testing import CliRunner
+
+    from ccrhost.cli import main
+    from ccrhost.model.reasons import PROOF_CODES, REGISTRY, is_proof
+
+    assert PROOF_CODES <= REGISTRY.keys()
+    assert all(REGISTRY[c].level == "UNKNOWN" and is_proof(c) for c in PROOF_CODES)
+    assert not is_proof("rdma_unreadable") and not is_proof("gpu_unreadable") and not is_proof("no_such_code")
+    out = CliRunner().invoke(main, ["explain", "dcgm_hostengine"]).output
+    assert "Drains: never; a job still starts" in out
+    assert "Drains:" not in CliRunner().invoke(main, ["explain", "gpu_unreadable"]).output
+
+
+def test_the_prolog_lets_a_job_start_where_only_a_proof_is_missing(monkeypatch, tmp_path):
+    """`ccrhost check --drain --drain-unknown` (the prolog) exits 0 for such an UNKNOWN, as any non-zero exit
+    makes slurmd drain the node; without the prolog's flags it is UNKNOWN, exit 3, as everywhere."""
+    from click.testing import CliRunner
+
+    from ccrhost.cli import main
+    from ccrhost.model.status import UNKNOWN
+    from ccrhost.model.verdict import Reason
+
+    unproven = _with(evaluate(healthy(), H100), Reason(UNKNOWN, "dcgm_stale", "the stored diag is 2 days old"))
+    monkeypatch.setattr(node_check, "run_check", lambda settings, **kw: unproven)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: nothing could be drained either way
+    config = tmp_path / "check.yaml"
+    config.write_text("verify_gpu_count: 8\n")
+    prolog = CliRunner().invoke(main, ["check", "--config", str(config), "--format", "nhc", "--drain",
+                                       "--drain-unknown", "--hold"], standalone_mode=False)
+    assert prolog.return_value == 0, prolog.output
+    assert prolog.stdout == "ERROR: ccrhost: Health check failed: UNKNOWN: dcgm_stale: the stored diag is 2 days old [action none]\n"
+    assert "UNKNOWN only for want of an active check's proof; exit 0" in prolog.stderr
+    plain = CliRunner().invoke(main, ["check", "--config", str(config), "--format", "nhc", "--drain"],
+                               standalone_mode=False)
+    assert plain.return_value == 3 and "exit 0" not in plain.stderr

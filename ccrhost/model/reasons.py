@@ -14,7 +14,7 @@ message names them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ccrhost.model.actions import (
     ACTIONS,
@@ -49,6 +49,7 @@ class ReasonDoc:
     confirm: tuple[str, ...]   # commands that show it on the node
     fix: tuple[str, ...]       # commands or steps that fix it
     see: str = ""              # the docs page (and anchor) that explains more
+    proof: bool = False        # an active check's proof is absent, old or could not be got (PROOF_CODES)
 
 
 class Cmd(str):
@@ -1247,13 +1248,30 @@ _ENTRIES: tuple[ReasonDoc, ...] = (
          "check-and-slurm.md"),
 )
 
+# UNKNOWN codes that say an active check's stored proof (all-reduce, DCGM diag,
+# nvbandwidth, NIC firmware and optics) is missing, old, or could not be got:
+# nothing against the node, whose passive readings are judged as ever. Such an
+# UNKNOWN never drains the node and never keeps a job off it (issue 38: a hung
+# host engine drains nothing; a sweep that falls behind must not drain the fleet).
+PROOF_CODES = frozenset({
+    "allreduce_missing", "allreduce_hang", "allreduce_failed", "allreduce_nccl_warn", "allreduce_no_threshold",
+    "allreduce_stale", "allreduce_unreadable",
+    "dcgm_hostengine", "dcgm_hang", "dcgm_missing", "dcgm_failed", "dcgm_stale", "dcgm_unreadable",
+    "nvbandwidth_no_threshold", "nvbandwidth_stale", "nvbandwidth_failed",
+    "nic_fw_tool_missing", "nic_fw_unreadable", "nic_fw_never_read", "nic_link_unreadable", "nic_fw_stale",
+})
+
 REGISTRY: dict[str, ReasonDoc] = {}
 for _entry in _ENTRIES:
+    if _entry.code in PROOF_CODES:
+        assert _entry.level == UNKNOWN, f"{_entry.code}: a proof code is UNKNOWN, not {_entry.level}"
+        _entry = replace(_entry, proof=True)
     assert _entry.code not in REGISTRY, f"reason code {_entry.code} registered twice"
     assert _entry.level in (FAIL, WARN, UNKNOWN), f"{_entry.code}: level {_entry.level}"
     assert _entry.action in ACTIONS, f"{_entry.code}: action {_entry.action!r}, not one of {ACTIONS}"
     assert _entry.scope in SCOPES, f"{_entry.code}: scope {_entry.scope!r}, not one of {SCOPES}"
     REGISTRY[_entry.code] = _entry
+assert PROOF_CODES <= REGISTRY.keys(), f"proof codes not catalogued: {sorted(PROOF_CODES - REGISTRY.keys())}"
 
 
 def action_of(code: str) -> str:
@@ -1261,6 +1279,13 @@ def action_of(code: str) -> str:
     JSON) is for a person to look at."""
     doc = REGISTRY.get(code)
     return doc.action if doc else INVESTIGATE
+
+
+def is_proof(code: str) -> bool:
+    """Whether an UNKNOWN of this code is only an active check's missing proof
+    (``PROOF_CODES``); an unknown code is not."""
+    doc = REGISTRY.get(code)
+    return doc.proof if doc else False
 
 
 def scope_of(code: str) -> str:
@@ -1303,7 +1328,9 @@ def entry_text(doc: ReasonDoc, width: int = 78) -> str:
     def item(text):  # a command stays one line; prose is a wrapped bullet
         return f"  {text}" if isinstance(text, Cmd) else para(text, "  - ", "    ")
 
-    lines = [f"{doc.code} ({doc.level})", f"Action: {doc.action}; scope: {doc.scope}", "", para(doc.meaning), "", para("Read: " + doc.reads, rest="  "), "",
+    lines = [f"{doc.code} ({doc.level})", f"Action: {doc.action}; scope: {doc.scope}", "",
+             *([para("Drains: never; a job still starts (an active check's proof is missing or old, nothing is said "
+                     "against the node)"), ""] if doc.proof else []), para(doc.meaning), "", para("Read: " + doc.reads, rest="  "), "",
              "Likely causes:", *(para(c, "  - ", "    ") for c in doc.causes),
              "", "Confirm:", *(f"  {c}" for c in doc.confirm),
              "", "Fix:", *(item(f) for f in doc.fix)]

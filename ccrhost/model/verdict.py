@@ -240,6 +240,17 @@ def scope_text(reason: Reason, readings: Readings) -> str:
     return detail["scope"]
 
 
+def only_unproven(verdict: Verdict) -> bool:
+    """True when the verdict is UNKNOWN only because an active check's proof
+    is missing, old or could not be got (every UNKNOWN reason's code is in
+    ``reasons.PROOF_CODES``): nothing is said against the node, so no path
+    drains it for that and the prolog lets the job start."""
+    from ccrhost.model.reasons import is_proof
+
+    unknown = [r for r in verdict.reasons if r.level == UNKNOWN]
+    return verdict.status == UNKNOWN and bool(unknown) and all(is_proof(r.code) for r in unknown)
+
+
 def unjudged(status: str, code: str, message: str) -> Verdict:
     """The verdict of a node whose readings were never judged (a probe that
     could not be read or hung, a host never reached): ``message`` is its one

@@ -20,7 +20,8 @@ from ccrhost.model.datapath import DatapathReading, unreadable
 from ccrhost.model.fabric import FabricReading, window_from_state
 from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
-from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, reason_action, scope_detail, scope_text, unjudged
+from ccrhost.model.verdict import (Verdict, evaluate, only_unproven, readings_from_facts, reason_action, scope_detail,
+                                   scope_text, unjudged)
 from ccrhost.output import write_state
 
 if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without the settings model
@@ -780,6 +781,9 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
     # slurmd names the node in the prolog's and health check's environment;
     # its NodeName need not be the host name
     node = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    if unknown_drains and only_unproven(verdict):
+        return _note(f"{node} not drained: UNKNOWN only for want of an active check's proof "
+                     f"({', '.join(dict.fromkeys(r.code for r in verdict.reasons if r.level == UNKNOWN))})")
     reason, comment = _show_node(node, scontrol)
     ours = reason is not None and reason.startswith(DRAIN_PREFIX)
     if reason is not None and not ours:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -137,4 +138,7 @@ def test_install_then_slurm_then_a_prolog_that_runs_and_a_node_without_ccrhost_r
     # a job on every node: slurmd runs that prolog (PrologFlags=Alloc) and the job runs; no node is drained
     job = lab_slurm.run(lab, "srun", "-N3", "-I30", "true", timeout=90)
     assert job.returncode == 0, job.stderr
+    deadline = time.monotonic() + 30  # srun returns while the nodes still show the job completing
+    while any(st == "completing" for st, _ in lab_slurm.node_states(lab).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert lab_slurm.node_states(lab) == {n: ("idle", "none") for n in NODES}

@@ -20,8 +20,9 @@ RESET = drain_reason(remap_pending_on_gpu2())  # "ccrhost: GPU 2 (...) ... [acti
 class Cluster:
     """Fake ssh and Slurm: records every command; each node's GPU holders and check verdict."""
 
-    def __init__(self, nodes, holders=None, passes=True):
+    def __init__(self, nodes, holders=None, passes=True, boots=None):
         self.nodes, self.holders, self.passes = nodes, holders or {}, passes
+        self.boots = boots or {}  # node -> (BootTime, the time Slurm stamped on its reason)
         self.ran: list[tuple] = []
 
     def remote(self, address, command):
@@ -40,6 +41,13 @@ class Cluster:
         if args[0] == "sinfo":
             node = self.nodes[args[3]]
             return 0, f"{node.state}|{node.reason}"
+        if args[:3] == ("scontrol", "show", "node"):
+            node = self.nodes[args[4]]
+            boot, since = self.boots.get(node.name, ("2026-12-01T08:00:00", "2026-12-05T10:00:00"))
+            # Slurm 23.02's -o layout, abridged: the reason last but for the fields after it
+            return 0, (f"NodeName={node.name} Arch=x86_64 CoresPerSocket=1 State={node.state.upper()} "
+                       f"BootTime={boot} SlurmdStartTime={boot} Reason={node.reason} [root@{since}] "
+                       "Comment=(null)")
         return 0, ""
 
 
@@ -100,8 +108,36 @@ def test_reboots_stay_within_the_cap_and_the_dry_run_touches_nothing():
                     "n3": ["not rebooted: 2 node(s) rebooting already (--max-reboots 2)"],
                     "n5": ["would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it",
                            "would run the node's check and resume it if it passes"]}
-    assert c.ran == []
+    assert [x for x in c.ran if x[:3] != ("scontrol", "show", "node")] == []  # read, never changed
     logs = {log.node: (log.steps, log.outcome) for log in run(c, enabled=("reboot",), max_reboots=2)}
     assert logs["n1"] == (["rebooting (scontrol reboot); a later run checks it and resumes it if it passes"],
                           "rebooting")
     assert [x for x in c.ran if x[:2] == ("scontrol", "reboot")] == [("scontrol", "reboot", "n1")]
+
+
+def test_a_node_that_booted_after_its_drain_is_checked_and_resumed_not_rebooted_again():
+    reboot = "ccrhost: gpu_fell_off_bus: GPU 7 (0000:88:00.0) fell off the bus [action reboot gpu 7]"
+    nodes = {"n1": node("n1", reboot), "n2": node("n2", reboot)}
+    c = Cluster(nodes, boots={"n1": ("2026-12-05T10:05:00", "2026-12-05T10:00:00")})
+    logs = {log.node: (log.steps, log.outcome) for log in run(c, enabled=("reboot",), max_reboots=1)}
+    assert logs["n1"] == (["booted at 2026-12-05T10:05:00, after its drain at 2026-12-05T10:00:00: the reboot is done",
+                           "check: OK", "resumed"], "resumed")
+    # n1 came back, so the one reboot the cap allows goes to n2
+    assert logs["n2"][1] == "rebooting"
+    assert [x for x in c.ran if x[:2] == ("scontrol", "reboot")] == [("scontrol", "reboot", "n2")]
+    assert ("scontrol", "update", "NodeName=n1", "State=RESUME") in c.ran
+    # and one whose failure came back after the reboot (a newer reason) is rebooted again, not resumed
+    c = Cluster({"n1": node("n1", reboot)}, boots={"n1": ("2026-12-05T10:05:00", "2026-12-05T10:09:00")})
+    assert [(log.steps, log.outcome) for log in run(c, enabled=("reboot",))] == [
+        (["rebooting (scontrol reboot); a later run checks it and resumes it if it passes"], "rebooting")]
+
+
+def test_node_fields_reads_the_reason_whole_and_its_time():
+    from ccrhost.fleet.slurm import node_fields
+
+    line = ("NodeName=node2 Arch=x86_64 State=IDLE+DRAIN BootTime=2026-12-05T18:20:11 "
+            "Reason=ccrhost: xid: MAX_ACC_OUT_READ=64 on mlx5_0 [action reboot gpu 7] [root@2026-12-05T18:21:00] "
+            "Comment=(null)")
+    fields = node_fields(line)
+    assert fields["BootTime"] == "2026-12-05T18:20:11" and fields["ReasonTime"] == "2026-12-05T18:21:00"
+    assert fields["State"] == "IDLE+DRAIN"

@@ -131,3 +131,57 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
                 lab.clear(node, fault.split("=")[0])
             if "drain" in state(lab, node)[0]:
                 lab_slurm.run(lab, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+
+def boot_time(lab, node) -> str:
+    from ccrhost.fleet.slurm import node_fields
+
+    return node_fields(lab_slurm.run(lab, "scontrol", "show", "node", "-o", node).stdout).get("BootTime", "")
+
+
+def test_a_reboot_fixable_fault_is_rebooted_within_the_cap_and_the_node_resumed(slurm_lab):
+    """Xid 79 (fell off the bus) on both nodes: the health check drains each with [action reboot gpu 7];
+    remediate reboots one at a time (--max-reboots 1) through Slurm's RebootProgram (the lab's BMC power-
+    cycles the node, which ends the Xid), and a later run finds each booted after its drain, checks it and
+    resumes it: never a second reboot of a node that came back fit."""
+    lab = slurm_lab
+    nodes = ("node1", "node2")
+    before = {n: boot_time(lab, n) for n in nodes}
+    bmc = lab.dir / "slurm/ctld/bmc.log"
+    seen = len(bmc.read_text()) if bmc.exists() else 0
+    try:
+        for n in nodes:
+            lab.fault(n, "xid=79:7")
+        for n in nodes:
+            assert drained_with(lab, n, "[action reboot gpu 7]").startswith("ccrhost: gpu_")
+        out = remediate(lab, "--allow", "reboot", "--max-reboots", "1")
+        assert "node1: rebooting (scontrol reboot); a later run checks it and resumes it if it passes\n" in out, out
+        assert "node2: not rebooted: 1 node(s) rebooting already (--max-reboots 1)\n" in out, out
+        # Slurm runs the RebootProgram, the node boots again (a new BootTime) and registers, still drained
+        deadline = time.monotonic() + 120
+        while boot_time(lab, "node1") == before["node1"] or "reboot" in state(lab, "node1")[0]:
+            assert time.monotonic() < deadline, (state(lab, "node1"), boot_time(lab, "node1"))
+            time.sleep(0.5)
+        assert "xid=79:7" not in lab.node("node1").faults and "xid=79:7" in lab.node("node2").faults
+        assert boot_time(lab, "node2") == before["node2"]  # the cap held: node2 was not rebooted meanwhile
+        out = remediate(lab, "--allow", "reboot", "--max-reboots", "1")
+        if "node1:" in out:  # else its own health check found it fit and resumed it first
+            assert "node1: booted at " in out and "node1: resumed\n" in out and "node1: rebooting" not in out, out
+        assert "node2: rebooting (scontrol reboot)" in out, out
+        deadline = time.monotonic() + 120
+        while boot_time(lab, "node2") == before["node2"] or "reboot" in state(lab, "node2")[0]:
+            assert time.monotonic() < deadline, (state(lab, "node2"), boot_time(lab, "node2"))
+            time.sleep(0.5)
+        out = remediate(lab, "--allow", "reboot", "--max-reboots", "1")
+        assert "rebooting" not in out, out
+        for n in nodes:
+            assert wait_for(lab, n, lambda s, r: s == "idle", timeout=60)[0] == ("idle", "none")
+        # each node was rebooted exactly once
+        log = bmc.read_text()[seen:]
+        assert log.count("rebooted node1") == 1 and log.count("rebooted node2") == 1, log
+    finally:
+        for n in nodes:
+            for fault in list(lab.node(n).faults):
+                lab.clear(n, fault.split("=")[0])
+            if "drain" in state(lab, n)[0]:
+                lab_slurm.run(lab, "scontrol", "update", f"NodeName={n}", "State=RESUME")

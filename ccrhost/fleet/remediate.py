@@ -10,9 +10,14 @@ automate and the operator enabled it:
   (``nvidia-smi --query-compute-apps=pid -i N``), with ``nvidia-smi -r -i N``;
   then the node's check, and ``scontrol update State=RESUME`` only when it
   passes (OK or WARN) and the reason is still the one acted on;
-- ``reboot``: ``scontrol reboot NODE``, at most ``max_reboots`` nodes
-  rebooting at once (those Slurm already shows rebooting count); the node
-  comes back drained, and a later run checks it and resumes it if it passes.
+- ``reboot``: ``scontrol reboot NODE`` (Slurm's RebootProgram does it), at
+  most ``max_reboots`` nodes rebooting at once (those Slurm already shows
+  rebooting count); the node comes back drained with its reason. A later run
+  sees that it booted after its reason was set (``BootTime`` against the
+  reason's ``[USER@TIME]``), so it does not reboot it again: it checks it and
+  resumes it if it passes. A failure that comes back gets a new reason (a
+  later time), hence another reboot, until the node's history makes it
+  ``node_repeat_failures`` (replace), which is never automated.
 
 An operator's reason, a drain for replacement (``node_repeat_failures``,
 ``gpu_lemon``) or one resting on a measurement, and any other action are left alone, and said so. Commands on a node
@@ -126,6 +131,14 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
         if node.name in rebooting:
             log("a reboot is under way")
             return log
+        booted, since = rebooted_since_drain(node.name, slurm)
+        if booted:
+            log(f"booted at {booted}, after its drain at {since}: the reboot is done")
+            if opts.dry_run:
+                log("would run the node's check and resume it if it passes")
+                log.outcome = "dry run"
+                return log
+            return check_and_resume(node, opts, remote, slurm, log)
         if len(rebooting) >= opts.max_reboots:
             log(f"not rebooted: {len(rebooting)} node(s) rebooting already (--max-reboots {opts.max_reboots})")
             return log
@@ -149,6 +162,20 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
         log.outcome = "dry run"
         return log
     return check_and_resume(node, opts, remote, slurm, log)
+
+
+def rebooted_since_drain(name: str, slurm) -> tuple[str | None, str | None]:
+    """(BootTime, the reason's time) when the node booted after its drain
+    reason was set, else (None, the reason's time). Both are slurmctld's
+    local ISO times, so they compare as text."""
+    from ccrhost.fleet.slurm import node_fields
+
+    rc, out = slurm("scontrol", "show", "node", "-o", name)
+    fields = node_fields(out) if rc == 0 else {}
+    boot, since = fields.get("BootTime"), fields.get("ReasonTime")
+    if boot and since and boot[:1].isdigit() and boot > since:
+        return boot, since
+    return None, since
 
 
 def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) -> NodeLog:

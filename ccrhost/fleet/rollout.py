@@ -14,11 +14,10 @@ stops before the next batch once ``max_failures`` nodes failed.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
-from ccrhost.fleet.slurm import SlurmError, check_script, judge, parse_check_task, run_slurm
+from ccrhost.fleet.slurm import SlurmError, check_script, judge, node_fields, parse_check_task, run_slurm
 from ccrhost.model.status import OK
 
 REASON_PREFIX = "ccrhost rollout:"
@@ -33,12 +32,7 @@ class Outcome:
 
 def show(node: str) -> dict[str, str]:
     """``scontrol show node -o``'s fields (State, BootTime, Reason, ...)."""
-    line = run_slurm("scontrol", "show", "node", "-o", node).stdout
-    fields = dict(re.findall(r"(\w+)=(\S*)", line))
-    reason = re.search(r"Reason=(.*?)(?: \w+=|$)", line)
-    if reason:
-        fields["Reason"] = reason.group(1)
-    return fields
+    return node_fields(run_slurm("scontrol", "show", "node", "-o", node).stdout)
 
 
 def rebooted(node: str, before: str) -> bool:

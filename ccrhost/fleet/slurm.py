@@ -107,6 +107,21 @@ def list_nodes(partition: str | None = None, nodelist: str | None = None) -> dic
     return {n: replace(v, held=held[n]) if n in held else v for n, v in nodes.items()}
 
 
+def node_fields(line: str) -> dict[str, str]:
+    """One node's ``scontrol show node -o`` line: its KEY=VALUE fields
+    (State, BootTime, ...), with Reason whole (it holds spaces) and, where
+    Slurm stamped it, ``ReasonTime``: the TIME of the ``[USER@TIME]`` it ends with."""
+    from ccrhost.node.check import REASON_FIELD
+
+    fields = dict(re.findall(r"(\w+)=(\S*)", line))
+    reason = REASON_FIELD.search(line)
+    if reason:
+        fields["Reason"] = reason.group(1)
+        if reason.group(2):
+            fields["ReasonTime"] = reason.group(2)
+    return fields
+
+
 def held_nodes(text: str) -> dict[str, str]:
     """``scontrol show node -o``: {node: its comment} where ccrhost's drain cap held."""
     from ccrhost.node.check import _COMMENT, HELD_PREFIX

@@ -63,6 +63,7 @@ NODES_PER_24 = 245  # 198.18.<subnet>.11 to .255; more take the next /24 too
 # Shims a check or deploy runs many times: served by each node's labsysfsd
 # (shims/labtools.py) so that a call costs no interpreter start.
 MLX_TOOLS = ("mlxconfig", "mstconfig", "mlxlink", "mstlink")  # removed from a node by the mlx_tools_missing fault
+BOOT_CLEARS = ("xid", "gpu_fell_off")  # faults a power cycle ends (Lab.reboot)
 SERVED_SHIMS = ("ethtool", "nvidia-smi", "journalctl", "dmesg", "setpci", "mlnx_qos", "dcb")
 
 
@@ -544,6 +545,9 @@ class Lab:
 
     def _reboot(self, name: str) -> Node:
         state, node = self._locate(name)
+        # what a power cycle clears: the kernel log starts again (journalctl -k is this boot's), so
+        # the XIDs logged before are gone, and a GPU that fell off the bus is found again at boot
+        node.faults = [f for f in node.faults if f.partition("=")[0] not in BOOT_CLEARS]
         self._stop_node(node)
         self.boot(node)
         self.save(state)

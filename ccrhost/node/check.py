@@ -602,9 +602,9 @@ def _fabric_metrics(fabric) -> list[str]:
     return out
 
 
-# The reason runs to its " [user@time]" and the fields newer Slurm prints after it
-_REASON = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]]*\])?(?=\s+(?:Comment|Extra|InstanceId|InstanceType|ResumeAfter)="
-                     r"|\s*$)")
+# The reason runs to its " [user@time]" (the time: group 2) and the fields newer Slurm prints after it
+REASON_FIELD = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]@]*@([^\]]*)\])?"
+                          r"(?=\s+(?:Comment|Extra|InstanceId|InstanceType|ResumeAfter)=|\s*$)")
 # `scontrol show node -o`: Key=Value words; a comment may hold spaces, so it
 # runs to the next Key=
 _COMMENT = re.compile(r"\bComment=(.*?)(?=\s+[A-Z][A-Za-z]*=|\s*$)")
@@ -632,7 +632,7 @@ def _show_node(node: str, scontrol: str) -> tuple[str | None, str | None]:
     """The node's (reason, comment) as slurmctld has them."""
     out = _scontrol([scontrol, "show", "node", node, "-o"]).strip()
     found = []
-    for pattern in (_REASON, _COMMENT):
+    for pattern in (REASON_FIELD, _COMMENT):
         match = pattern.search(out)
         value = match.group(1).strip() if match else None
         found.append(None if value in (None, "", "(null)", "none") else value)

@@ -141,3 +141,14 @@ def test_node_fields_reads_the_reason_whole_and_its_time():
     fields = node_fields(line)
     assert fields["BootTime"] == "2026-12-05T18:20:11" and fields["ReasonTime"] == "2026-12-05T18:21:00"
     assert fields["State"] == "IDLE+DRAIN"
+
+
+def test_dcgm_diag_runs_on_the_repaired_node_before_its_check():
+    c = Cluster({"n1": node("n1", RESET)})
+    logs = run(c, enabled=("reset_gpu",), dcgm_level=2, dry_run=True)
+    assert logs[0].steps[-1] == "would run DCGM's diag level 2 and the node's check and resume it if it passes"
+    logs = run(c, enabled=("reset_gpu",), dcgm_level=2)
+    on_node = [cmd for _, cmd in (x for x in c.ran if len(x) == 2)]
+    diag = on_node.index("/usr/local/bin/ccrhost dcgm --config /etc/ccrhost/check.yaml --level 2")
+    assert on_node[diag + 1].startswith("/usr/local/bin/ccrhost check ")  # the check judges what the diag stored
+    assert logs[0].steps[1] == "dcgm diag level 2 (exit 127): unexpected" and logs[0].outcome == "resumed"

@@ -47,6 +47,7 @@ class RemediateOptions:
     ccrhost: str = "/usr/local/bin/ccrhost"
     config: str = CHECK_CONFIG
     timeout: float = 120
+    dcgm_level: int = 0                        # the DCGM diag run before the check (0: none)
 
 
 @dataclass
@@ -135,7 +136,7 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
         if booted:
             log(f"booted at {booted}, after its drain at {since}: the reboot is done")
             if opts.dry_run:
-                log("would run the node's check and resume it if it passes")
+                log(_would_check(opts))
                 log.outcome = "dry run"
                 return log
             return check_and_resume(node, opts, remote, slurm, log)
@@ -158,10 +159,15 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
         log(f"action {action} cannot be automated: left drained for a person")
         return log
     if opts.dry_run:
-        log("would run the node's check and resume it if it passes")
+        log(_would_check(opts))
         log.outcome = "dry run"
         return log
     return check_and_resume(node, opts, remote, slurm, log)
+
+
+def _would_check(opts: RemediateOptions) -> str:
+    diag = f"DCGM's diag level {opts.dcgm_level} and " if opts.dcgm_level else ""
+    return f"would run {diag}the node's check and resume it if it passes"
 
 
 def rebooted_since_drain(name: str, slurm) -> tuple[str | None, str | None]:
@@ -179,7 +185,13 @@ def rebooted_since_drain(name: str, slurm) -> tuple[str | None, str | None]:
 
 
 def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) -> NodeLog:
-    """The node's own check; RESUME only when it passes and the drain is still the one acted on."""
+    """The node's own check; RESUME only when it passes and the drain is still the one acted on.
+    With ``dcgm_level``, DCGM's diag runs first on the node (drained, so idle) and stores its result,
+    which the check then judges like every stored active result (where the node's settings judge it)."""
+    if opts.dcgm_level:
+        rc, out = remote(node.address, f"{shlex.quote(opts.ccrhost)} dcgm --config {shlex.quote(opts.config)} "
+                                       f"--level {opts.dcgm_level}")
+        log(f"dcgm diag level {opts.dcgm_level} (exit {rc}): {out.splitlines()[-1] if out else 'no output'}")
     rc, out = remote(node.address, f"{shlex.quote(opts.ccrhost)} check --config {shlex.quote(opts.config)} "
                                    "--format json")
     verdict = _verdict(out)

@@ -930,7 +930,11 @@ def rollout(partition, nodelist, max_nodes, max_failures, reason, ccrhost_cmd, c
 @click.option("--ccrhost", "ccrhost_cmd", default="/usr/local/bin/ccrhost", show_default=True,
               help="The ccrhost command on the nodes.")
 @click.option("--config", default=CHECK_CONFIG, show_default=True, help="The check settings on the nodes.")
-def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_cmd, config):
+@click.option("--dcgm-level", type=click.IntRange(0, 4), default=0, show_default=True,
+              help="After a repair, run DCGM's diag at this level on the node (`ccrhost dcgm`; it is drained, so "
+                   "idle) before its check, which judges the stored result where the node's settings set "
+                   "verify_dcgm (0: none).")
+def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_cmd, config, dcgm_level):
     """Repair drained nodes and return the ones that pass their check.
 
     For each drained node with a ccrhost drain reason, the action the reason
@@ -943,7 +947,7 @@ def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_c
     from ccrhost.fleet.remediate import RemediateOptions
     from ccrhost.fleet.remediate import remediate as run
 
-    opts = RemediateOptions(tuple(allowed), max_reboots, dry_run, ssh, ccrhost_cmd, config)
+    opts = RemediateOptions(tuple(allowed), max_reboots, dry_run, ssh, ccrhost_cmd, config, dcgm_level=dcgm_level)
     try:
         nodes = list_nodes(partition, nodelist)
         logs = run(nodes, opts)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ccrhost.model.active import ActiveResult, evaluate
+from ccrhost.model.active import ActiveResult, stale_message, stored_reasons
 from ccrhost.node.active import load, run_tool, store
 
 
@@ -71,18 +71,15 @@ def test_a_damaged_state_file_is_refused_on_read_and_replaced_on_store(tmp_path)
     assert json.loads(path.read_text())["results"]["allreduce/nvlink"]["status"] == "OK"
 
 
-def test_a_stale_pass_is_unknown_never_ok():
+def test_a_stale_result_and_a_fresh_results_reasons():
     r = result()
-    assert evaluate(r, 1000.0 + 3600) == ("OK", "passed")
-    status, why = evaluate(r, 1000.0 + 3601)
-    assert status == "UNKNOWN" and why.startswith("stale: measured 3601 s ago")
-    assert evaluate(r, 999.0)[0] == "UNKNOWN"  # measured in the future: the clock moved
-    assert evaluate(None, 0) == ("UNKNOWN", "never run")
-
-
-def test_a_fail_stays_a_fail_while_fresh():
-    r = result(status="FAIL", code="allreduce_wrong", message="wrong results")
-    assert evaluate(r, 1500.0) == ("FAIL", "wrong results")
+    assert not r.stale(1000.0 + 3600) and r.stale(1000.0 + 3601)
+    assert r.stale(999.0)  # measured in the future: the clock moved
+    assert stale_message("NVLink", r, 1000.0 + 3601) == \
+        "NVLink: the stored result is 3601 s old, valid for 3600 s: run it again"
+    assert stored_reasons(r) == []
+    failed = result(status="FAIL", code="allreduce_wrong", message="wrong results")
+    assert [(x.level, x.code, x.message) for x in stored_reasons(failed)] == [("FAIL", "allreduce_wrong", "wrong results")]
 
 
 def test_a_stored_record_that_is_not_one_is_refused():

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from conftest import in_node as node_run
 
 from ccrhost.lab import slurm as lab_slurm
 from ccrhost.model.slurm import integration_files
@@ -24,10 +25,8 @@ STATE = "/run/ccrhost/active.json"
 
 
 def in_node(lab, node, *cmd):
-    holder = lab.node(node).holder_pid
-    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", "--", "env", "-i",
-                           f"SLURMD_NODENAME={node}", f"PATH={lab_slurm.PATH}", *cmd],
-                          capture_output=True, text=True, timeout=120)
+    """As slurmd runs a program on the node (conftest.in_node: its clock too), with slurmd's PATH."""
+    return node_run(lab, node, *cmd, env=(f"PATH={lab_slurm.PATH}",), timeout=120)
 
 
 def test_health_check_drains_the_wrong_node_and_the_prolog_lets_a_pending_one_run(slurm_lab, tmp_path):

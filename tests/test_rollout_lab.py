@@ -14,7 +14,7 @@ import time
 from datetime import datetime
 
 import pytest
-from conftest import lab_inventory, run_pyinfra
+from conftest import in_node as node_run, lab_inventory, run_pyinfra
 
 from ccrhost.lab import nicfw as lab_nicfw
 from ccrhost.lab import slurm as lab_slurm
@@ -29,10 +29,8 @@ STATE = "/run/ccrhost/active.json"
 
 
 def in_node(lab, node, *cmd):
-    holder = lab.node(node).holder_pid
-    return subprocess.run(["nsenter", "-t", str(holder), "-m", "-n", "-u", "--", "env", "-i",
-                           f"SLURMD_NODENAME={node}", f"PATH={lab_slurm.PATH}", *cmd],
-                          capture_output=True, text=True, timeout=120)
+    """As slurmd runs a program on the node (conftest.in_node: its clock too), with slurmd's PATH."""
+    return node_run(lab, node, *cmd, env=(f"PATH={lab_slurm.PATH}",), timeout=120)
 
 
 class Rebooting:

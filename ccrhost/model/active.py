@@ -73,11 +73,17 @@ def results_of(reading: ActiveReading) -> tuple[list[tuple[str, ActiveResult]], 
     return good, bad
 
 
-def evaluate(result: ActiveResult | None, now: float) -> tuple[str, str]:
-    """(status, why) of a stored result now: a missing one is UNKNOWN, a
-    stale one is UNKNOWN as stale (never its old OK), else its own verdict."""
-    if result is None:
-        return UNKNOWN, "never run"
-    if result.stale(now):
-        return UNKNOWN, f"stale: measured {result.age(now):.0f} s ago, valid for {result.valid_for:g} s"
-    return result.status, result.message if result.status != OK else "passed"
+def stale_message(what: str, result: ActiveResult, now: float) -> str:
+    """The message of a stored result past its validity (each check's ``..._stale`` code)."""
+    return f"{what}: the stored result is {result.age(now):.0f} s old, valid for {result.valid_for:g} s: run it again"
+
+
+def stored_reasons(result: ActiveResult) -> list:
+    """A fresh stored result's reasons, as the verdict gave them when the
+    result was made (never judged again): none for OK."""
+    from ccrhost.model.status import Reason
+
+    if result.status == OK:
+        return []
+    return [Reason.from_dict(r) for r in result.reasons or
+            ({"level": result.status, "code": result.code, "message": result.message},)]

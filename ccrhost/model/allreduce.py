@@ -238,7 +238,7 @@ def pair_busbw(reading: AllReduceReading | None) -> float | None:
 def check_allreduce(reading: AllReduceReading | None) -> list[Reason]:
     """Reasons from the results (``ccrhost.model.active.ActiveResult``
     dicts): a result past its validity is UNKNOWN as stale, never its old pass."""
-    from ccrhost.model.active import results_of
+    from ccrhost.model.active import results_of, stale_message, stored_reasons
 
     if reading is None:
         return []
@@ -249,10 +249,7 @@ def check_allreduce(reading: AllReduceReading | None) -> list[Reason]:
     reasons = [Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce result {mode}: {why}") for mode, why in bad]
     for mode, result in good:
         if result.stale(now):
-            reasons.append(Reason(UNKNOWN, "allreduce_stale",
-                                  f"{MODE_TEXT.get(mode, mode)}: the stored result is {result.age(now):.0f} s old, "
-                                  f"valid for {result.valid_for:g} s: run the test again"))
-        elif result.status != OK:
-            # the reason judge_run gave when the result was made, as it gave it (never judged again)
-            reasons.append(Reason.from_dict({"level": result.status, "code": result.code, "message": result.message}))
+            reasons.append(Reason(UNKNOWN, "allreduce_stale", stale_message(MODE_TEXT.get(mode, mode), result, now)))
+        else:
+            reasons += stored_reasons(result)
     return reasons

@@ -176,7 +176,7 @@ def check_dcgm(reading) -> list[Reason]:
     """Reasons from the stored diag results (an ``ActiveReading``): a result
     past its validity is UNKNOWN as stale, never its old pass; otherwise the
     reasons the run gave, as it gave them (never judged again)."""
-    from ccrhost.model.active import results_of
+    from ccrhost.model.active import results_of, stored_reasons
 
     if reading is None:
         return []
@@ -191,25 +191,18 @@ def check_dcgm(reading) -> list[Reason]:
             results.append(result)
         elif result.check == "nvbandwidth":  # stored beside the diag, by the same runs (node/nvbandwidth.py)
             reasons += [Reason(UNKNOWN, "nvbandwidth_stale", _stale(result, now))] if result.stale(now) \
-                else _stored(result)
+                else stored_reasons(result)
     # the newest run speaks for the GPUs now (a level 2 sweep after an operator's level 4, or before it)
     result = max(results, key=lambda r: r.measured_at, default=None)
     if result is None:
         return reasons
     if result.stale(now):
         return reasons + [Reason(UNKNOWN, "dcgm_stale", _stale(result, now))]
-    return reasons + _stored(result)
+    return reasons + stored_reasons(result)
 
 
 def _stale(result, now: float) -> str:
+    from ccrhost.model.active import stale_message
+
     what = f"DCGM diag {result.mode}" if result.check == CHECK else f"{result.check} ({result.mode})"
-    return (f"{what}: the stored result is {result.age(now):.0f} s old, valid for {result.valid_for:g} s: "
-            "run it again")
-
-
-def _stored(result) -> list[Reason]:
-    if result.status == OK:
-        return []
-    # the reasons the verdict gave when the result was made, as it gave them (never judged again)
-    return [Reason.from_dict(r) for r in result.reasons or
-            ({"level": result.status, "code": result.code, "message": result.message},)]
+    return stale_message(what, result, now)

@@ -146,6 +146,12 @@ def test_a_reboot_fixable_fault_is_rebooted_within_the_cap_and_the_node_resumed(
     resumes it: never a second reboot of a node that came back fit."""
     lab = slurm_lab
     nodes = ("node1", "node2")
+    def config(n):  # under the node's current root: a reboot gives it a new one
+        return lab.root(n) / "etc/ccrhost/check.yaml"
+
+    originals = {n: config(n).read_text() for n in nodes}
+    for n in nodes:  # both nodes fail one code: the drain cap (10% per code) would hold the second
+        config(n).write_text(yaml.safe_dump({**yaml.safe_load(originals[n]), "slurm_drain_cap_share": 1.0}))
     before = {n: boot_time(lab, n) for n in nodes}
     bmc = lab.dir / "slurm/ctld/bmc.log"
     seen = len(bmc.read_text()) if bmc.exists() else 0
@@ -166,7 +172,8 @@ def test_a_reboot_fixable_fault_is_rebooted_within_the_cap_and_the_node_resumed(
         assert boot_time(lab, "node2") == before["node2"]  # the cap held: node2 was not rebooted meanwhile
         out = remediate(lab, "--allow", "reboot", "--max-reboots", "1")
         if "node1:" in out:  # else its own health check found it fit and resumed it first
-            assert "node1: booted at " in out and "node1: resumed\n" in out and "node1: rebooting" not in out, out
+            assert "node1: booted at " in out and "node1: resumed\n" in out and "node1: rebooting" not in out, \
+                (out, lab_slurm.run(lab, "scontrol", "show", "node", "-o", "node1").stdout, before)
         assert "node2: rebooting (scontrol reboot)" in out, out
         deadline = time.monotonic() + 120
         while boot_time(lab, "node2") == before["node2"] or "reboot" in state(lab, "node2")[0]:
@@ -181,6 +188,7 @@ def test_a_reboot_fixable_fault_is_rebooted_within_the_cap_and_the_node_resumed(
         assert log.count("rebooted node1") == 1 and log.count("rebooted node2") == 1, log
     finally:
         for n in nodes:
+            config(n).write_text(originals[n])
             for fault in list(lab.node(n).faults):
                 lab.clear(n, fault.split("=")[0])
             if "drain" in state(lab, n)[0]:

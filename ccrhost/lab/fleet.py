@@ -547,7 +547,11 @@ class Lab:
         state, node = self._locate(name)
         # what a power cycle clears: the kernel log starts again (journalctl -k is this boot's), so
         # the XIDs logged before are gone, and a GPU that fell off the bus is found again at boot
-        node.faults = [f for f in node.faults if f.partition("=")[0] not in BOOT_CLEARS]
+        ndir = self.node_dir(node)
+        saved = json.loads((ndir / "profile.json").read_text())  # what boot renders the hardware from
+        saved["faults"] = [f for f in saved["faults"] if f.partition("=")[0] not in BOOT_CLEARS]
+        (ndir / "profile.json").write_text(json.dumps(saved))
+        node.faults = saved["faults"]
         self._stop_node(node)
         self.boot(node)
         self.save(state)

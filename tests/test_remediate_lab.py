@@ -152,7 +152,10 @@ def test_a_reboot_fixable_fault_is_rebooted_within_the_cap_and_the_node_resumed(
     originals = {n: config(n).read_text() for n in nodes}
     for n in nodes:  # both nodes fail one code: the drain cap (10% per code) would hold the second
         config(n).write_text(yaml.safe_dump({**yaml.safe_load(originals[n]), "slurm_drain_cap_share": 1.0}))
-    before = {n: boot_time(lab, n) for n in nodes}
+    before = {}
+    for n in nodes:  # a node that registered a moment ago shows BootTime=None for a while
+        wait_for(lab, n, lambda s, r: boot_time(lab, n) not in ("", "None"))
+        before[n] = boot_time(lab, n)
     bmc = lab.dir / "slurm/ctld/bmc.log"
     seen = len(bmc.read_text()) if bmc.exists() else 0
     try:

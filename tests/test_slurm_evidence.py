@@ -90,7 +90,8 @@ def test_a_bundle_over_the_cap_stays_on_the_node_and_a_path_that_is_no_bundle_is
 def test_a_step_that_gave_nothing_or_garbage_is_a_note(tmp_path):
     assert slurm_evidence.unpack("n", "20261205T082117Z", None, tmp_path, 100).note == "no output from the evidence step"
     assert slurm_evidence.unpack("n", "20261205T082117Z", ["@@tar", "AAAA"], tmp_path, 100).note == \
-        "the evidence step did not finish"
+        "the evidence step did not finish: @@tar AAAA"
+    assert slurm_evidence.unpack("n", "20261205T082117Z", [], tmp_path, 100).note == "the evidence step did not finish"
     assert slurm_evidence.unpack("n", "20261205T082117Z", ["@@tar", "!!", "@@end"], tmp_path, 100).note.startswith(
         "the bundle's base64 does not decode")
     assert slurm_evidence.unpack("n", "20261205T082117Z", ["@@tar", "@@end"], tmp_path, 100).note == \

@@ -78,7 +78,8 @@ def unpack(node: str, bundle: str, lines: list[str] | None, report_dir: str | Pa
         got.note = f"bundle {bundle} is not on the node (removed by age, or its folder is not readable)"
         return got
     if "@@tar" not in lines or "@@end" not in lines:
-        got.note = "the evidence step did not finish"
+        said = " ".join(x.strip() for x in lines[-3:] if x.strip())[:300]
+        got.note = "the evidence step did not finish" + (f": {said}" if said else "")
         return got
     body = lines[lines.index("@@tar") + 1:lines.index("@@end")]
     try:
@@ -133,7 +134,7 @@ def collect(job: str, named: dict[str, str], report_dir: str | Path, say, timeou
     for node in branches:
         bundle = PurePosixPath(named[node]).name
         out[node] = unpack(node, bundle, results.get(node), report_dir, cap)
-        if out[node].note and error and node not in results:
-            out[node].note += f": {error}"
+        if out[node].note and error:
+            out[node].note += f" (srun: {error})"
         say(f"evidence of {node}: {out[node].path or out[node].note}")
     return out

@@ -76,11 +76,11 @@ def test_a_bundle_over_the_cap_stays_on_the_node_and_a_path_that_is_no_bundle_is
     calls = []
     report = tmp_path / "report"
     got = slurm_evidence.collect("77", {"node1": v.evidence, "node2": "/etc", "node3": "/var/../etc/20261205T082117Z",
-                                        "../x": v.evidence}, report, lambda _: None, cap=1024,
+                                        "../x": v.evidence}, report, lambda _: None, cap=64,
                                  run_steps=local_steps(calls))
     assert calls == [("77", ["node1"], "ccrhost-evidence")]  # only the bundle a check names is asked for
-    assert got["node1"].path is None and got["node1"].bytes == 1025  # cut one byte past the cap
-    assert got["node1"].note == "bundle 20261205T082117Z is over 1024 bytes: not copied, it stays on the node"
+    assert got["node1"].path is None and got["node1"].bytes == 65  # cut one byte past the cap
+    assert got["node1"].note == "bundle 20261205T082117Z is over 64 bytes: not copied, it stays on the node"
     assert got["node2"].note == "'/etc' is not a bundle ccrhost names: not fetched"
     assert got["node3"].note.endswith("is not a bundle ccrhost names: not fetched")
     assert got["../x"].note.endswith("is not a bundle ccrhost names: not fetched")
@@ -108,3 +108,29 @@ def test_a_re_judged_verdict_keeps_naming_its_bundle(tmp_path, monkeypatch):
     measured = HostMeasurement(gbps={f"mlx5_{i}": 390.0 for i in range(8)})
     again = slurm.judge(out, measured)[0]  # evaluated again with the measurement: the bundle is still named
     assert again.readings.ports[0].measured_gbps == 390.0 and again.evidence == v.evidence
+
+
+def test_a_stream_cut_short_is_asked_for_once_more(tmp_path, monkeypatch):
+    v = failed_bundle(tmp_path, monkeypatch)
+    calls, said = [], []
+    real = local_steps(calls)
+
+    def flaky(job, branches, name, timeout):
+        results, error = real(job, branches, name, timeout)()
+        if len(calls) == 1:  # the first stream loses its tail, as srun's did twice on the Slurm lab
+            results = {n: lines[:-3] for n, lines in results.items()}
+        return lambda: (results, error)
+
+    got = slurm_evidence.collect("77", {"node1": v.evidence}, tmp_path / "report", said.append, run_steps=flaky)
+    assert len(calls) == 2 and got["node1"].path == str(tmp_path / "report/evidence/node1/20261205T082117Z")
+    assert said[1].startswith("evidence of node1: the evidence step did not finish: ") and \
+        said[1].endswith("; asking again")
+
+    def always_cut(job, branches, name, timeout):
+        results, error = real(job, branches, name, timeout)()
+        return lambda: ({n: lines[:-3] for n, lines in results.items()}, error)
+
+    calls.clear()
+    got = slurm_evidence.collect("77", {"node1": v.evidence}, tmp_path / "report2", said.append, run_steps=always_cut)
+    assert len(calls) == 2 and got["node1"].path is None  # once more, not forever
+    assert got["node1"].note.startswith("the evidence step did not finish")

@@ -227,7 +227,8 @@ def judge(out: CheckOutput, measured=None, allreduce=None, dcgm=None) -> tuple[V
         readings = replace(readings, allreduce=allreduce)
     if dcgm is not None:  # the DCGM diag result of this run (ccrhost.fleet.slurm_dcgm)
         readings = replace(readings, dcgm=dcgm)
-    return evaluate(readings, settings.expectation(), settings.policy()), settings
+    # the bundle the node's check kept stays named (the report and the drain reason name it)
+    return replace(evaluate(readings, settings.expectation(), settings.policy()), evidence=verdict.evidence), settings
 
 
 def _labelled(lines, tasks: dict[int, list[str]]) -> None:
@@ -372,6 +373,7 @@ class VerifyOptions:
     dcgm: object = None                # a ccrhost.fleet.slurm_dcgm.DcgmOptions: run DCGM's diagnostics
     idle_only: bool = False            # ccrhost slurm sweep: only idle nodes, in capped batches, even without a gate
     max_nodes: int | None = None       # ccrhost slurm sweep: the cap on nodes held at once (else the gates' own)
+    evidence_max_bytes: int = 32 << 20  # --evidence-max-mb: the cap on each evidence bundle fetched; 0: none fetched
 
 
 class Progress:
@@ -569,6 +571,16 @@ def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[st
     return results
 
 
+def _fetch_evidence(job: str, outputs: dict[str, CheckOutput], opts: VerifyOptions, say) -> dict:
+    """The evidence bundles the checks named, copied into the report directory (ccrhost.fleet.slurm_evidence)."""
+    from ccrhost.fleet import slurm_evidence
+
+    named = {n: p for n, out in outputs.items() if (p := slurm_evidence.evidence_of(out.text))}
+    if not named or not opts.evidence_max_bytes:
+        return {}
+    return slurm_evidence.collect(job, named, opts.report_dir, say, opts.check_timeout, opts.evidence_max_bytes)
+
+
 def batch_pairs(batches: Batches, pairs: list[tuple[str, str]]):
     """Each group of pairs that fits the cap, with its allocation held while the caller uses it."""
     per = max(1, batches.cap // 2)
@@ -673,6 +685,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
         + (f"; not checked: {', '.join(sorted(verdicts))}" if verdicts else ""))
     job = inside
     batches = None
+    evidence: dict = {}  # node -> slurm_evidence.Fetched: the bundles its check named
     try:
         if inside:
             say(f"running in the existing allocation of job {inside}")
@@ -692,10 +705,13 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                 for chunk in batches.chunks(usable):
                     with batches.hold(chunk) as (held, taken):
                         if taken:
-                            outputs.update(_check_step(held, taken, opts, say))
+                            got = _check_step(held, taken, opts, say)
+                            outputs.update(got)
+                            evidence.update(_fetch_evidence(held, got, opts, say))  # while the batch is held
                 usable = [n for n in usable if n in outputs]
             else:
                 outputs = _check_step(job, usable, opts, say)
+                evidence.update(_fetch_evidence(job, outputs, opts, say))
             settings = {}
             for name in usable:
                 verdicts[name], node_settings = judge(outputs[name])
@@ -755,7 +771,9 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
             run_slurm("scancel", job, check=False)
     paths = write_reports(verdicts, opts.report_dir,
                           meta={"engine": "slurm", "job": job, "partition": opts.partition,
-                                "addresses": {n: v.address for n, v in nodes.items()}},
+                                "addresses": {n: v.address for n, v in nodes.items()},
+                                **({"evidence": {n: f.to_dict() for n, f in sorted(evidence.items())}}
+                                   if evidence else {})},
                           addresses={n: v.address for n, v in nodes.items()})
     stream = stream if stream is not None else sys.stderr
     stream.write("\n" + text_table(verdicts))
@@ -819,10 +837,14 @@ def slurm():
               help="With --dcgm, at most this many nodes held at once (each batch its own exclusive job).")
 @click.option("--dcgm-timeout", type=click.IntRange(10, 6 * 3600),
               help="Seconds the diag step may take [default: the level's deadline + 70].")
+@click.option("--evidence-max-mb", type=click.IntRange(0, 4096), default=32, show_default=True,
+              help="Copy each FAIL node's evidence bundle (verify_evidence_dir) into <report-dir>/evidence/<node>/ "
+              "when it is at most this size; a larger one stays on the node, named in the report (0: copy none).")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
-           nccl_port, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout):
+           nccl_port, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout,
+           evidence_max_mb):
     """Check every node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -840,6 +862,7 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
                          measure_seconds, measure_retries, measure_timeout, measure_port, measure_ports, wait_s,
                          check_timeout, tuple(sbatch_options))
     opts.refresh_nic = refresh_nic
+    opts.evidence_max_bytes = evidence_max_mb << 20
     if nccl:
         opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
                                  nccl_max_nodes, nccl_port, nccl_srun_options)

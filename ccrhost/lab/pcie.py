@@ -81,3 +81,24 @@ def config(fn: Function) -> bytes:
     if fn.acs_ctl is not None:
         struct.pack_into("<IHH", b, ECAP_ACS, 0x000d | 1 << 16, fn.acs_cap, fn.acs_ctl)
     return bytes(b)
+
+
+# A ConnectX-7's VPD as lspci -vv shows it (tests/fixtures/vpd/lspci_vv_cx7.txt); the lab
+# puts each NIC's own serial in [SN] and [VU].
+CX7_PRODUCT = ("NVIDIA ConnectX-7 HHHL adapter Card, 200GbE / NDR200 IB, Dual-port QSFP112, PCIe 5.0 x16 "
+               "with x16 PCIe extension option, Crypto, Secure Boot Capable")
+
+
+def vpd(serial: str, product: str = CX7_PRODUCT) -> bytes:
+    """A NIC's binary VPD (PCI spec): identifier string (0x82), VPD-R (0x90)
+    with the ConnectX-7's fields and ``serial``, an RV checksum with one byte
+    reserved, the end tag (0x78)."""
+    fields = [("PN", "MCX713106AEHEA_QP1"), ("EC", "A5"), ("V2", "MCX713106AEHEA_QP1"), ("SN", serial),
+              ("V3", "0a5efb8958deed118000946dae7db798"),
+              ("VA", "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:MODL=CX713106A"), ("V0", "PCIeGen5 x16"),
+              ("VU", f"{serial}MLNXS0D0F0")]
+    name = product.encode()
+    body = b"".join(k.encode() + bytes([len(v)]) + v.encode() for k, v in fields) + b"RV\x02"
+    head = b"\x82" + struct.pack("<H", len(name)) + name + b"\x90" + struct.pack("<H", len(body) + 2)
+    data = head + body
+    return data + bytes([-sum(data) & 0xFF, 0]) + b"\x78"

@@ -599,6 +599,11 @@ def _nic_bus(nic: Nic) -> tuple[str, int]:
     return domain, int(bus, 16)
 
 
+def nic_serial(node_index: int, nic_index: int) -> str:
+    """A lab NIC's board serial, one per node and NIC, shaped as a ConnectX's (MT2314XZ0JUZ)."""
+    return f"MT2314X{node_index:03d}{nic_index:02d}"
+
+
 def _socket(index: int, count: int) -> int:
     return 0 if index < count // 2 else 1
 
@@ -1052,6 +1057,8 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
         rel = path_of(tree, nic.pci)
         pci = root / "devices" / rel
         _write(pci / "current_link_width", live[f"devices/{rel}/current_link_width"])
+        if not efa:  # the board's serial (lspci -vv "[SN] Serial number"), as a ConnectX's VPD holds it
+            (pci / "vpd").write_bytes(pcie.vpd(nic_serial(node_index, i)))
 
         netdir = pci / "net" / nic.netdev
         _write(netdir / "mtu", f"{nd.mtu_value()}\n")

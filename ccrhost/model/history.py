@@ -23,7 +23,7 @@ class Episode:
     codes: list[str]                                   # its FAIL reason codes
     action: str                                        # its action (model/actions.py)
     gpus: list[str] = field(default_factory=list)      # serials of the GPUs its reasons name (nvidia-smi -q "Serial Number")
-    nics: list[str] = field(default_factory=list)      # serials of the NICs its reasons name (not read yet: empty)
+    nics: list[str] = field(default_factory=list)      # serials of the NICs its FAIL reasons name (PCI VPD "[SN]")
 
 
 @dataclass
@@ -71,6 +71,11 @@ def serials(reasons: list[Reason], gpu_serials: dict[int, str]) -> list[str]:
     return out
 
 
+def failing_nics(reasons: list[Reason]) -> list[str]:
+    """The NICs (RDMA device or netdev) the FAIL reasons name, in order, once each."""
+    return list(dict.fromkeys(r.nic for r in reasons if r.level == FAIL and r.nic is not None))
+
+
 def check_history(history: History, status: str, reasons: list[Reason], gpu_serials: dict[int, str],
                   policy: HistoryPolicy) -> list[Reason]:
     """``node_repeat_failures`` when this FAIL verdict (``status`` and
@@ -95,13 +100,15 @@ def check_history(history: History, status: str, reasons: list[Reason], gpu_seri
 
 
 def record(history: History, status: str, reasons: list[Reason], action: str, gpu_serials: dict[int, str],
-           policy: HistoryPolicy) -> History:
+           policy: HistoryPolicy, nic_serials: dict[str, str] | None = None) -> History:
     """The history after a check with ``status``: a new episode when a
-    failure starts, bounded to the newest ``policy.entries``."""
+    failure starts, bounded to the newest ``policy.entries``.
+    ``nic_serials``: NIC -> board serial, for the NICs that could be read."""
     episodes = list(history.episodes)
     if status == FAIL and not history.failing:
+        nics = [nic_serials[n] for n in failing_nics(reasons) if (nic_serials or {}).get(n)]
         episodes.append(Episode(history.now, sorted({r.code for r in reasons if r.level == FAIL}), action,
-                                serials(reasons, gpu_serials)))
+                                serials(reasons, gpu_serials), list(dict.fromkeys(nics))))
     return History(episodes[-policy.entries:] if policy.entries else [], status == FAIL, history.now)
 
 

@@ -167,15 +167,22 @@ def read_history(path: str, now: float | None = None):
     return history
 
 
-def keep_history(path: str, verdict: Verdict, policy) -> None:
+def keep_history(path: str, verdict: Verdict, policy, read_nic_serials=None) -> None:
     """Write the history this verdict makes (model.history.record), through
-    the state writer; a history that cannot be written is said, never fatal."""
-    from ccrhost.model.history import record
+    the state writer; a history that cannot be written is said, never fatal.
+    ``read_nic_serials``: names -> {name: serial} (probes.vpd.nic_serials),
+    asked only when a failure starts with a FAIL reason that names a NIC."""
+    from ccrhost.model.history import failing_nics, record
     from ccrhost.model.plain import plain
     from ccrhost.model.verdict import gpu_serials
 
     before = verdict.readings.history
-    after = record(before, verdict.status, verdict.reasons, verdict.action, gpu_serials(verdict.readings), policy)
+    nics = failing_nics(verdict.reasons) if verdict.status == FAIL and not before.failing else []
+    if nics and read_nic_serials is None:
+        from ccrhost.probes.vpd import nic_serials as read_nic_serials
+    serials = read_nic_serials(nics) if nics else {}
+    after = record(before, verdict.status, verdict.reasons, verdict.action, gpu_serials(verdict.readings), policy,
+                   serials)
     data = plain(after)
     data.pop("now", None), data.pop("error", None)
     after.error = before.error

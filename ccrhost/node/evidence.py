@@ -38,6 +38,11 @@ def bundles(folder: str) -> list[Path]:
     return entries
 
 
+def is_bundle_name(name: str) -> bool:
+    """Whether ``name`` is one this module gives a bundle (its UTC time)."""
+    return len(name) == 16 and _stamp(name) is not None
+
+
 def _stamp(name: str) -> float | None:
     import calendar
 

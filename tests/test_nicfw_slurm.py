@@ -43,6 +43,7 @@ def test_health_check_drains_the_wrong_node_and_the_prolog_lets_a_pending_one_ru
     lab.reboot("node2")  # the value is now running; slurmd starts again
     pending = in_node(lab, "node3", "mlxconfig", "-d", bdf, "-y", "set", "ATS_ENABLED=1")
     assert pending.returncode == 0, pending.stdout
+    set_at = time.time()
 
     deadline = time.monotonic() + 60
     while not (states := lab_slurm.node_states(lab))["node2"][1].startswith("ccrhost: nic_fw_wrong"):
@@ -51,6 +52,17 @@ def test_health_check_drains_the_wrong_node_and_the_prolog_lets_a_pending_one_ru
     assert "MAX_ACC_OUT_READ is 64" in states["node2"][1]
     assert "drain" in states["node2"][0]
 
+    # node3's health check may have stored its reading just before the set: wait for one taken after it
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            results = json.loads((lab.root("node3") / STATE.lstrip("/")).read_text())["results"].values()
+        except (OSError, ValueError, KeyError):
+            results = []
+        if results and min(r["measured_at"] for r in results) >= set_at:
+            break
+        assert time.monotonic() < deadline, list(results)
+        time.sleep(0.5)
     job = lab_slurm.run(lab, "srun", "-w", "node3", "-t", "1", "cat", STATE, timeout=60)
     assert job.returncode == 0, job.stderr  # the prolog: WARN runs
     stored = json.loads(job.stdout)["results"]

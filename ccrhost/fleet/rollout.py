@@ -50,7 +50,11 @@ def verify(node: str, ccrhost: str, config: str, timeout: float) -> tuple[str, s
     run_slurm("scontrol", "create", "reservation", f"ReservationName={resv}", f"Nodes={node}", "Users=root",
               "StartTime=now", "Duration=60", "Flags=MAINT,IGNORE_JOBS")
     try:
-        run_slurm("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        resumed = run_slurm("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        # slurmctld refuses RESUME ("Invalid node state specified") for a node it has already
+        # returned to service; only a node still DOWN or drained is an error here
+        if resumed.returncode != 0 and any(w in show(node).get("State", "") for w in ("DOWN", "DRAIN")):
+            raise SlurmError(f"scontrol update NodeName={node} State=RESUME: {resumed.stderr.strip()}")
         proc = run_slurm("srun", f"--reservation={resv}", "-w", node, "-N1", "-n1", "-J", "ccrhost-rollout",
                          "/bin/sh", "-c", check_script(ccrhost, config, refresh_nic=True),
                          timeout=timeout, check=False)

@@ -130,4 +130,3 @@ def parse_drain_action(reason: str) -> tuple[str, list[int]] | None:
     None for any other (an operator's, an older ccrhost's)."""
     match = _DRAIN_ACTION.search(reason)
     return (match.group(1), [int(g) for g in match.group(2).split(",")] if match.group(2) else []) if match else None
-

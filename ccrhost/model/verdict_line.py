@@ -45,8 +45,6 @@ def bounded_summary(verdict: Verdict, limit: int = SUMMARY_MAX) -> str:
     return out
 
 
-
-
 def reason_codes(verdict: Verdict) -> list[str]:
     """The codes of the verdict's non-OK reasons, each once, worst first
     (FAIL, UNKNOWN, WARN), in the order the reasons came (a code per port
@@ -57,4 +55,3 @@ def reason_codes(verdict: Verdict) -> list[str]:
             if r.level == level and r.code not in codes:
                 codes.append(r.code)
     return sorted(codes, key=lambda c: c not in REPLACE_CODES)  # what to replace leads
-

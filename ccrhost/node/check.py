@@ -104,8 +104,6 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     return verdict
 
 
-
-
 def unknown(code: str, message: str, verdict: Verdict | None = None) -> Verdict:
     """UNKNOWN (exit 3) with ``message`` as its one reason; with ``verdict``,
     that verdict's reasons kept and the status forced to UNKNOWN (a failing

@@ -59,7 +59,6 @@ def _note(text: str, held=None) -> DrainNote:
     return note
 
 
-
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,
           unknown_drains: bool = False, cap=None, sinfo: str | None = None) -> DrainNote:
     """Drain this node on FAIL, undrain it when OK or WARN, and never touch

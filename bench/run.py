@@ -359,7 +359,7 @@ def measure_check(workdir: Path, count: int = 20) -> dict:
         out = {"idle": settle(), "load": os.getloadavg()[0]}
         for key, cmd in (("check", ["-m", "ccrhost", "check", "--profile", PROFILE, "--format", "json"]),
                          ("start", ["-c", "pass"]),
-                         ("imports", ["-c", "import ccrhost.cli, ccrhost.node.check"])):
+                         ("imports", ["-c", "import ccrhost.cli, ccrhost.node.check, ccrhost.node.formats"])):
             out[key] = []
             busy = _cpu_busy()
             for _ in range(count):
@@ -579,7 +579,8 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
                      f"the {CHECK_MEDIAN_MAX_S} s target) on one lab node, the machine {timings['idle']:.0%} idle "
                      f"(load average {timings['load']:.1f} on {os.cpu_count()} cores). Floors measured in the same "
                      f"run: the interpreter starting and exiting {start:.3f} s; starting and importing the check's "
-                     f"code (`ccrhost.cli`, `ccrhost.node.check`) {imports:.3f} s. The rest is the node's reads (RDMA, "
+                     f"code (`ccrhost.cli`, `ccrhost.node.check`, `ccrhost.node.formats`) {imports:.3f} s. "
+                     "The rest is the node's reads (RDMA, "
                      "PCI, GPUs, GPU health, fabric counters: some 25 tool runs, which the lab answers from "
                      "its per-node server) running beside those imports on the same two cores, then judging "
                      f"and printing. The machine's CPU per check: {timings['check_cpu']:.3f} s, all processes "

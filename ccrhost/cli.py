@@ -148,6 +148,7 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
 
     from ccrhost.model.verdict import only_unproven
     from ccrhost.node import check as node_check
+    from ccrhost.node import formats
     from ccrhost.output import write_output
 
     if overrides.get("rdma_exclude_devices"):
@@ -167,28 +168,29 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
     held = None
     if drain:
         from ccrhost.model.drain_cap import DrainCap
+        from ccrhost.node import drain as node_drain
 
         try:  # settings that could not be read still have a cap: a bad config pushed everywhere is a storm too
-            drained = node_check.drain(verdict, unknown_drains=drain_unknown,
+            drained = node_drain.drain(verdict, unknown_drains=drain_unknown,
                                        cap=settings.drain_cap if settings else DrainCap())
             job = os.environ.get("SLURM_JOB_ID")
             if drained.held and hold and job and os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd":
                 import shutil
 
-                held = node_check.hold_job(job, shutil.which("scontrol") or "scontrol")
-        except node_check.DrainError as exc:
+                held = node_drain.hold_job(job, shutil.which("scontrol") or "scontrol")
+        except node_drain.DrainError as exc:
             problem = f"--drain: {exc}"
             verdict = node_check.unknown("check_error", problem, verdict)
     if problem is None and not verdict.evaluated:  # nothing was judged: say why on stderr too
         problem = verdict.reasons[-1].message
     if fmt == "npd":  # NPD reads its own exit codes, WARN per the settings (none readable: the default)
-        text, exit_code = node_check.format_npd(verdict, settings.verify_npd_warn_unhealthy if settings else False)
+        text, exit_code = formats.format_npd(verdict, settings.verify_npd_warn_unhealthy if settings else False)
     else:
         render = {
-            "text": node_check.format_text,
+            "text": formats.format_text,
             "json": lambda v: json.dumps(v.to_dict(), indent=2, default=str) + "\n",
-            "prometheus": node_check.format_prometheus,
-            "nhc": node_check.format_nhc,
+            "prometheus": formats.format_prometheus,
+            "nhc": formats.format_nhc,
         }[fmt]
         text, exit_code = render(verdict), verdict.exit_code
     if output:

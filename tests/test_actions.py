@@ -11,10 +11,11 @@ from test_checks import H100, gpu, healthy, port
 from test_gpu_health import gpu as health
 
 from ccrhost.fleet import page, report
+from ccrhost.model import drain_reason as drain_text
 from ccrhost.model.gpu_health import GpuHealthReading
 from ccrhost.model.status import FAIL, OK
 from ccrhost.model.verdict import Verdict, evaluate
-from ccrhost.node import check as node_check
+from ccrhost.node import formats
 
 PCI2 = "0000:38:00.0"  # test_gpu_health.gpu(2)
 
@@ -70,31 +71,31 @@ def test_a_node_action_is_the_most_disruptive_of_its_worst_reasons():
 
 def test_text_nhc_npd_and_drain_reason_carry_the_action():
     v = remap_pending_on_gpu2()
-    text = node_check.format_text(v)
+    text = formats.format_text(v)
     assert f"  action: reset_gpu (gpu 2 {PCI2} GPU-2)\n" in text
     assert (f"  FAIL: gpu_row_remap_pending: GPU 2 ({PCI2}) has a row remapping pending: the GPU needs a reset "
             f"[reset_gpu: gpu 2 {PCI2} GPU-2]\n") in text
-    assert node_check.format_nhc(v).endswith(" [action reset_gpu]\n")
-    assert node_check.format_npd(v) == ("FAIL: gpu_row_remap_pending; action reset_gpu\n", 1)
-    reason = node_check.drain_reason(v)
+    assert formats.format_nhc(v).endswith(" [action reset_gpu]\n")
+    assert formats.format_npd(v) == ("FAIL: gpu_row_remap_pending; action reset_gpu\n", 1)
+    reason = drain_text.drain_reason(v)
     assert reason == f"ccrhost: gpu_row_remap_pending: GPU 2 ({PCI2}) has a row remapping pending: the GPU needs a reset [action reset_gpu gpu 2]"
-    assert node_check.parse_drain_action(reason + " later words") is None  # only at the end
-    assert node_check.parse_drain_action(reason) == ("reset_gpu", [2])
-    assert node_check.parse_drain_action("ccrhost: port mlx5_0/1 is DOWN/Disabled [action reseat_cable]") == \
+    assert drain_text.parse_drain_action(reason + " later words") is None  # only at the end
+    assert drain_text.parse_drain_action(reason) == ("reset_gpu", [2])
+    assert drain_text.parse_drain_action("ccrhost: port mlx5_0/1 is DOWN/Disabled [action reseat_cable]") == \
         ("reseat_cable", [])
-    assert node_check.parse_drain_action("hw ticket 42") is None
+    assert drain_text.parse_drain_action("hw ticket 42") is None
 
 
 def test_a_long_drain_reason_keeps_its_action_whole():
     v = remap_pending_on_gpu2()
     v.reasons[0:0] = [type(v.reasons[0])(FAIL, "gpu_row_remap_pending", "x" * 300, gpu=2)]
-    reason = node_check.drain_reason(v)
+    reason = drain_text.drain_reason(v)
     assert len(reason) == 255 and reason.endswith(" [action reset_gpu gpu 2]")
 
 
 def test_prometheus_junit_and_html_carry_action_and_scope():
     v = remap_pending_on_gpu2()
-    prom = node_check.format_prometheus(v)
+    prom = formats.format_prometheus(v)
     assert ('ccrhost_check_reason{level="FAIL",code="gpu_row_remap_pending",action="reset_gpu",scope="gpu"} 1'
             in prom)
     assert 'ccrhost_check_action{action="reset_gpu"} 1' in prom

@@ -9,7 +9,7 @@ from test_checks import H100, healthy
 from ccrhost.fleet import report
 from ccrhost.model.allreduce import AllReduceReading
 from ccrhost.model.verdict import Verdict, evaluate
-from ccrhost.node.check import format_prometheus, format_text
+from ccrhost.node.formats import format_prometheus, format_text
 
 
 def pair(busbw, status="OK", code=None, measured_at=100.0, valid_for=3600.0):

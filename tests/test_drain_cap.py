@@ -11,9 +11,10 @@ import time
 
 from test_checks import H100, healthy, port
 
+from ccrhost.model import drain_reason as drain_text
 from ccrhost.model.drain_cap import DrainCap, Drained, decide
 from ccrhost.model.verdict import evaluate
-from ccrhost.node import check as node_check
+from ccrhost.node import drain as node_drain
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOW = time.time()
@@ -88,12 +89,12 @@ else echo "$@" >> {log}; fi
 
 
 def test_past_the_cap_the_node_is_not_drained_and_says_so(tmp_path):
-    reason = node_check.drain_reason(failing())
+    reason = drain_text.drain_reason(failing())
     bin_dir, log = fake_slurm(tmp_path, [f"gpu01|gpu|{stamp(60)}|{reason}", "gpu02|gpu|Unknown|none",
                                          "gpu03|gpu|Unknown|none", "gpu99|other|Unknown|none"])
     prom = tmp_path / "cap.prom"
     cap = DrainCap(nodes=1, share=None, unknown_share=None, textfile=str(prom))
-    note = node_check.drain(failing(), node="gpu02", scontrol=str(bin_dir / "scontrol"), cap=cap)
+    note = node_drain.drain(failing(), node="gpu02", scontrol=str(bin_dir / "scontrol"), cap=cap)
     assert note.held is not None and "gpu02 not drained: DRAIN CAP HELD for port_down,port_count" in note
     calls = log.read_text()
     assert "State=DRAIN" not in calls
@@ -103,18 +104,18 @@ def test_past_the_cap_the_node_is_not_drained_and_says_so(tmp_path):
     # with room (another partition's drains do not count), it drains as before
     (tmp_path / "room").mkdir()
     bin_dir2, _ = fake_slurm(tmp_path / "room", [f"gpu01|other|{stamp(60)}|{reason}", "gpu02|gpu|Unknown|none"])
-    note = node_check.drain(failing(), node="gpu02", scontrol=str(bin_dir2 / "scontrol"), cap=cap)
+    note = node_drain.drain(failing(), node="gpu02", scontrol=str(bin_dir2 / "scontrol"), cap=cap)
     assert note.startswith("drained gpu02: ccrhost: port_down") and note.held is None
 
 
 def test_nodes_that_drained_at_once_lift_all_but_the_first(tmp_path):
-    reason = node_check.drain_reason(failing())
+    reason = drain_text.drain_reason(failing())
     now = stamp(0)
     # before: nobody drained; after its own drain: gpu01 drained in the same second, and sorts first
     bin_dir, log = fake_slurm(tmp_path, ["gpu01|gpu|Unknown|none", "gpu02|gpu|Unknown|none"],
                               [f"gpu01|gpu|{now}|{reason}", f"gpu02|gpu|{now}|{reason}"])
     cap = DrainCap(nodes=1, share=None, unknown_share=None)
-    note = node_check.drain(failing(), node="gpu02", scontrol=str(bin_dir / "scontrol"), cap=cap)
+    note = node_drain.drain(failing(), node="gpu02", scontrol=str(bin_dir / "scontrol"), cap=cap)
     assert note.held is not None and "drained, then lifted again" in note
     calls = log.read_text().splitlines()
     assert calls[0].startswith("update NodeName=gpu02 State=DRAIN Reason=ccrhost: port_down")
@@ -156,7 +157,7 @@ def test_a_job_that_cannot_be_requeued_is_cancelled(tmp_path):
     scontrol.write_text(scontrol.read_text().replace("else echo", 'elif [ "$1" = requeue ]; then echo '
                                                      '"Requested operation is presently disabled" >&2; exit 1\n'
                                                      "else echo"))
-    assert node_check.hold_job("42", str(scontrol)).startswith("cancelled job 42 (it cannot be requeued: ")
+    assert node_drain.hold_job("42", str(scontrol)).startswith("cancelled job 42 (it cannot be requeued: ")
     assert log.read_text() == "scancel 42\n"
 
 
@@ -194,4 +195,4 @@ def test_reason_and_comment_as_slurm_shows_them(tmp_path):
                         (SHOWN_DRAINED, ("ccrhost: port_down,port_count: port mlx5_0/1 is DOWN/Disabled", None))):
         tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{shown}\nEOF\n")
         tool.chmod(0o755)
-        assert node_check._show_node("node1", str(tool)) == want
+        assert node_drain.show_node("node1", str(tool)) == want

@@ -93,7 +93,7 @@ def test_efa_ports_count_but_their_bandwidth_is_unknown_not_a_number():
 
 
 def test_the_prometheus_textfile_gives_no_rate_for_an_efa_port():
-    from ccrhost.node.check import format_prometheus
+    from ccrhost.node.formats import format_prometheus
 
     text = format_prometheus(verdict(parse_rdma_dump(efa_dump())))
     assert "ccrhost_port_effective_gbps{" not in text  # a driver constant is no reading

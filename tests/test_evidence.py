@@ -11,9 +11,10 @@ from types import SimpleNamespace
 from test_actions import remap_pending_on_gpu2
 from test_history import check
 
+from ccrhost.model import drain_reason as drain_text
 from ccrhost.model.gpu_health import Xid
-from ccrhost.node import check as node_check
 from ccrhost.node import evidence
+from ccrhost.node import formats
 
 NOW = 1796458877.0  # 2026-12-05T08:21:17Z
 
@@ -45,9 +46,9 @@ def test_a_failure_leaves_one_bundle_named_in_the_drain_reason_and_the_report(tm
     assert (bundle / "kernel-log.txt").read_text() == \
         "Xid 48 (PCI:0000:38:00) 60 s ago: pid=1, name=python, Ch 0000 DBE\n"
     assert (bundle / "nvidia-smi-q-gpu2.txt").read_text().endswith("args: -q -i 2\n")
-    assert node_check.drain_reason(v).endswith(" [evidence 20261205T082117Z] [action reset_gpu gpu 2]")
-    assert node_check.parse_drain_action(node_check.drain_reason(v)) == ("reset_gpu", [2])
-    assert f"  evidence: {bundle}\n" in node_check.format_text(v)
+    assert drain_text.drain_reason(v).endswith(" [evidence 20261205T082117Z] [action reset_gpu gpu 2]")
+    assert drain_text.parse_drain_action(drain_text.drain_reason(v)) == ("reset_gpu", [2])
+    assert f"  evidence: {bundle}\n" in formats.format_text(v)
     assert v.to_dict()["evidence"] == str(bundle)
     # the next check of the same failure, within the hour: no second bundle, the first still named
     again = remap_pending_on_gpu2()

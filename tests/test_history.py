@@ -11,11 +11,14 @@ from test_checks import H100, healthy
 from test_gpu_health import gpu as health
 from test_node_check import scontrol  # noqa: F401  (the fixture)
 
+from ccrhost.model import drain_reason as drain_text
 from ccrhost.model.gpu_health import GpuHealthReading
 from ccrhost.model.history import History, HistoryPolicy
 from ccrhost.model.status import FAIL, OK
 from ccrhost.model.verdict import Verdict, apply_fleet_rules, evaluate
-from ccrhost.node import check as node_check
+from ccrhost.node import drain as node_drain
+from ccrhost.node import formats
+from ccrhost.node import history_file
 
 SERIAL = "1650924060142"
 POLICY = HistoryPolicy(replace_after=3, window_s=3600, entries=5)
@@ -33,13 +36,13 @@ def readings(remap_on: int | None, serials=None):
 def check(path, now, remap_on, serials=None, policy=POLICY) -> Verdict:
     """What run_check does around evaluate: read, judge, keep."""
     r = readings(remap_on, serials)
-    r.history = node_check.read_history(str(path), now=now)
+    r.history = history_file.read_history(str(path), now=now)
     from dataclasses import replace
 
     from ccrhost.model.verdict import Policy
 
     verdict = evaluate(r, H100, replace(Policy(), history=policy))
-    node_check.keep_history(str(path), verdict, policy)
+    history_file.keep_history(str(path), verdict, policy)
     return verdict
 
 
@@ -62,8 +65,8 @@ def test_a_fault_that_returns_after_each_repair_ends_as_replace_naming_the_seria
     [r] = [r for r in third.reasons if r.code == "node_repeat_failures"]
     assert r.message == (f"failed 3 times within 1 h (verify_replace_failures 3); GPU serial {SERIAL} each time: "
                          "replace, do not repair again")
-    assert node_check.drain_reason(third).startswith("ccrhost: node_repeat_failures,gpu_row_remap_pending: failed 3 times ")
-    assert SERIAL in node_check.drain_reason(third)
+    assert drain_text.drain_reason(third).startswith("ccrhost: node_repeat_failures,gpu_row_remap_pending: failed 3 times ")
+    assert SERIAL in drain_text.drain_reason(third)
 
 
 def test_failures_outside_the_window_do_not_count_and_the_list_is_bounded(tmp_path):
@@ -87,12 +90,12 @@ def test_a_history_that_is_not_ours_starts_afresh_and_says_so(tmp_path):
     path.write_text('{"episodes": [{"time": "yesterday"}]}')
     v = check(path, 10.0, 2)
     assert v.status == FAIL and v.action == "reset_gpu"
-    assert "is not a ccrhost failure history" in node_check.format_text(v)
+    assert "is not a ccrhost failure history" in formats.format_text(v)
     assert len(json.loads(path.read_text())["episodes"]) == 1  # replaced by a good one
     unwritable = tmp_path / "file"
     unwritable.write_text("")
     v = check(unwritable / "history.json", 11.0, 2)
-    assert "note: cannot keep the failure history in" in node_check.format_text(v)
+    assert "note: cannot keep the failure history in" in formats.format_text(v)
 
 
 def test_the_replace_drain_is_never_lifted_by_the_health_check(scontrol, tmp_path):  # noqa: F811
@@ -104,11 +107,11 @@ def test_the_replace_drain_is_never_lifted_by_the_health_check(scontrol, tmp_pat
         check(path, t + 1, None, {2: SERIAL})
         t += 10
     third = check(path, t, 2, {2: SERIAL})
-    assert node_check.drain(third, node="gpu01", scontrol=str(script)).startswith("drained gpu01: ccrhost: node_repeat_failures,")
-    state.write_text(node_check.drain_reason(third) + " [root@2026-12-05T10:00:00]")
+    assert node_drain.drain(third, node="gpu01", scontrol=str(script)).startswith("drained gpu01: ccrhost: node_repeat_failures,")
+    state.write_text(drain_text.drain_reason(third) + " [root@2026-12-05T10:00:00]")
     healthy_now = check(path, t + 1, None, {2: SERIAL})
     assert healthy_now.status == OK
-    said = node_check.drain(healthy_now, node="gpu01", scontrol=str(script))
+    said = node_drain.drain(healthy_now, node="gpu01", scontrol=str(script))
     assert said.startswith("gpu01 stays drained: 'ccrhost: node_repeat_failures,")
     assert log.read_text().count("\n") == 1 and "State=RESUME" not in log.read_text()
 

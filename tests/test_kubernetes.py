@@ -30,6 +30,7 @@ from ccrhost.model.declared import PROFILES
 from ccrhost.model.status import FAIL, UNKNOWN, WARN
 from ccrhost.model.verdict import evaluate
 from ccrhost.node import check as node_check
+from ccrhost.node import formats
 from ccrhost.probes import kernel, qos
 from ccrhost.settings import validate_host
 
@@ -332,7 +333,7 @@ def test_npd_monitor_runs_the_check_every_5_minutes_as_a_permanent_condition(bui
     assert not monitor["pluginConfig"].get("skip_initial_status", False)
     # a changed list of codes updates the message of a condition that stays True
     assert monitor["pluginConfig"]["enable_message_change_based_condition_update"] is True
-    assert monitor["pluginConfig"]["max_output_length"] >= node_check.NPD_MAX_OUTPUT
+    assert monitor["pluginConfig"]["max_output_length"] >= formats.NPD_MAX_OUTPUT
     [rule] = monitor["rules"]
     assert rule["type"] == "permanent" and rule["condition"] == "CCRHostUnhealthy" and rule["reason"]
     # NPD refuses a permanent rule without a default condition, and a rule
@@ -464,22 +465,22 @@ def test_image_constraints_are_closed_for_python_312_on_linux():
 
 def test_npd_codes_and_line_per_status():
     ok = evaluate(healthy(), H100)
-    assert node_check.format_npd(ok) == ("OK: all checks passed\n", 0)
+    assert formats.format_npd(ok) == ("OK: all checks passed\n", 0)
     ports = [port(i) for i in range(8)]
     ports[3] = port(3, state="DOWN", phys="Disabled")
     fail = evaluate(healthy(ports=ports), H100)
     assert fail.status == FAIL
-    line, code = node_check.format_npd(fail)
+    line, code = formats.format_npd(fail)
     assert code == 1 and line.startswith("FAIL: port_down,") and line.endswith("; action investigate\n")
     gpus = [gpu(i) for i in range(8)]
     gpus[0] = gpu(0, clock=990, reasons=0x8)
     warn = evaluate(healthy(gpus=gpus), H100)
     assert warn.status == WARN
-    assert node_check.format_npd(warn) == ("WARN: gpu_throttled; action investigate\n", 0)
-    assert node_check.format_npd(warn, warn_unhealthy=True) == ("WARN: gpu_throttled; action investigate\n", 1)
+    assert formats.format_npd(warn) == ("WARN: gpu_throttled; action investigate\n", 0)
+    assert formats.format_npd(warn, warn_unhealthy=True) == ("WARN: gpu_throttled; action investigate\n", 1)
     unknown = node_check.unknown("rdma_unreadable", "cannot read the RDMA ports: x")
     assert unknown.status == UNKNOWN
-    assert node_check.format_npd(unknown) == ("UNKNOWN: rdma_unreadable; action investigate\n", 2)
+    assert formats.format_npd(unknown) == ("UNKNOWN: rdma_unreadable; action investigate\n", 2)
 
 
 def test_npd_line_fits_the_default_length_with_every_code_whole():
@@ -488,9 +489,9 @@ def test_npd_line_fits_the_default_length_with_every_code_whole():
     reasons = [Reason(FAIL, f"some_long_reason_code_{i}", "m") for i in range(9)] + [Reason(WARN, "gpu_throttled", "m")]
     verdict = node_check.unknown("check_error", "x")
     verdict = type(verdict)(FAIL, reasons, None, None, verdict.readings)
-    line, code = node_check.format_npd(verdict)
+    line, code = formats.format_npd(verdict)
     assert code == 1 and line.count("\n") == 1
-    assert len(line.rstrip("\n").encode()) <= node_check.NPD_MAX_OUTPUT
+    assert len(line.rstrip("\n").encode()) <= formats.NPD_MAX_OUTPUT
     line, action = line.rstrip("\n").rsplit("; ", 1)
     assert action == "action investigate"  # the action is never cut
     head, more = line.rsplit(" +", 1)
@@ -694,7 +695,7 @@ def test_npd_plugin_command_gives_npd_codes_and_one_short_line(lab):
     for node, (code, line) in expected.items():
         out = node_sh(lab, node, command)
         assert out.returncode == code, (node, out.stdout, out.stderr)
-        assert out.stdout.count("\n") == 1 and len(out.stdout.rstrip("\n").encode()) <= node_check.NPD_MAX_OUTPUT
+        assert out.stdout.count("\n") == 1 and len(out.stdout.rstrip("\n").encode()) <= formats.NPD_MAX_OUTPUT
         if line is not None:
             assert out.stdout == line + "\n", node
     unknown = node_sh(lab, "node4", command)

@@ -10,8 +10,11 @@ import time
 import pytest
 from test_checks import H100, gpu, healthy, port
 
+from ccrhost.model import drain_reason as drain_text
 from ccrhost.model.verdict import evaluate
 from ccrhost.node import check as node_check
+from ccrhost.node import drain as node_drain
+from ccrhost.node import formats
 from ccrhost.output import write_atomic
 from ccrhost.settings import validate_host
 
@@ -25,14 +28,14 @@ def failing():
 
 
 def test_nhc_format_is_silent_when_healthy_and_one_line_when_not():
-    assert node_check.format_nhc(evaluate(healthy(), H100)) == ""
-    line = node_check.format_nhc(failing())
+    assert formats.format_nhc(evaluate(healthy(), H100)) == ""
+    line = formats.format_nhc(failing())
     assert line.startswith("ERROR: ccrhost: Health check failed: FAIL: port_down,port_count,ccr_below_expected: port mlx5_3/1 is DOWN/Disabled")
     assert line.count("\n") == 1
 
 
 def test_prometheus_textfile():
-    text = node_check.format_prometheus(failing())
+    text = formats.format_prometheus(failing())
     assert "ccrhost_check_status 2\n" in text
     assert 'ccrhost_port_effective_gbps{device="mlx5_3",port="1",active="0"}' in text
     assert 'ccrhost_check_reason{level="FAIL",code="port_down",action="reseat_cable",scope="port"} 1' in text
@@ -78,7 +81,7 @@ fi
 
 def test_drain_on_fail_with_our_prefix(scontrol):
     script, state, log = scontrol
-    msg = node_check.drain(failing(), node="gpu01", scontrol=str(script))
+    msg = node_drain.drain(failing(), node="gpu01", scontrol=str(script))
     assert msg.startswith("drained gpu01: ccrhost: port_down,port_count,ccr_below_expected: port mlx5_3/1 is DOWN/Disabled")
     assert log.read_text().startswith("update NodeName=gpu01 State=DRAIN Reason=ccrhost: port_down,port_count,ccr_below_expected: port mlx5_3/1")
 
@@ -86,17 +89,17 @@ def test_drain_on_fail_with_our_prefix(scontrol):
 def test_drain_never_touches_someone_elses_reason(scontrol):
     script, state, log = scontrol
     state.write_text("disk replacement [admin@2026-12-01T10:00:00]")
-    msg = node_check.drain(failing(), node="gpu01", scontrol=str(script))
+    msg = node_drain.drain(failing(), node="gpu01", scontrol=str(script))
     assert "set by someone else; left alone" in msg
     assert not log.exists()
-    msg = node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script))
+    msg = node_drain.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script))
     assert not log.exists()
 
 
 def test_healthy_node_resumes_only_from_our_own_drain(scontrol):
     script, state, log = scontrol
     state.write_text("ccrhost: port mlx5_3/1 is DOWN/Disabled [root@2026-12-01T10:00:00]")
-    assert node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
+    assert node_drain.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
     assert log.read_text() == "update NodeName=gpu01 State=RESUME\n"
 
 
@@ -201,23 +204,23 @@ def test_warn_lifts_our_own_drain_too(scontrol):
     state.write_text("ccrhost: port mlx5_3/1 is DOWN/Disabled [root@2026-12-01T10:00:00]")
     warn = evaluate(healthy(gpus=[gpu(i, reasons=8, clock=1188) for i in range(8)]), H100)
     assert warn.status == "WARN"
-    assert node_check.drain(warn, node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
+    assert node_drain.drain(warn, node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
     assert log.read_text() == "update NodeName=gpu01 State=RESUME\n"
 
 
 def test_unchanged_reason_is_not_rewritten(scontrol):
     script, state, log = scontrol
     verdict = failing()
-    state.write_text(f"{node_check.drain_reason(verdict)} [root@2026-12-01T10:00:00]")
-    assert node_check.drain_reason(verdict).endswith(" [action investigate]")
-    assert node_check.drain(verdict, node="gpu01", scontrol=str(script)).startswith("gpu01 stays drained")
+    state.write_text(f"{drain_text.drain_reason(verdict)} [root@2026-12-01T10:00:00]")
+    assert drain_text.drain_reason(verdict).endswith(" [action investigate]")
+    assert node_drain.drain(verdict, node="gpu01", scontrol=str(script)).startswith("gpu01 stays drained")
     assert not log.exists()
 
 
 def test_the_node_is_the_one_slurmd_names(scontrol, monkeypatch):
     script, state, log = scontrol
     monkeypatch.setenv("SLURMD_NODENAME", "gpu-a17")
-    assert node_check.drain(failing(), scontrol=str(script)).startswith("drained gpu-a17: ccrhost: ")
+    assert node_drain.drain(failing(), scontrol=str(script)).startswith("drained gpu-a17: ccrhost: ")
 
 
 def test_a_measured_drain_is_lifted_only_by_a_measurement(scontrol):
@@ -225,19 +228,19 @@ def test_a_measured_drain_is_lifted_only_by_a_measurement(scontrol):
 
     script, state, log = scontrol
     slow = evaluate(healthy(ports=[replace(port(i), measured_gbps=150.0) for i in range(8)]), H100)
-    assert node_check.drain(slow, node="gpu01", scontrol=str(script), measured=True).startswith(
+    assert node_drain.drain(slow, node="gpu01", scontrol=str(script), measured=True).startswith(
         "drained gpu01: ccrhost: measured_slow,ccr_below_expected: ports mlx5_0/1, ")
     state.write_text(log.read_text().split("Reason=", 1)[1].strip() + " [root@2026-12-01T10:00:00]")
     log.unlink()
     ok = evaluate(healthy(), H100)
     # the node-local check (health check, prolog) cannot see a slow link: it leaves the drain alone
-    assert "rests on a measurement" in node_check.drain(ok, node="gpu01", scontrol=str(script))
-    assert "rests on a measurement" in node_check.drain(failing(), node="gpu01", scontrol=str(script))
+    assert "rests on a measurement" in node_drain.drain(ok, node="gpu01", scontrol=str(script))
+    assert "rests on a measurement" in node_drain.drain(failing(), node="gpu01", scontrol=str(script))
     assert not log.exists()
-    assert node_check.drain(ok, node="gpu01", scontrol=str(script), measured=True).startswith("resumed gpu01")
+    assert node_drain.drain(ok, node="gpu01", scontrol=str(script), measured=True).startswith("resumed gpu01")
     # an older ccrhost's measured drain named no code: its prefix still marks it
     state.write_text("ccrhost: measured: ports mlx5_0/1 measured below 90% [root@2026-12-01T10:00:00]")
-    assert "rests on a measurement" in node_check.drain(ok, node="gpu01", scontrol=str(script))
+    assert "rests on a measurement" in node_drain.drain(ok, node="gpu01", scontrol=str(script))
 
 
 def test_a_blocking_nvml_call_is_abandoned_at_the_deadline():
@@ -286,10 +289,10 @@ def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontro
                                     "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', "
                                     "got 'garbage'")
     # the health check: the node's state is not known, so nothing changes
-    assert node_check.drain(unreadable, node="gpu01", scontrol=str(script)) == "no drain change"
+    assert node_drain.drain(unreadable, node="gpu01", scontrol=str(script)) == "no drain change"
     assert not log.exists()
     # the prolog: Slurm drains the node anyway; the reason says why
-    msg = node_check.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True)
+    msg = node_drain.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True)
     reason = ("ccrhost: rdma_unreadable: UNKNOWN: cannot read /sys/class/infiniband and rdma_cm configfs: "
               "/sys/class/infiniband/mlx5_0/ports/1/rate: expected '<n> Gb/sec (<w>X <SPEED>)', got 'garbage' "
               "[action investigate]")
@@ -297,7 +300,7 @@ def test_unknown_drains_only_where_asked_and_says_what_could_not_be_read(scontro
     assert log.read_text() == f"update NodeName=gpu01 State=DRAIN Reason={reason}\n"
     # once the node reads fine again, the health check lifts that drain as its own
     state.write_text(reason + " [root@2026-12-04T10:00:00]")
-    assert node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
+    assert node_drain.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script)).startswith("resumed gpu01")
 
 
 def test_prometheus_labels_are_bounded_and_the_fabric_is_shown():
@@ -315,7 +318,7 @@ def test_prometheus_labels_are_bounded_and_the_fabric_is_shown():
                                              {"eth0": PauseSetting(False, True, False)}))
     verdict = failing()
     verdict.readings.fabric = fabric.fabric_reading(dump)
-    text = node_check.format_prometheus(verdict)
+    text = formats.format_prometheus(verdict)
     assert "message=" not in text
     assert 'ccrhost_check_reason{level="FAIL",code="port_down",action="reseat_cable",scope="port"} 1' in text
     assert 'ccrhost_fabric_counter{device="eth0",counter="rx_discards_phy"} 4' in text
@@ -334,12 +337,12 @@ def test_a_prolog_asks_slurmctld_nothing_when_the_node_is_fit(scontrol, monkeypa
     calls = script.parent / "calls"
     script.write_text(f"#!/bin/sh\necho \"$1\" >> {calls}\n" + script.read_text().split("\n", 1)[1])
     monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")
-    msg = node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script), unknown_drains=True)
+    msg = node_drain.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script), unknown_drains=True)
     assert msg == "no drain change (a node starting a job is not drained)" and not calls.exists()
-    assert node_check.drain(failing(), node="gpu01", scontrol=str(script), unknown_drains=True).startswith("drained")
+    assert node_drain.drain(failing(), node="gpu01", scontrol=str(script), unknown_drains=True).startswith("drained")
     assert calls.read_text() == "show\nupdate\n"
     monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "health_check")
-    node_check.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script))
+    node_drain.drain(evaluate(healthy(), H100), node="gpu01", scontrol=str(script))
     assert calls.read_text() == "show\nupdate\nshow\n"  # the health check asks (and finds no drain of ours)
 
 
@@ -406,13 +409,13 @@ def test_an_unknown_that_is_only_a_missing_proof_never_drains(scontrol):
                      Reason(UNKNOWN, "dcgm_hostengine", "DCGM host engine not responding to dcgmi discovery -l"),
                      Reason(UNKNOWN, "allreduce_stale", "the stored nvlink result is 90000 s old"))
     assert unproven.status == "UNKNOWN" and only_unproven(unproven)
-    assert node_check.drain(unproven, node="gpu01", scontrol=str(script), unknown_drains=True) == (
+    assert node_drain.drain(unproven, node="gpu01", scontrol=str(script), unknown_drains=True) == (
         "gpu01 not drained: UNKNOWN only for want of an active check's proof (dcgm_hostengine, allreduce_stale)")
     assert not log.exists()
     # beside an UNKNOWN of the node's own readings it drains as any UNKNOWN does
     unreadable = _with(unproven, Reason(UNKNOWN, "rdma_unreadable", "cannot read /sys/class/infiniband"))
     assert not only_unproven(unreadable)
-    assert node_check.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True).startswith(
+    assert node_drain.drain(unreadable, node="gpu01", scontrol=str(script), unknown_drains=True).startswith(
         "drained gpu01: ccrhost: dcgm_hostengine,allreduce_stale,rdma_unreadable: UNKNOWN: ")
     # and a FAIL beside a missing proof is a FAIL
     assert not only_unproven(_with(failing(), Reason(UNKNOWN, "dcgm_stale", "old")))

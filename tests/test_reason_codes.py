@@ -8,10 +8,13 @@ from test_checks import H100, healthy, port
 
 from ccrhost.cli import entry
 from ccrhost.fleet.slurm import SlurmNode, drained_verdict
+from ccrhost.model import drain_reason as drain_text
 from ccrhost.model import reasons
+from ccrhost.model import verdict_line
 from ccrhost.model.status import Reason
 from ccrhost.model.verdict import evaluate, unjudged
 from ccrhost.node import check as node_check
+from ccrhost.node import formats
 
 
 def failing():
@@ -21,57 +24,57 @@ def failing():
 
 
 def test_text_output_names_each_reasons_code():
-    text = node_check.format_text(failing())
+    text = formats.format_text(failing())
     # each line: level, code, message, then the reason's action and part (issue 40)
     assert "  FAIL: port_down: port mlx5_3/1 is DOWN/Disabled [reseat_cable: port mlx5_3/1]\n" in text
     assert "  FAIL: port_count: 7 active compute ports, expected 8 [investigate: node]\n" in text
 
 
 def test_nhc_output_names_the_codes_first():
-    line = node_check.format_nhc(failing())
+    line = formats.format_nhc(failing())
     assert line == ("ERROR: ccrhost: Health check failed: FAIL: port_down,port_count,ccr_below_expected: "
                     f"{failing().summary()} [action investigate]\n")
     warn = unjudged("WARN", "gpu_throttled", "GPU 0 SM clock 1188/1980 MHz (HW slowdown)")
-    assert node_check.format_nhc(warn) == (
+    assert formats.format_nhc(warn) == (
         "WARNING: ccrhost: gpu_throttled: GPU 0 SM clock 1188/1980 MHz (HW slowdown) [action investigate]\n")
 
 
 def test_drain_reason_codes_first_and_within_slurms_255_bytes():
     verdict = failing()
-    reason = node_check.drain_reason(verdict)
+    reason = drain_text.drain_reason(verdict)
     assert reason.startswith("ccrhost: port_down,port_count,ccr_below_expected: port mlx5_3/1 is DOWN/Disabled; ")
     # a long message is cut, never the codes; the cut keeps whole UTF-8 characters
     long = unjudged("FAIL", "acs_redirect", "ACS redirect on at bridge " + "é" * 400)
-    cut = node_check.drain_reason(long)
+    cut = drain_text.drain_reason(long)
     assert cut.startswith("ccrhost: acs_redirect: ACS redirect on at bridge ")
     assert len(cut.encode()) <= 255 and cut.encode().decode() == cut
     # so many codes that they alone would not fit: the first ones, and how many more
     many = unjudged("FAIL", "port_down", "x")
     many.reasons = [Reason("FAIL", code, "m") for code in sorted(c for c, d in reasons.REGISTRY.items()
                                                                   if d.level == "FAIL")]
-    head = node_check.drain_reason(many)
-    parsed = node_check.parse_drain_reason(head)
+    head = drain_text.drain_reason(many)
+    parsed = drain_text.parse_drain_reason(head)
     assert len(head.encode()) <= 255 and parsed.more > 0
     # worst first in the order they came, what to replace leading (issue 40)
-    order = sorted((r.code for r in many.reasons), key=lambda c: c not in node_check.REPLACE_CODES)
+    order = sorted((r.code for r in many.reasons), key=lambda c: c not in verdict_line.REPLACE_CODES)
     assert list(parsed.codes) == order[:len(parsed.codes)]
     assert len(parsed.codes) + parsed.more == len(many.reasons)
 
 
 def test_drain_reason_reads_back_as_slurm_shows_it():
-    reason = node_check.drain_reason(failing())
-    parsed = node_check.parse_drain_reason(reason + " [root@2026-12-05T08:00:00]")
+    reason = drain_text.drain_reason(failing())
+    parsed = drain_text.parse_drain_reason(reason + " [root@2026-12-05T08:00:00]")
     assert parsed.status == "FAIL" and parsed.codes == ("port_down", "port_count", "ccr_below_expected")
-    assert node_check.parse_drain_action(reason + " [root@2026-12-05T08:00:00]") == ("investigate", [])
+    assert drain_text.parse_drain_action(reason + " [root@2026-12-05T08:00:00]") == ("investigate", [])
     unknown = node_check.unknown("gpu_unreadable", "cannot read GPUs: nvidia-smi did not answer within 20 s")
-    text = node_check.drain_reason(unknown)
+    text = drain_text.drain_reason(unknown)
     assert text == ("ccrhost: gpu_unreadable: UNKNOWN: cannot read GPUs: nvidia-smi did not answer within 20 s "
                     "[action investigate]")
-    assert node_check.parse_drain_reason(text).status == "UNKNOWN"
+    assert drain_text.parse_drain_reason(text).status == "UNKNOWN"
     # an operator's reason, an older ccrhost's (no codes), a code this ccrhost does not know
     for other in ("hw ticket 42", "ccrhost: port mlx5_0/1 is DOWN/Disabled", "ccrhost: UNKNOWN: cannot read GPUs",
                   "ccrhost: measured: ports mlx5_0/1", "ccrhost: no_such_code: x"):
-        assert node_check.parse_drain_reason(other) is None, other
+        assert drain_text.parse_drain_reason(other) is None, other
 
 
 def run_explain(capsys, *args):
@@ -112,11 +115,11 @@ def test_verify_reads_a_prolog_drained_node_with_its_own_codes():
     # what the node's own check said: ACS redirect on a bridge of the data path
     own = unjudged("FAIL", "acs_redirect", "ACS redirect is on at 0000:15:01.0")
     own.reasons.append(Reason("WARN", "gpu_throttled", "GPU 0 SM clock 1188/1980 MHz"))
-    verdict = drained_verdict(acs_node(node_check.drain_reason(own)))
+    verdict = drained_verdict(acs_node(drain_text.drain_reason(own)))
     assert verdict.status == "FAIL"
     assert [(r.level, r.code) for r in verdict.reasons] == [("FAIL", "acs_redirect"), ("WARN", "gpu_throttled")]
     assert verdict.reasons[0].message.startswith("drained by its own check before the check step: ccrhost: acs_")
-    unknown = drained_verdict(acs_node(node_check.drain_reason(node_check.unknown("gpu_unreadable", "hung"))))
+    unknown = drained_verdict(acs_node(drain_text.drain_reason(node_check.unknown("gpu_unreadable", "hung"))))
     assert (unknown.status, [r.code for r in unknown.reasons]) == ("UNKNOWN", ["gpu_unreadable"])
 
 

@@ -11,8 +11,8 @@ from test_checks import H100, healthy
 
 from ccrhost.fleet.remediate import RemediateOptions, remediate
 from ccrhost.fleet.slurm import SlurmNode
+from ccrhost.model.drain_reason import drain_reason
 from ccrhost.model.verdict import evaluate
-from ccrhost.node.check import drain_reason
 
 RESET = drain_reason(remap_pending_on_gpu2())  # "ccrhost: GPU 2 (...) ... [action reset_gpu gpu 2]"
 

@@ -318,9 +318,9 @@ def test_failing_gpus_drain_by_the_health_check_and_clearing_resumes(cluster):
 
 
 def node_comment(lab, node) -> str:
-    from ccrhost.node.check import _COMMENT
+    from ccrhost.model.drain_reason import COMMENT_FIELD
 
-    found = _COMMENT.search(slurm(lab, "scontrol", "show", "node", node, "-o").stdout.strip())
+    found = COMMENT_FIELD.search(slurm(lab, "scontrol", "show", "node", node, "-o").stdout.strip())
     return found.group(1) if found else ""
 
 

@@ -15,7 +15,7 @@ from test_history import POLICY
 from ccrhost.lab import pcie
 from ccrhost.model.status import FAIL, OK
 from ccrhost.model.verdict import Policy, evaluate
-from ccrhost.node import check as node_check
+from ccrhost.node import history_file
 from ccrhost.probes.vpd import nic_serials, parse_vpd, read_vpd
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vpd" / "lspci_vv_cx7.txt"
@@ -106,9 +106,9 @@ def nic_check(path, now, down: int | None, read):
     if down is not None:
         ports[down] = port(down, state="DOWN", phys="Disabled")
     r = healthy(ports=ports)
-    r.history = node_check.read_history(str(path), now=now)
+    r.history = history_file.read_history(str(path), now=now)
     verdict = evaluate(r, H100, replace(Policy(), history=POLICY))
-    node_check.keep_history(str(path), verdict, POLICY, read)
+    history_file.keep_history(str(path), verdict, POLICY, read)
     return verdict
 
 
@@ -144,10 +144,10 @@ def test_a_gpu_failure_reads_no_nic_vpd(tmp_path):
         raise AssertionError(f"read VPD of {names}")
 
     r = readings(2, {2: "1650924060142"})
-    r.history = node_check.read_history(str(tmp_path / "h.json"), now=1000)
+    r.history = history_file.read_history(str(tmp_path / "h.json"), now=1000)
     v = evaluate(r, H100, replace(Policy(), history=POLICY))
     assert v.status == FAIL and not r.history.failing  # a failure starts, but no reason names a NIC
-    node_check.keep_history(str(tmp_path / "h.json"), v, POLICY, read)
+    history_file.keep_history(str(tmp_path / "h.json"), v, POLICY, read)
     [episode] = json.loads((tmp_path / "h.json").read_text())["episodes"]
     assert (episode["gpus"], episode["nics"]) == (["1650924060142"], [])
 

@@ -36,7 +36,7 @@ from ccrhost.model.verdict import (
     evaluate,
 )
 from ccrhost.model.workload import WorkloadError, WorkloadSpec, node_model
-from ccrhost.node.check import format_text
+from ccrhost.node.formats import format_text
 from ccrhost.settings import InventoryDataError, validate_all, validate_host
 
 H100_F, H100_B = 8 * 989.5, 8 * 400.0  # TFLOPS, Gb/s

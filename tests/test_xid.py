@@ -242,7 +242,7 @@ def verdict_of(reasons) -> Verdict:
 
 
 def test_the_npd_line_lists_each_code_once_worst_first():
-    from ccrhost.node.check import format_npd
+    from ccrhost.node.formats import format_npd
 
     reasons = [Reason(FAIL, "port_down", f"port mlx5_{i}/1 is DOWN") for i in range(8)]
     reasons.append(Reason(FAIL, "gpu_xid_critical", "GPU 0 Xid 95"))
@@ -253,7 +253,9 @@ def test_the_npd_line_lists_each_code_once_worst_first():
 
 
 def test_text_nhc_and_drain_stay_within_fixed_sizes_whatever_the_log_holds():
-    from ccrhost.node.check import SUMMARY_MAX, drain_reason, format_nhc, format_text
+    from ccrhost.model.drain_reason import drain_reason
+    from ccrhost.model.verdict_line import SUMMARY_MAX
+    from ccrhost.node.formats import format_nhc, format_text
 
     reasons = [Reason(FAIL, "gpu_xid_critical", f"GPU {i} Xid {c} " + "x" * 5000) for i in range(8)
                for c in range(1, 173)] + [Reason(WARN, "gpu_xid", "w" * 10**6)]
@@ -290,7 +292,7 @@ def test_explain_shows_the_codes_of_a_level_and_one_code():
 
 
 def test_the_xid_metric_counts_lines_not_records():
-    from ccrhost.node.check import gpu_health_metrics
+    from ccrhost.node.formats import gpu_health_metrics
 
     xids, _ = probe.parse_log("dmesg", "101000", storm(1000))
     health = GpuHealthReading(gpus=[GpuHealth(2, pci="00000000:18:00.0")], xids=xids)

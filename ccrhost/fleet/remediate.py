@@ -86,7 +86,7 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
     ``remote(address, command)`` runs on the node, ``slurm(*args)`` is a
     Slurm client command (both return (rc, output)); ``rebooting`` the nodes
     rebooting now, this run's included."""
-    from ccrhost.node.check import measured_drain, parse_drain_action, replace_drain
+    from ccrhost.model.drain_reason import measured_drain, parse_drain_action, replace_drain
 
     log = NodeLog(node.name)
     reason = node.reason or ""

@@ -44,7 +44,7 @@ def rebooted(node: str, before: str) -> bool:
 def verify(node: str, ccrhost: str, config: str, timeout: float) -> tuple[str, str]:
     """The rebooted node's verdict, from its own check in a reservation of
     its own; resumed when OK, else drained with the check's reason."""
-    from ccrhost.node.check import drain_reason
+    from ccrhost.model.drain_reason import drain_reason
 
     resv = f"ccrhost-rollout-{node}"
     run_slurm("scontrol", "create", "reservation", f"ReservationName={resv}", f"Nodes={node}", "Users=root",

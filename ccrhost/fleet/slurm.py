@@ -111,7 +111,7 @@ def node_fields(line: str) -> dict[str, str]:
     """One node's ``scontrol show node -o`` line: its KEY=VALUE fields
     (State, BootTime, ...), with Reason whole (it holds spaces) and, where
     Slurm stamped it, ``ReasonTime``: the TIME of the ``[USER@TIME]`` it ends with."""
-    from ccrhost.node.check import REASON_FIELD
+    from ccrhost.model.drain_reason import REASON_FIELD
 
     fields = dict(re.findall(r"(\w+)=(\S*)", line))
     reason = REASON_FIELD.search(line)
@@ -124,7 +124,7 @@ def node_fields(line: str) -> dict[str, str]:
 
 def held_nodes(text: str) -> dict[str, str]:
     """``scontrol show node -o``: {node: its comment} where ccrhost's drain cap held."""
-    from ccrhost.node.check import _COMMENT, HELD_PREFIX
+    from ccrhost.model.drain_reason import COMMENT_FIELD as _COMMENT, HELD_PREFIX
 
     held = {}
     for line in text.splitlines():
@@ -406,7 +406,7 @@ def drained_verdict(node: SlurmNode) -> Verdict:
     reason without codes (an older ccrhost) is ``drained_fail`` or
     ``drained_unknown``; any other reason is not a verdict of ours."""
     from ccrhost.model.reasons import REGISTRY
-    from ccrhost.node.check import parse_drain_reason
+    from ccrhost.model.drain_reason import parse_drain_reason
 
     if node.held and not node.reason:
         return held_verdict(node)
@@ -657,7 +657,7 @@ def _store_allreduce(job: str | None, readings: dict, settings: dict, say, batch
 def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict], dict]:
     """The fleet job. Returns (exit code, verdict per node, report paths)."""
     from ccrhost.fleet.report import text_table, write_reports
-    from ccrhost.node import check as node_check
+    from ccrhost.node import drain as node_drain
 
     say = Progress(stream)
     inside = os.environ.get("SLURM_JOB_ID")
@@ -759,7 +759,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                         cap = settings[name].drain_cap() if name in settings else None
                         if cap is not None:
                             cap = replace(cap, textfile=None)  # the node's own file, not the controller's
-                        note = node_check.drain(v, node=name, scontrol="scontrol",
+                        note = node_drain.drain(v, node=name, scontrol="scontrol",
                                                 measured=opts.measure or opts.nccl is not None,
                                                 cap=cap)
                         say(note)

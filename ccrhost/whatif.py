@@ -2,7 +2,7 @@
 
 A row is a node (GPU model x count, NICs x rate) running a workload; its
 figures come from the same workload model the verification uses
-(ccrhost/model/workload.py). Everything here but ``draw_chart`` is pure.
+(ccrhost/model/step.py). Everything here but ``draw_chart`` is pure.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import gpus as gpu_peaks
-from ccrhost.model import workload as workload_model
+from ccrhost.model.step import NOT_NETWORK_BOUND, node_model
+from ccrhost.model.workload import WorkloadError, WorkloadSpec
 
 # --sweep KEY: the node's hardware (Hardware fields) ...
 HARDWARE_KEYS = {"gpu": ("gpu", str), "gpus": ("gpus", int), "nics": ("nics", int), "nic-gbps": ("nic_gbps", float)}
@@ -81,7 +82,7 @@ def gpu_peak(hw: Hardware) -> tuple[str, float]:
     return f"{row.model} ({row.source})", peak
 
 
-def row(hw: Hardware, spec: workload_model.WorkloadSpec | None, beta: float | None = None) -> dict:
+def row(hw: Hardware, spec: WorkloadSpec | None, beta: float | None = None) -> dict:
     """The figures for one option. Without a workload, beta is --beta or
     the CCR guide's 4 and the bands are not applied (they mean nothing then)."""
     label, peak = gpu_peak(hw)
@@ -97,8 +98,8 @@ def row(hw: Hardware, spec: workload_model.WorkloadSpec | None, beta: float | No
         return {**out, "beta": b, "beta_source": "given" if beta else "guide", "ccr": ccrmod.ccr(bandwidth, tflops, b),
                 "band": None, "exposed_comm_fraction": None, "slowdown": None, "workload": None}
     try:
-        node = workload_model.node_model(spec, hw.gpus, bandwidth, tflops, strict_mfu=True)
-    except workload_model.WorkloadError as exc:
+        node = node_model(spec, hw.gpus, bandwidth, tflops, strict_mfu=True)
+    except WorkloadError as exc:
         raise WhatIfError(f"the workload does not fit {hw.gpus} GPUs per node: {exc}") from None
     model = node.to_dict()
     return {**out, "beta": node.beta, "beta_source": "workload", "ccr": model["ccr"], "band": node.band,
@@ -169,7 +170,7 @@ def text_single(r: dict) -> str:
         lines.append(f"CCR = B / (beta x F) = {r['ccr']:.4g}" if share == 1 else
                      f"CCR = B / (beta x F x kernel share) = {r['ccr']:.4g} (kernel share {share:.4g})")
     lines.append(f"(the CCR guide's calculate_ccr(), without the 1000 from TFLOPS: {r['guide_ccr']:.4g})")
-    if r["band"] and r["band"] != workload_model.NOT_NETWORK_BOUND:
+    if r["band"] and r["band"] != NOT_NETWORK_BOUND:
         lines.append(f"band: {r['band']} (below {ccrmod.LOW_BAND}: bandwidth-bound; "
                      f"above {ccrmod.HIGH_BAND}: compute under-used)")
     elif r["band"]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ccrhost.model import ccr, ports, workload
+from ccrhost.model import ccr, ports, step, workload
 from ccrhost.model import gpus as gpu_peaks
 
 
@@ -40,7 +40,7 @@ def test_bands_only_with_a_workload():
     # 64 GPUs = 8 nodes, 4096 tokens; model v3's defaults: NCCL's ring over the 64 ranks and fp32
     # gradients (no framework named): 2 x 63/64 x 4 B = 7.875 B against 6 x 8 x 4096 FLOP per parameter;
     # CCR = 400e9 x 196608 / (7.875 x 7.916e15) = 1.2616 (v2, tree with 2 B: 2.838; the old per-GPU beta: 0.315)
-    node = workload.node_model(workload.WorkloadSpec(4096, 64), 8, 3200, 7916)
+    node = step.node_model(workload.WorkloadSpec(4096, 64), 8, 3200, 7916)
     work = ccr.from_workload(node)
     assert work.ccr == pytest.approx(400e9 * 6 * 8 * 4096 / (7.875 * 7916e12)) == pytest.approx(1.2616, rel=1e-4)
     assert work.band == "balanced" and work.workload["nodes"] == 8

@@ -25,6 +25,7 @@ import pytest
 from ccrhost.fleet.report import text_table
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import GpuReading
+from ccrhost.model.step import node_model
 from ccrhost.model.verdict import (
     FAIL,
     OK,
@@ -35,7 +36,7 @@ from ccrhost.model.verdict import (
     Readings,
     evaluate,
 )
-from ccrhost.model.workload import WorkloadError, WorkloadSpec, node_model
+from ccrhost.model.workload import WorkloadError, WorkloadSpec
 from ccrhost.node.formats import format_text
 from ccrhost.settings import InventoryDataError, validate_all, validate_host
 

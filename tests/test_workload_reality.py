@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 
 from ccrhost.model.presets import PRESETS
-from ccrhost.model.workload import node_model
+from ccrhost.model.step import node_model
 from ccrhost.settings import validate_host
 
 HOPPER = (8, 8 * 400.0, 8 * 989.5)

@@ -21,8 +21,9 @@ from ccrhost.cli import main
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.presets import NAMES, PRESETS
+from ccrhost.model.step import node_model
 from ccrhost.model.verdict import OK, Port, Readings, evaluate
-from ccrhost.model.workload import WorkloadError, WorkloadSpec, node_model
+from ccrhost.model.workload import WorkloadError, WorkloadSpec
 from ccrhost.settings import InventoryDataError, validate_host
 from ccrhost.whatif import WORKLOAD_KEYS
 

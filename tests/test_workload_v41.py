@@ -19,8 +19,9 @@ from ccrhost.cli import main
 from ccrhost.fleet import report
 from ccrhost.model.declared import PROFILES
 from ccrhost.model.presets import PRESETS
+from ccrhost.model.step import node_model
 from ccrhost.model.verdict import Readings, evaluate
-from ccrhost.model.workload import WorkloadError, WorkloadSpec, node_model
+from ccrhost.model.workload import WorkloadError, WorkloadSpec
 from ccrhost.settings import InventoryDataError, validate_host
 
 H100_F, H100_B = 8 * 989.5, 8 * 400.0

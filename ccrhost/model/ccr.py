@@ -4,7 +4,7 @@
 
 B is the node's network bandwidth in bytes/s, F its GPU compute in FLOP/s
 at the chosen precision, beta the bytes each FLOP needs moved (the CCR
-guide assumes 4; with a workload, ccrhost/model/workload.py gives the
+guide assumes 4; with a workload, ccrhost/model/step.py gives the
 node's). The CCR guide's own pseudo-code turns Gb/s into GB/s and then divides
 by TFLOPS, so its figures are 1000x these.
 """
@@ -83,6 +83,6 @@ def compute(port_gbps: list[float], tflops: float, beta: float = SEED_BETA, mode
 
 
 def from_workload(node, model: str = "bottleneck") -> CcrResult:
-    """The result for a ``model.workload.NodeModel``: its node CCR, beta and
+    """The result for a ``model.step.NodeModel``: its node CCR, beta and
     band, with its figures and assumptions attached for the report."""
     return CcrResult(node.ccr, node.bandwidth_gbps, node.tflops, node.beta, model, node.band, node.to_dict())

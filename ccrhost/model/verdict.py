@@ -277,12 +277,13 @@ def node_ccr(port_gbps: list[float], tflops: float, gpu_count: int,
     (bands apply), else B / (beta x F) with the policy's beta."""
     if policy.workload is None:
         return ccrmod.compute(port_gbps, tflops, policy.beta, policy.bandwidth_model), []
-    from ccrhost.model import workload as workload_model  # only with a workload: its import is a check's 5 ms
+    from ccrhost.model.step import node_model  # only with a workload: its import is a check's 5 ms
+    from ccrhost.model.workload import WorkloadError
 
     bandwidth = ccrmod.node_bandwidth_gbps(port_gbps, policy.bandwidth_model)
     try:
-        node = workload_model.node_model(policy.workload, gpu_count, bandwidth, tflops)
-    except workload_model.WorkloadError as exc:
+        node = node_model(policy.workload, gpu_count, bandwidth, tflops)
+    except WorkloadError as exc:
         return None, [Reason(UNKNOWN, "workload_invalid",
                              f"verify_workload does not fit this node's {gpu_count} GPUs: {exc}")]
     return ccrmod.from_workload(node, policy.bandwidth_model), []

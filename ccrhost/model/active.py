@@ -73,9 +73,32 @@ def results_of(reading: ActiveReading) -> tuple[list[tuple[str, ActiveResult]], 
     return good, bad
 
 
-def stale_message(what: str, result: ActiveResult, now: float) -> str:
+def stale_message(what: str, result: ActiveResult, now: float, stored: str = "the stored result",
+                  again: str = "run it again") -> str:
     """The message of a stored result past its validity (each check's ``..._stale`` code)."""
-    return f"{what}: the stored result is {result.age(now):.0f} s old, valid for {result.valid_for:g} s: run it again"
+    return f"{what}: {stored} is {result.age(now):.0f} s old, valid for {result.valid_for:g} s: {again}"
+
+
+def readable_results(reading: ActiveReading, code: str, what: str) -> tuple[list, list[tuple[str, ActiveResult]]]:
+    """The reading's results that can be read, and an UNKNOWN ``code`` reason
+    for a state file or each stored entry that cannot (the check's
+    "unreadable" code): one way for every active check."""
+    from ccrhost.model.status import Reason
+
+    if reading.error:
+        return [Reason(UNKNOWN, code, f"{what} results: {reading.error}")], []
+    good, bad = results_of(reading)
+    return [Reason(UNKNOWN, code, f"{what} result {key}: {why}") for key, why in bad], good
+
+
+def fresh_reasons(result: ActiveResult, now: float, code: str, what: str) -> list:
+    """A stored result's reasons while it holds; past its validity an UNKNOWN
+    ``code`` (the check's "stale" code), never its old pass."""
+    from ccrhost.model.status import Reason
+
+    if result.stale(now):
+        return [Reason(UNKNOWN, code, stale_message(what, result, now))]
+    return stored_reasons(result)
 
 
 def stored_reasons(result: ActiveResult) -> list:

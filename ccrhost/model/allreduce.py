@@ -238,18 +238,11 @@ def pair_busbw(reading: AllReduceReading | None) -> float | None:
 def check_allreduce(reading: AllReduceReading | None) -> list[Reason]:
     """Reasons from the results (``ccrhost.model.active.ActiveResult``
     dicts): a result past its validity is UNKNOWN as stale, never its old pass."""
-    from ccrhost.model.active import results_of, stale_message, stored_reasons
+    from ccrhost.model.active import fresh_reasons, readable_results
 
     if reading is None:
         return []
-    if reading.error:
-        return [Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce results: {reading.error}")]
-    now = reading.read_at
-    good, bad = results_of(reading)
-    reasons = [Reason(UNKNOWN, "allreduce_unreadable", f"all-reduce result {mode}: {why}") for mode, why in bad]
+    reasons, good = readable_results(reading, "allreduce_unreadable", "all-reduce")
     for mode, result in good:
-        if result.stale(now):
-            reasons.append(Reason(UNKNOWN, "allreduce_stale", stale_message(MODE_TEXT.get(mode, mode), result, now)))
-        else:
-            reasons += stored_reasons(result)
+        reasons += fresh_reasons(result, reading.read_at, "allreduce_stale", MODE_TEXT.get(mode, mode))
     return reasons

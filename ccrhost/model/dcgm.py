@@ -176,33 +176,20 @@ def check_dcgm(reading) -> list[Reason]:
     """Reasons from the stored diag results (an ``ActiveReading``): a result
     past its validity is UNKNOWN as stale, never its old pass; otherwise the
     reasons the run gave, as it gave them (never judged again)."""
-    from ccrhost.model.active import results_of, stored_reasons
+    from ccrhost.model.active import fresh_reasons, readable_results
 
     if reading is None:
         return []
-    if reading.error:
-        return [Reason(UNKNOWN, "dcgm_unreadable", f"DCGM diag results: {reading.error}")]
     now = reading.read_at
-    good, bad = results_of(reading)
-    reasons = [Reason(UNKNOWN, "dcgm_unreadable", f"DCGM diag result {key}: {why}") for key, why in bad]
+    reasons, good = readable_results(reading, "dcgm_unreadable", "DCGM diag")
     results = []
     for _, result in good:
         if result.check == CHECK:
             results.append(result)
         elif result.check == "nvbandwidth":  # stored beside the diag, by the same runs (node/nvbandwidth.py)
-            reasons += [Reason(UNKNOWN, "nvbandwidth_stale", _stale(result, now))] if result.stale(now) \
-                else stored_reasons(result)
+            reasons += fresh_reasons(result, now, "nvbandwidth_stale", f"{result.check} ({result.mode})")
     # the newest run speaks for the GPUs now (a level 2 sweep after an operator's level 4, or before it)
     result = max(results, key=lambda r: r.measured_at, default=None)
     if result is None:
         return reasons
-    if result.stale(now):
-        return reasons + [Reason(UNKNOWN, "dcgm_stale", _stale(result, now))]
-    return reasons + stored_reasons(result)
-
-
-def _stale(result, now: float) -> str:
-    from ccrhost.model.active import stale_message
-
-    what = f"DCGM diag {result.mode}" if result.check == CHECK else f"{result.check} ({result.mode})"
-    return stale_message(what, result, now)
+    return reasons + fresh_reasons(result, now, "dcgm_stale", f"DCGM diag {result.mode}")

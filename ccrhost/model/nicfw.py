@@ -194,7 +194,7 @@ def check_nic_firmware(reading: NicFwReading | None, policy: NicFwPolicy, ethern
     """Reasons from the stored readings (``ethernet``: RDMA device -> whether
     its port is Ethernet): a result past its validity is UNKNOWN as stale,
     never its old reading; a compute NIC with no stored result is UNKNOWN."""
-    from ccrhost.model.active import ActiveResult
+    from ccrhost.model.active import ActiveResult, stale_message
 
     if reading is None or not (policy.enabled or policy.optics):
         return []
@@ -215,9 +215,8 @@ def check_nic_firmware(reading: NicFwReading | None, policy: NicFwPolicy, ethern
             reasons.append(Reason(UNKNOWN, "nic_fw_unreadable", f"NIC {device}: {exc}"))
             continue
         if result.stale(reading.read_at):
-            reasons.append(Reason(UNKNOWN, "nic_fw_stale",
-                                  f"NIC {device}: the stored NIC tools' reading is {result.age(reading.read_at):.0f} s "
-                                  f"old, valid for {result.valid_for:g} s: read it again"))
+            reasons.append(Reason(UNKNOWN, "nic_fw_stale", stale_message(
+                f"NIC {device}", result, reading.read_at, "the stored NIC tools' reading", "read it again")))
             continue
         reasons += judge_nic(nic, policy, ethernet[device])
     return reasons

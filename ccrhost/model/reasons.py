@@ -188,7 +188,8 @@ def _catalogue(folder) -> tuple[dict[str, ReasonDoc], dict[str, str]]:
     try:
         compiled = json.loads(folder.joinpath(COMPILED).read_bytes())
     except (OSError, ValueError):
-        compiled = {}
+        compiled = None
+    compiled = compiled if isinstance(compiled, dict) else {}
     fresh = (compiled.get("checksums") == {name: binascii.crc32(data) for name, data in sources.items()}
              and compiled.get("files", {}).keys() == sources.keys())
     return _build(compiled["files"] if fresh else _parse(sources, folder), folder)

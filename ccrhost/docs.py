@@ -1,6 +1,7 @@
 """The generated pages of the docs site: the settings reference (from the
 pydantic model, ``ccrhost/settings.py``) and the reason-code handbook (from
-``ccrhost/model/reasons.py``).
+the catalogue, ``ccrhost/model/catalogue/*.yaml``, which it also compiles
+for the checks: ``compiled.json`` beside it).
 
     python -m ccrhost.docs            # rewrite docs/settings.md and docs/reasons.md
     python -m ccrhost.docs --check    # exit 1 naming each page that differs
@@ -184,6 +185,7 @@ def _entry_md(doc: reasons_mod.ReasonDoc) -> str:
 
 
 EXAMPLE_CODE = "link_flap"
+CATALOGUE = "ccrhost/model/catalogue"
 
 
 def reasons_handbook() -> str:
@@ -193,7 +195,7 @@ def reasons_handbook() -> str:
     index = [f"- **{level}**: " + ", ".join(f"[`{c}`](#{c})" for c in sorted(by_level[level]))
              for level in ("FAIL", "UNKNOWN", "WARN") if level in by_level]
     example = reasons_mod.entry_text(reasons_mod.REGISTRY[EXAMPLE_CODE])
-    out = [GENERATED.format(source="ccrhost/model/reasons.py"), "# Reason-code handbook", "",
+    out = [GENERATED.format(source=f"{CATALOGUE}/*.yaml"), "# Reason-code handbook", "",
            "Every non-OK verdict names its reasons by code: in `ccrhost check`'s output, a Slurm drain",
            "reason (`ccrhost: ...`), the JSON, JUnit, text and HTML reports. Each code below says what",
            "it means, what ccrhost reads to decide it, the likely causes, and the commands that",
@@ -228,6 +230,9 @@ def gpu_health_page() -> str:
 
 
 PAGES = {"settings.md": settings_reference, "reasons.md": reasons_handbook, "gpu-health.md": gpu_health_page}
+# Generated files outside docs/, by their path in the checkout.
+FILES = {f"{CATALOGUE}/{reasons_mod.COMPILED}": reasons_mod.compiled_text}
+_CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def main(argv=None) -> int:
@@ -236,8 +241,8 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page differs")
     args = parser.parse_args(argv)
     stale = []
-    for name, make in PAGES.items():
-        path = Path(args.docs) / name
+    targets = [(name, Path(args.docs) / name, make) for name, make in PAGES.items()]
+    for name, path, make in [*targets, *((n, _CHECKOUT / n, make) for n, make in FILES.items())]:
         text = make()
         current = path.read_text() if path.exists() else None
         if current == text:

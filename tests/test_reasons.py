@@ -14,6 +14,7 @@ Runtime checks: ``ccrhost explain``, and the handbook entry per code.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -200,11 +201,21 @@ def emitted() -> dict[str, str]:
     return codes
 
 
+CATALOGUE = "ccrhost/model/catalogue"
+
+
+def _catalogue_file(code: str) -> str:
+    """The catalogue file whose codes share the longest start with ``code``."""
+    def shared(other):
+        return len(os.path.commonprefix([code, other]))
+    return max(reasons.SOURCES.items(), key=lambda item: shared(item[0]))[1]
+
+
 def _entry_hint(code: str, where: str) -> str:
     level = "/".join(sorted(SCAN.levels.get(code, ()))) or "LEVEL"
-    return (f"{code} (made at {where}): add an entry to _ENTRIES in ccrhost/model/reasons.py, "
-            f"_doc({code!r}, {level}, ACTION, SCOPE, meaning, reads, [causes], [confirm commands], [fix], see), "
-            "then run python -m ccrhost.docs")
+    return (f"{code} (made at {where}): add an entry to {CATALOGUE}/{_catalogue_file(code)} (or the file of its "
+            f"domain): code: {code}, level: {level}, action, scope, meaning, reads, causes, confirm, fix, see "
+            "(the fields: ccrhost/model/reasons.py), then run python -m ccrhost.docs")
 
 
 def test_the_scan_resolves_every_code_argument():
@@ -226,8 +237,9 @@ def test_every_code_the_code_can_give_is_registered():
 
 def test_no_registered_code_is_dead():
     dead = sorted(set(reasons.REGISTRY) - set(emitted()))
-    assert not dead, (f"registered but no code gives them: {dead}; remove their entries from _ENTRIES in "
-                      "ccrhost/model/reasons.py (or the code that gave them was lost)")
+    assert not dead, ("registered but no code gives them: "
+                      f"{', '.join(f'{c} ({CATALOGUE}/{reasons.SOURCES[c]})' for c in dead)}; remove their "
+                      "entries from those files (or the code that gave them was lost)")
 
 
 def test_registered_levels_are_the_levels_the_code_gives():

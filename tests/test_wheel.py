@@ -46,6 +46,10 @@ def test_installed_wheel_renders_and_plans_without_the_checkout(wheel_venv, make
     where = subprocess.run([str(work / "venv/bin/python"), "-c", "import ccrhost.render as r; print(r.TEMPLATES)"],
                            cwd=site, env=env, capture_output=True, text=True, check=True)
     assert where.stdout.strip().startswith(str(work / "venv")), where.stdout  # not the checkout's copy
+    # the reason catalogue ships as data (ccrhost/model/catalogue/): explain reads the installed files
+    explain = subprocess.run([str(work / "venv/bin/ccrhost"), "explain", "port_down"], cwd=site, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert explain.returncode == 0 and explain.stdout.startswith("port_down (FAIL)\n"), explain.stderr
 
     lab = make_lab(nodes=1)
     # on the node, the installed command reads that node's emulated sysfs

@@ -3,8 +3,9 @@ to which part of the node.
 
 The words are shared with the XID catalogue (issue 36): one vocabulary for
 a reason code's action and an XID's. Each reason code carries one action and
-one scope in ccrhost/model/reasons.py; this module only names them and ranks
-them, so every report says the same thing.
+one scope in the reason catalogue (ccrhost/model/catalogue/*.yaml, read by
+model/reasons.py); this module only names them and ranks them, so every
+report says the same thing.
 """
 
 from __future__ import annotations

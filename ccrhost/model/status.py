@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-OK, WARN, FAIL, UNKNOWN = "OK", "WARN", "FAIL", "UNKNOWN"
+from ccrhost.model.levels import FAIL, OK, UNKNOWN, WARN  # every caller imports them from here
+
 EXIT_CODES = {OK: 0, WARN: 1, FAIL: 2, UNKNOWN: 3}
 # An unmeasurable node outranks a warning: its CCR is not known at all.
 _RANK = {OK: 0, WARN: 1, UNKNOWN: 2, FAIL: 3}

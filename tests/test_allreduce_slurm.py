@@ -73,7 +73,7 @@ def test_the_rendezvous_is_on_the_node_slurm_lists_first():
 def test_results_are_stored_only_on_nodes_whose_settings_turn_the_gate_on(monkeypatch, tmp_path):
     import subprocess
 
-    from ccrhost.fleet import slurm as fleet_slurm
+    from ccrhost.fleet import slurm_verify
     from ccrhost.model.allreduce import AllReduceReading
     from ccrhost.node.active import load
     from ccrhost.settings import validate_host
@@ -86,15 +86,15 @@ def test_results_are_stored_only_on_nodes_whose_settings_turn_the_gate_on(monkey
             subprocess.run(["sh", "-c", script], check=True)
         return lambda: ({n: [] for n in branches}, "")
 
-    monkeypatch.setattr(fleet_slurm, "_run_steps", fake_steps)
+    monkeypatch.setattr(slurm_verify, "_run_steps", fake_steps)
     result = {"check": "allreduce", "mode": "pair", "status": "FAIL", "code": "allreduce_slow", "message": "slow",
               "measured_at": 5.0, "valid_for": 60.0, "value": 150.0}
     settings = {"on": validate_host("on", {"verify_allreduce": True,
                                            "verify_allreduce_state": str(tmp_path / "on" / "active.json")}),
                 "off": validate_host("off", {"verify_allreduce_state": str(tmp_path / "off" / "active.json")})}
     said = []
-    fleet_slurm._store_allreduce("7", {n: AllReduceReading(6.0, {"pair": result}) for n in settings}, settings,
-                                 said.append)
+    slurm_verify._store_allreduce("7", {n: AllReduceReading(6.0, {"pair": result}) for n in settings}, settings,
+                                  said.append)
     assert set(ran) == {"on"} and not (tmp_path / "off").exists()
     stored = load(str(tmp_path / "on" / "active.json"))
     assert stored["allreduce/pair"].code == "allreduce_slow" and stored["allreduce/pair"].measured_at == 5.0
@@ -102,10 +102,10 @@ def test_results_are_stored_only_on_nodes_whose_settings_turn_the_gate_on(monkey
 
 
 class FakeBatches:
-    """``ccrhost.fleet.slurm.Batches`` without Slurm: records every hold; ``busy`` nodes are never taken."""
+    """``ccrhost.fleet.slurm_job.Batches`` without Slurm: records every hold; ``busy`` nodes are never taken."""
 
     def __init__(self, cap, busy=()):
-        from ccrhost.fleet.slurm import SlurmNode
+        from ccrhost.fleet.slurm_client import SlurmNode
 
         self.cap, self.holds, self.lost, self.held = cap, [], {}, 0
         self.busy = {n: SlurmNode(n, n, "allocated", None) for n in busy}

@@ -176,7 +176,8 @@ SHOWN_DRAINED = ("NodeName=node3 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 State=
 
 
 def test_the_held_comment_reads_back_and_slurm_verify_reports_the_cap():
-    from ccrhost.fleet.slurm import SlurmNode, drained_verdict, held_nodes
+    from ccrhost.fleet.slurm_check import drained_verdict
+    from ccrhost.fleet.slurm_client import SlurmNode, held_nodes
 
     held = held_nodes(SHOWN_HELD + "\n" + SHOWN_DRAINED + "\n")
     assert held == {"node1": "ccrhost: held: port_down,port_count: drain cap reached: port_down: 1 other node(s) "

@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import REPO, lab_inventory, lab_ssh, node_address, run_pyinfra
 
-from ccrhost.fleet.slurm import CheckOutput, judge
+from ccrhost.fleet.slurm_check import CheckOutput, judge
 from ccrhost.lab import nicfw as lab_nicfw
 
 pytestmark = pytest.mark.lab

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ccrhost.fleet.slurm import CheckOutput, judge
+from ccrhost.fleet.slurm_check import CheckOutput, judge
 from ccrhost.model.managed import CHECK_CONFIG
 from ccrhost.model.plain import plain
 from ccrhost.model.slurm import integration_files

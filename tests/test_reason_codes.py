@@ -7,7 +7,8 @@ import pytest
 from test_checks import H100, healthy, port
 
 from ccrhost.cli import entry
-from ccrhost.fleet.slurm import SlurmNode, drained_verdict
+from ccrhost.fleet.slurm_check import drained_verdict
+from ccrhost.fleet.slurm_client import SlurmNode
 from ccrhost.model import drain_reason as drain_text
 from ccrhost.model import reasons
 from ccrhost.model import verdict_line

@@ -10,7 +10,7 @@ from test_actions import remap_pending_on_gpu2
 from test_checks import H100, healthy
 
 from ccrhost.fleet.remediate import RemediateOptions, remediate
-from ccrhost.fleet.slurm import SlurmNode
+from ccrhost.fleet.slurm_client import SlurmNode
 from ccrhost.model.drain_reason import drain_reason
 from ccrhost.model.verdict import evaluate
 
@@ -133,7 +133,7 @@ def test_a_node_that_booted_after_its_drain_is_checked_and_resumed_not_rebooted_
 
 
 def test_node_fields_reads_the_reason_whole_and_its_time():
-    from ccrhost.fleet.slurm import node_fields
+    from ccrhost.fleet.slurm_client import node_fields
 
     line = ("NodeName=node2 Arch=x86_64 State=IDLE+DRAIN BootTime=2026-12-05T18:20:11 "
             "Reason=ccrhost: xid: MAX_ACC_OUT_READ=64 on mlx5_0 [action reboot gpu 7] [root@2026-12-05T18:21:00] "

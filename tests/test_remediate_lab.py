@@ -134,7 +134,7 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
 
 
 def boot_time(lab, node) -> str:
-    from ccrhost.fleet.slurm import node_fields
+    from ccrhost.fleet.slurm_client import node_fields
 
     return node_fields(lab_slurm.run(lab, "scontrol", "show", "node", "-o", node).stdout).get("BootTime", "")
 

@@ -12,23 +12,23 @@ import subprocess
 from test_actions import remap_pending_on_gpu2
 from test_evidence import NOW, fake_nvidia_smi, settings
 
-from ccrhost.fleet import slurm, slurm_evidence
+from ccrhost.fleet import slurm_check, slurm_client, slurm_evidence
 from ccrhost.fleet.measure import HostMeasurement
 from ccrhost.node import evidence
 
 
 def local_steps(calls):
-    """A stand-in for slurm._run_steps: the same case scripts, run here."""
+    """A stand-in for slurm_client._run_steps: the same case scripts, run here."""
     def run_steps(job, branches, name, timeout):
         calls.append((job, sorted(branches), name))
         results = {}
-        for nodes, script in slurm._case_steps(branches):
+        for nodes, script in slurm_client._case_steps(branches):
             for task, node in enumerate(nodes):
                 out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout,
                                      env={"SLURMD_NODENAME": node, "PATH": "/usr/bin:/bin"})
                 tasks = {}
-                slurm._labelled([f"{task}: {line}" for line in out.stdout.splitlines()], tasks)
-                results.update(slurm._by_node(tasks))
+                slurm_client._labelled([f"{task}: {line}" for line in out.stdout.splitlines()], tasks)
+                results.update(slurm_client._by_node(tasks))
         return lambda: (results, "")
     return run_steps
 
@@ -47,9 +47,9 @@ def test_a_fail_nodes_bundle_lands_in_the_report_dir_and_the_report_names_it(tmp
     for p in (tmp_path / "pruned" / "20261205T082117Z").iterdir():
         p.unlink()
     (tmp_path / "pruned" / "20261205T082117Z").rmdir()
-    outputs = {"node1": slurm.CheckOutput("node1", None, json.dumps(v.to_dict()), 2),
-               "node2": slurm.CheckOutput("node2", None, json.dumps(gone.to_dict()), 2),
-               "node3": slurm.CheckOutput("node3", None, '{"status": "OK", "evidence": null}', 0)}
+    outputs = {"node1": slurm_check.CheckOutput("node1", None, json.dumps(v.to_dict()), 2),
+               "node2": slurm_check.CheckOutput("node2", None, json.dumps(gone.to_dict()), 2),
+               "node3": slurm_check.CheckOutput("node3", None, '{"status": "OK", "evidence": null}', 0)}
     named = {n: slurm_evidence.evidence_of(o.text) for n, o in outputs.items()}
     assert named == {"node1": v.evidence, "node2": gone.evidence, "node3": None}
     calls, said = [], []
@@ -103,10 +103,10 @@ def test_a_re_judged_verdict_keeps_naming_its_bundle(tmp_path, monkeypatch):
     import yaml
 
     v = failed_bundle(tmp_path, monkeypatch)
-    out = slurm.CheckOutput("node1", yaml.safe_dump({"verify_profile": "hgx-h100-8x400"}), json.dumps(v.to_dict()), 2)
-    assert slurm.judge(out)[0].evidence == v.evidence
+    out = slurm_check.CheckOutput("node1", yaml.safe_dump({"verify_profile": "hgx-h100-8x400"}), json.dumps(v.to_dict()), 2)
+    assert slurm_check.judge(out)[0].evidence == v.evidence
     measured = HostMeasurement(gbps={f"mlx5_{i}": 390.0 for i in range(8)})
-    again = slurm.judge(out, measured)[0]  # evaluated again with the measurement: the bundle is still named
+    again = slurm_check.judge(out, measured)[0]  # evaluated again with the measurement: the bundle is still named
     assert again.readings.ports[0].measured_gbps == 390.0 and again.evidence == v.evidence
 
 

@@ -9,15 +9,8 @@ import yaml
 from test_checks import H100, healthy, port
 
 from ccrhost.fleet.measure import HostMeasurement
-from ccrhost.fleet.slurm import (
-    MAX_SCRIPT,
-    CheckOutput,
-    _case_steps,
-    check_script,
-    judge,
-    parse_check_task,
-    parse_sinfo,
-)
+from ccrhost.fleet.slurm_check import CheckOutput, check_script, judge, parse_check_task
+from ccrhost.fleet.slurm_client import MAX_SCRIPT, _case_steps, parse_sinfo
 from ccrhost.model.verdict import evaluate
 from ccrhost.settings import validate_host
 

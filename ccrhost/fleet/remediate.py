@@ -3,7 +3,7 @@ in service, or one that stays drained with what was tried.
 
 For each node Slurm shows drained with a ccrhost reason, the action the
 reason carries (``[action reset_gpu gpu 2]``, written by the node's own
-check: ccrhost.node.check.drain_reason) is carried out when it is safe to
+check: ccrhost.model.drain_reason.drain_reason) is carried out when it is safe to
 automate and the operator enabled it:
 
 - ``reset_gpu``: each GPU named, only while no process holds it
@@ -32,6 +32,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 
+from ccrhost.fleet.slurm_client import node_fields, run_slurm
 from ccrhost.model.actions import REBOOT, RESET_GPU
 from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX
 from ccrhost.model.status import OK, WARN
@@ -174,8 +175,6 @@ def rebooted_since_drain(name: str, slurm) -> tuple[str | None, str | None]:
     """(BootTime, the reason's time) when the node booted after its drain
     reason was set, else (None, the reason's time). Both are slurmctld's
     local ISO times, so they compare as text."""
-    from ccrhost.fleet.slurm import node_fields
-
     rc, out = slurm("scontrol", "show", "node", "-o", name)
     fields = node_fields(out) if rc == 0 else {}
     boot, since = fields.get("BootTime"), fields.get("ReasonTime")
@@ -221,9 +220,7 @@ def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) 
 
 
 def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None) -> list[NodeLog]:
-    """Every drained node of ``nodes`` (``fleet.slurm.SlurmNode`` by name), in name order."""
-    from ccrhost.fleet.slurm import run_slurm
-
+    """Every drained node of ``nodes`` (``fleet.slurm_client.SlurmNode`` by name), in name order."""
     remote = remote or Remote(opts.ssh, opts.timeout)
 
     def default_slurm(*args):

@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ccrhost.fleet.slurm import SlurmError, check_script, judge, node_fields, parse_check_task, run_slurm
+from ccrhost.fleet.slurm_check import check_script, judge, parse_check_task
+from ccrhost.fleet.slurm_client import SlurmError, node_fields, run_slurm
 from ccrhost.model.status import OK
 
 REASON_PREFIX = "ccrhost rollout:"

@@ -16,6 +16,8 @@ import shlex
 import time
 from dataclasses import dataclass
 
+from ccrhost.fleet.slurm_client import _run_steps
+from ccrhost.fleet.slurm_job import busy_note
 from ccrhost.model.active import ActiveReading, ActiveResult
 from ccrhost.model.dcgm import CHECK, DEADLINES, ENGINE_DEADLINE, mode
 from ccrhost.model.status import UNKNOWN
@@ -67,8 +69,6 @@ def _not_run(level: int, why: str, valid_for: int, clock) -> ActiveResult:
 def run_diag(job: str | None, names: list[str], opts: DcgmOptions, ccrhost: str, config: str, say,
              batches=None, clock=time.time) -> dict[str, ActiveReading]:
     """Every node's diag result, as a reading for its verdict."""
-    from ccrhost.fleet.slurm import _run_steps, busy_note
-
     out: dict[str, list[ActiveResult]] = {}
     chunks = [names] if batches is None else batches.chunks(names)
     for chunk in chunks:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from ccrhost.fleet.allreduce import AllReducePair, pair_fleet, pair_figure
+from ccrhost.fleet.slurm_job import batch_pairs, busy_note
 from ccrhost.model.active import ActiveResult
 from ccrhost.model.allreduce import (
     LOOPBACK,
@@ -142,11 +143,9 @@ def _not_run(mode: str, what: str, why: str) -> RunVerdict:
 def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, say, run=run_tool,
               clock=time.time, batches=None) -> dict[str, AllReduceReading]:
     """Every node's all-reduce results, as readings for its verdict. With
-    ``batches`` (``ccrhost.fleet.slurm.Batches``) each batch of at most
+    ``batches`` (``ccrhost.fleet.slurm_job.Batches``) each batch of at most
     ``max_nodes`` nodes is its own allocation, held only while it runs;
     without, the steps run in ``job`` with at most ``max_nodes`` nodes busy."""
-    from ccrhost.fleet.slurm import batch_pairs, busy_note
-
     slots = _Slots(max(opts.max_nodes, 2))
     results: dict[str, dict] = {n: {} for n in infos}
     singles = [m for m in opts.modes if m != PAIR]

@@ -29,6 +29,7 @@ from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
+from ccrhost.lab import slurm as lab_slurm
 from ccrhost.lab.profile import (
     FABRIC_PREFIX,
     FAULT_KINDS,
@@ -158,8 +159,6 @@ class Lab:
         over them. A running lab of the same shape is reused."""
         preflight()
         if slurm:
-            from ccrhost.lab import slurm as lab_slurm
-
             lab_slurm.preflight()
         faults = faults or {}
         profiles = profiles or {}
@@ -557,8 +556,6 @@ class Lab:
         self.save(state)
         self._wait_ssh(node)
         if state.slurm:
-            from ccrhost.lab import slurm as lab_slurm
-
             lab_slurm.start_slurmd(self, state, node)
             self.save(state)
         return node
@@ -582,8 +579,6 @@ class Lab:
         removed = []
         state = self.load()
         if state is not None and state.slurm:
-            from ccrhost.lab import slurm as lab_slurm
-
             lab_slurm.stop(self, state)
         nodes = state.nodes if state else []
         names = {n.netns for n in nodes}

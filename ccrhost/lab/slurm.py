@@ -23,8 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ccrhost.lab.procs import NODE_CLOCK
 from ccrhost.lab.procs import alive as _alive
@@ -32,8 +31,17 @@ from ccrhost.lab.procs import descendants as _descendants
 from ccrhost.lab.procs import kill as _kill
 from ccrhost.lab.state import LabError, LabState, Node
 
-if TYPE_CHECKING:  # the fleet starts this cluster: it imports this module, never the other way
-    from ccrhost.lab.fleet import Lab
+
+class Lab(Protocol):
+    """What the cluster needs of the lab that starts it (ccrhost.lab.fleet.Lab):
+    its folder, a node's filesystem, saving its state. A protocol, so this
+    module never imports the fleet, which imports it."""
+
+    dir: Path
+
+    def root(self, node: Node | str) -> Path: ...
+
+    def save(self, state: LabState) -> None: ...
 
 # Not Slurm's defaults, so a site's own Slurm never answers; each lab
 # subnet its own pair, so two labs' clusters (two test workers) run at once.

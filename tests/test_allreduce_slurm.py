@@ -86,7 +86,7 @@ def test_results_are_stored_only_on_nodes_whose_settings_turn_the_gate_on(monkey
             subprocess.run(["sh", "-c", script], check=True)
         return lambda: ({n: [] for n in branches}, "")
 
-    monkeypatch.setattr(slurm_verify, "_run_steps", fake_steps)
+    monkeypatch.setattr(slurm_verify, "run_steps", fake_steps)
     result = {"check": "allreduce", "mode": "pair", "status": "FAIL", "code": "allreduce_slow", "message": "slow",
               "measured_at": 5.0, "valid_for": 60.0, "value": 150.0}
     settings = {"on": validate_host("on", {"verify_allreduce": True,

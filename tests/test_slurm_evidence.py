@@ -18,7 +18,7 @@ from ccrhost.node import evidence
 
 
 def local_steps(calls):
-    """A stand-in for slurm_client._run_steps: the same case scripts, run here."""
+    """A stand-in for slurm_client.run_steps: the same case scripts, run here."""
     def run_steps(job, branches, name, timeout):
         calls.append((job, sorted(branches), name))
         results = {}

@@ -106,12 +106,12 @@ def expand_hostlist(expression: str) -> list[str]:
 
 # -- job steps: a script per node, its output by node ----------------------
 
-_LABEL = re.compile(r"^\s*([0-9]{1,9}): ?(.*)$")  # ASCII digits: int() takes any Unicode one
+STEP_LABEL = re.compile(r"^\s*([0-9]{1,9}): ?(.*)$")  # ASCII digits: int() takes any Unicode one
 
 
 def _labelled(lines, tasks: dict[int, list[str]]) -> None:
     for line in lines:
-        match = _LABEL.match(line.rstrip("\n"))
+        match = STEP_LABEL.match(line.rstrip("\n"))
         if match:
             tasks.setdefault(int(match.group(1)), []).append(match.group(2))
 
@@ -151,7 +151,7 @@ def _by_node(tasks: dict[int, list[str]]) -> dict[str, list[str]]:
     return out
 
 
-def _run_steps(job: str, branches: dict[str, str], name: str, timeout: float):
+def run_steps(job: str, branches: dict[str, str], name: str, timeout: float):
     """Start the steps for ``branches``; return a function that waits and gives {node: lines}."""
     procs = []
     for nodes, script in _case_steps(branches):

@@ -16,7 +16,7 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from ccrhost.fleet.slurm_client import _run_steps
+from ccrhost.fleet.slurm_client import run_steps
 from ccrhost.fleet.slurm_job import busy_note
 from ccrhost.model.active import ActiveReading, ActiveResult
 from ccrhost.model.dcgm import CHECK, DEADLINES, ENGINE_DEADLINE, mode
@@ -77,7 +77,7 @@ def run_diag(job: str | None, names: list[str], opts: DcgmOptions, ccrhost: str,
         with (nullcontext((job, chunk)) if batches is None else batches.hold(chunk)) as (held, taken):
             if taken:
                 say(f"DCGM diag level {opts.level}: {len(taken)} node(s) of {len(chunk)} in this batch")
-                lines, err = _run_steps(held, {n: step_script(ccrhost, config, opts.level) for n in taken},
+                lines, err = run_steps(held, {n: step_script(ccrhost, config, opts.level) for n in taken},
                                         "ccrhost-dcgm", opts.step_timeout)()
                 for name in taken:
                     got = parse_step(lines[name]) if name in lines else (err or "no output from the step")

@@ -64,7 +64,7 @@ class Progress:
         self.stream.flush()
 
 
-class _Drained(Exception):
+class NodesLost(Exception):
     """Nodes of the job drained or went down while it waited: most often its
     own prolog (``ccrhost check``) failed there, and Slurm would keep the job
     pending until ``--wait`` ran out."""
@@ -74,7 +74,7 @@ class _Drained(Exception):
         self.nodes = nodes
 
 
-def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
+def submit(nodes: list[str], opts: VerifyOptions, say) -> str:
     args = ["sbatch", "--parsable", "-J", "ccrhost-verify", "-N", str(len(nodes)), "-w", ",".join(nodes),
             "--exclusive", "-o", "/dev/null", "-e", "/dev/null", *opts.sbatch_options]
     if opts.partition:
@@ -98,7 +98,7 @@ def _submit(nodes: list[str], opts: VerifyOptions, say) -> str:
                 run_slurm("scancel", job, check=False)
                 say(f"job {job}: {', '.join(f'{n} {v.state} ({v.reason})' for n, v in sorted(lost.items()))}; "
                     "cancelled, the other nodes go on")
-                raise _Drained(lost)
+                raise NodesLost(lost)
         if time.monotonic() > deadline:
             run_slurm("scancel", job, check=False)
             raise VerifyError(f"job {job} did not start within {opts.wait:g} s ({out}); cancelled")
@@ -153,8 +153,8 @@ class Batches:
         try:
             while taken and not job:
                 try:
-                    job = _submit(taken, self.opts, self.say)
-                except _Drained as lost:
+                    job = submit(taken, self.opts, self.say)
+                except NodesLost as lost:
                     self.lost.update(lost.nodes)
                     taken = [n for n in taken if n not in lost.nodes]
             yield job, taken

@@ -25,14 +25,14 @@ from ccrhost.fleet.slurm_check import (
     judge,
     parse_check_task,
 )
-from ccrhost.fleet.slurm_client import _LABEL, _run_steps, expand_hostlist, list_nodes, run_slurm, srun_args
+from ccrhost.fleet.slurm_client import STEP_LABEL, run_steps, expand_hostlist, list_nodes, run_slurm, srun_args
 from ccrhost.fleet.slurm_job import (
     Batches,
     Progress,
     VerifyError,
     VerifyOptions,
-    _Drained,
-    _submit,
+    NodesLost,
+    submit,
     batch_pairs,
     busy_note,
 )
@@ -62,9 +62,9 @@ def slurm_round(job: str, pairs: list[tuple[str, str]], plan) -> list:
     clients = {c: clients_script(plan.devices[c][:n], plan.address[s], plan.port, plan.seconds, plan.timeout)
                for (s, c), n in zip(pairs, widths)}
     longest = max(widths) * (plan.timeout + 1) + 15
-    wait_servers = _run_steps(job, servers, "ccrhost-bw-servers", longest + 5)
+    wait_servers = run_steps(job, servers, "ccrhost-bw-servers", longest + 5)
     time.sleep(1)  # let the servers listen
-    client_out, client_err = _run_steps(job, clients, "ccrhost-bw-clients", longest)()
+    client_out, client_err = run_steps(job, clients, "ccrhost-bw-clients", longest)()
     server_out, server_err = wait_servers()
     results = []
     for (s, c), n in zip(pairs, widths):
@@ -89,7 +89,7 @@ def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[st
     results: dict[str, CheckOutput] = {}
     try:
         for line in proc.stdout:
-            match = _LABEL.match(line.rstrip("\n"))
+            match = STEP_LABEL.match(line.rstrip("\n"))
             if not match:
                 continue
             task = int(match.group(1))
@@ -172,7 +172,7 @@ def _store_allreduce(job: str | None, readings: dict, settings: dict, say, batch
     for chunk in ([list(branches)] if batches is None else batches.chunks(list(branches))):
         with (nullcontext((job, chunk)) if batches is None else batches.hold(chunk)) as (held, taken):
             if taken:
-                out, err = _run_steps(held, {n: branches[n] for n in taken}, "ccrhost-nccl-store", 60)()
+                out, err = run_steps(held, {n: branches[n] for n in taken}, "ccrhost-nccl-store", 60)()
                 stored.update(out)
                 errors += [err] if err else []
     say(f"all-reduce results stored on {len(stored)} of {len(branches)} node(s)"
@@ -219,8 +219,8 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
             say(f"at most {batches.cap} nodes held at once: each batch its own job, released before the next")
         while usable and not job and not capped:
             try:
-                job = _submit(usable, opts, say)
-            except _Drained as lost:  # never wait on them: report each with its reason, go on with the rest
+                job = submit(usable, opts, say)
+            except NodesLost as lost:  # never wait on them: report each with its reason, go on with the rest
                 for name, node in lost.nodes.items():
                     verdicts[name] = drained_verdict(node)
                 usable = [n for n in usable if n not in lost.nodes]

@@ -13,7 +13,7 @@ from ccrhost.model.levels import FAIL, OK, UNKNOWN, WARN  # every caller imports
 
 EXIT_CODES = {OK: 0, WARN: 1, FAIL: 2, UNKNOWN: 3}
 # An unmeasurable node outranks a warning: its CCR is not known at all.
-_RANK = {OK: 0, WARN: 1, UNKNOWN: 2, FAIL: 3}
+RANK = {OK: 0, WARN: 1, UNKNOWN: 2, FAIL: 3}
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Reason:
 
 
 def worst(statuses) -> str:
-    return max(statuses, key=_RANK.__getitem__, default=OK)
+    return max(statuses, key=RANK.__getitem__, default=OK)
 
 
 def below_median(values: dict[str, float], tolerance: float, minimum: int = 3) -> dict[str, tuple[float, float]]:

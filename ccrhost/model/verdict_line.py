@@ -5,7 +5,7 @@ Slurm drain reason share.
 
 from __future__ import annotations
 
-from ccrhost.model.status import _RANK, FAIL, OK, UNKNOWN, WARN
+from ccrhost.model.status import FAIL, OK, RANK, UNKNOWN, WARN
 from ccrhost.model.verdict import Verdict
 
 # A node to replace because it failed too often (its history) or carries a
@@ -28,7 +28,7 @@ def bounded_summary(verdict: Verdict, limit: int = SUMMARY_MAX) -> str:
     characters; what does not fit is counted ("+N more")."""
     # what to replace leads (its serials must not be cut)
     bad = sorted((r for r in verdict.reasons if r.level != OK),
-                 key=lambda r: (-_RANK[r.level], r.code not in REPLACE_CODES))
+                 key=lambda r: (-RANK[r.level], r.code not in REPLACE_CODES))
     if not bad:
         return "all checks passed"
     out = ""

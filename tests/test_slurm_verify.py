@@ -151,3 +151,33 @@ def test_a_sweep_asks_each_nodes_check_to_refresh_its_nic_readings():
     sweep = check_script("/usr/local/bin/ccrhost", "/etc/ccrhost/check.yaml", refresh_nic=True)
     assert "--refresh-nic" not in plain
     assert "check --config /etc/ccrhost/check.yaml --format json --refresh-nic 2>&1" in sweep
+
+
+def test_pair_batches_run_only_pairs_whose_nodes_the_batch_holds():
+    """The all-reduce and bandwidth rounds share one batching: a pair runs in
+    the batch that holds both its nodes, keeping its place in the group; a
+    pair with a busy node is not run and says which node is busy."""
+    from contextlib import contextmanager
+
+    from ccrhost.fleet.slurm_client import SlurmNode
+    from ccrhost.fleet.slurm_job import round_line, run_pair_batches
+
+    class FakeBatches:
+        cap = 4  # two pairs a batch
+        lost: dict = {}
+        busy = {"n3": SlurmNode("n3", "198.18.0.3", "allocated", None)}
+        held = []
+
+        @contextmanager
+        def hold(self, nodes):
+            self.held.append(nodes)
+            yield f"job{len(self.held)}", [n for n in nodes if n not in self.busy]
+
+    batches = FakeBatches()
+    pairs = [("n1", "n2"), ("n3", "n4"), ("n5", "n6")]
+    out = run_pair_batches(batches, pairs, lambda job, ok: [(job, k, p) for k, p in ok],
+                           lambda a, b, why: ("not run", a, b, why))
+    assert batches.held == [["n1", "n2", "n3", "n4"], ["n5", "n6"]]
+    assert out == [("job1", 0, ("n1", "n2")), ("not run", "n3", "n4", "n3 allocated"), ("job2", 0, ("n5", "n6"))]
+    assert round_line("measure", 2, pairs + [("n7", "n8"), ("n9", "n10")], "<->") == \
+        "measure round 2: 5 pair(s): n1<->n2, n3<->n4, n5<->n6, n7<->n8 ..."

@@ -24,7 +24,7 @@ import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
-from ccrhost.fleet.slurm_client import run_steps
+from ccrhost.fleet import slurm_client
 
 MAX_BYTES = 32 << 20   # per bundle: the node cuts each file at 1 MiB, but nvidia-bug-report's log can be larger
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a Slurm node name, safe as one folder name
@@ -119,8 +119,7 @@ def collect(job: str, named: dict[str, str], report_dir: str | Path, say, timeou
             cap: int = MAX_BYTES, run_steps=None) -> dict[str, Fetched]:
     """Fetch each node's named bundle (``named``: node -> the path its
     verdict gave) in one srun step of ``job``; {node: what came of it}."""
-    if run_steps is None:
-        run_steps = run_steps
+    run_steps = run_steps or slurm_client.run_steps
 
     out: dict[str, Fetched] = {}
     branches = {}

@@ -172,6 +172,25 @@ def batch_pairs(batches: Batches, pairs: list[tuple[str, str]]):
             yield group, (held, taken)
 
 
+def run_pair_batches(batches: Batches, pairs: list[tuple[str, str]], run, not_run) -> list:
+    """``pairs`` through the allocation's batches: in each, ``run(held job, [(k, pair)])`` takes the pairs
+    (k: the pair's place in its group) whose two nodes the batch holds, and ``not_run(a, b, why)`` stands
+    for each other pair (a node busy or lost). The results in the order returned."""
+    out = []
+    for group, (held, taken) in batch_pairs(batches, pairs):
+        ok = [(k, p) for k, p in enumerate(group) if p[0] in taken and p[1] in taken]
+        ran = {k for k, _ in ok}
+        out += run(held, ok) if ok else []
+        out += [not_run(a, b, busy_note(batches, a, b)) for k, (a, b) in enumerate(group) if k not in ran]
+    return out
+
+
+def round_line(what: str, number: int, pairs: list[tuple[str, str]], joiner: str) -> str:
+    """A round's progress line: its number, how many pairs, the first few."""
+    return (f"{what} round {number}: {len(pairs)} pair(s): " + ", ".join(f"{a}{joiner}{b}" for a, b in pairs[:4])
+            + (" ..." if len(pairs) > 4 else ""))
+
+
 def busy_note(batches: Batches, *nodes: str) -> str:
     why = [f"{n} {(batches.busy.get(n) or batches.lost.get(n)).state}" for n in nodes
            if n in batches.busy or n in batches.lost]

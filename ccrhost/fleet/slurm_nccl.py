@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from ccrhost.fleet.allreduce import AllReducePair, pair_fleet, pair_figure
-from ccrhost.fleet.slurm_job import batch_pairs, busy_note
+from ccrhost.fleet.slurm_job import busy_note, round_line, run_pair_batches
 from ccrhost.model.active import ActiveResult
 from ccrhost.model.allreduce import (
     LOOPBACK,
@@ -174,19 +174,15 @@ def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
 
         def run_pairs(pairs):
             rounds[0] += 1
-            say(f"all-reduce pair round {rounds[0]}: {len(pairs)} pair(s): "
-                + ", ".join(f"{a}+{b}" for a, b in pairs[:4]) + (" ..." if len(pairs) > 4 else ""))
+            say(round_line("all-reduce pair", rounds[0], pairs, "+"))
             if batches is None:
                 return _parallel([(2, lambda k=k, a=a, b=b: pair_run(job, infos[a], infos[b], opts, k, run))
                                   for k, (a, b) in enumerate(pairs)], slots)
-            out = []
-            for group, (held, taken) in batch_pairs(batches, pairs):
-                ok = [(k, p) for k, p in enumerate(group) if p[0] in taken and p[1] in taken]
-                out += _parallel([(2, lambda k=k, a=a, b=b: pair_run(held, infos[a], infos[b], opts, k, run))
-                                  for k, (a, b) in ok], slots)
-                out += [AllReducePair(a, b, _not_run(PAIR, f"{a}+{b}", busy_note(batches, a, b)))
-                        for a, b in group if (a, b) not in {p for _, p in ok}]
-            return out
+            return run_pair_batches(
+                batches, pairs,
+                lambda held, ok: _parallel([(2, lambda k=k, a=a, b=b: pair_run(held, infos[a], infos[b], opts, k, run))
+                                            for k, (a, b) in ok], slots),
+                lambda a, b, why: AllReducePair(a, b, _not_run(PAIR, f"{a}+{b}", why)))
 
         for name, result in pair_fleet(list(infos), run_pairs, opts.retries, opts.valid_for, clock).items():
             results[name][PAIR] = result.to_dict()

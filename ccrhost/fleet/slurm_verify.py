@@ -28,13 +28,13 @@ from ccrhost.fleet.slurm_check import (
 from ccrhost.fleet.slurm_client import STEP_LABEL, run_steps, expand_hostlist, list_nodes, run_slurm, srun_args
 from ccrhost.fleet.slurm_job import (
     Batches,
+    NodesLost,
     Progress,
     VerifyError,
     VerifyOptions,
-    NodesLost,
+    round_line,
+    run_pair_batches,
     submit,
-    batch_pairs,
-    busy_note,
 )
 from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import Reason
@@ -139,19 +139,14 @@ def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: 
 
     def runner(pairs):
         rounds[0] += 1
-        say(f"measure round {rounds[0]}: {len(pairs)} pair(s): "
-            + ", ".join(f"{s}<->{c}" for s, c in pairs[:4]) + (" ..." if len(pairs) > 4 else ""))
+        say(round_line("measure", rounds[0], pairs, "<->"))
         if batches is None:
             return slurm_round(job, pairs, plan)
         from ccrhost.fleet.measure import PairResult
 
-        out = []
-        for group, (held, taken) in batch_pairs(batches, pairs):
-            ok = [p for p in group if p[0] in taken and p[1] in taken]
-            out += slurm_round(held, ok, plan) if ok else []
-            out += [PairResult(s, c, [], [f"{s}<->{c}: not run: {busy_note(batches, s, c)}"], False)
-                    for s, c in group if (s, c) not in ok]
-        return out
+        return run_pair_batches(
+            batches, pairs, lambda held, ok: slurm_round(held, [p for _, p in ok], plan),
+            lambda s, c, why: PairResult(s, c, [], [f"{s}<->{c}: not run: {why}"], False))
 
     return measure_fleet(None, dict.fromkeys(names), plan, runner=runner)
 

@@ -45,3 +45,46 @@ def test_the_lab_slurm_cluster_sits_on_the_fleet_not_beside_it():
         if isinstance(node, ast.ImportFrom) and node.module:
             runtime.add(node.module)
     assert "ccrhost.lab.fleet" not in runtime
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each ccrhost module -> the ccrhost modules it imports, at any depth of
+    the file (function-level imports too: they are circles all the same)."""
+    mods = {}
+    for p in PACKAGE.rglob("*.py"):
+        rel = p.relative_to(PACKAGE.parent).with_suffix("")
+        mods[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = p
+    graph = {}
+    for name, p in mods.items():
+        deps = set()
+        for m in imports(p):
+            while m and m not in mods:
+                m = m.rpartition(".")[0]
+            if m and m not in (name, "ccrhost"):
+                deps.add(m)
+        graph[name] = deps
+    return graph
+
+
+def _reach(graph, start) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for dep in graph[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+def test_no_import_circle():
+    graph = _module_graph()
+    reach = {m: _reach(graph, m) for m in graph}
+    # a module that reaches itself is on a circle: name each circle once, by its members
+    circles = {" <-> ".join(sorted(n for n in reach[m] if m in reach[n])) for m in graph if m in reach[m]}
+    assert sorted(circles) == []
+
+
+def test_no_module_outside_the_lab_past_700_lines():
+    # one concern per file: a module this long holds several (docs/development.md, code map)
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if "lab" not in p.parts
+            if (n := len(p.read_text().splitlines())) > 700}
+    assert long == {}

@@ -7,6 +7,7 @@ purpose is recorded by rewriting it: ``python tests/test_settings_split.py``.
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -24,12 +25,18 @@ def _validators(model) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+def _type(annotation) -> str:
+    """The annotation as written, a class of ccrhost.settings named by the package
+    (``ccrhost.settings.Workload``), not by the module that defines it."""
+    return re.sub(r"\bccrhost\.settings\.[a-z_]+\.([A-Z])", r"ccrhost.settings.\1", repr(annotation))
+
+
 def _fields(model) -> dict[str, dict]:
     schema = model.model_json_schema()["properties"]
     validators = _validators(model)
     return {name: {"default": json.loads(json.dumps(field.default, default=repr)),
                    "required": field.is_required(),
-                   "annotation": repr(field.annotation),
+                   "annotation": _type(field.annotation),
                    "metadata": repr(field.metadata),
                    "description": field.description,
                    "json_schema_extra": field.json_schema_extra,

@@ -24,7 +24,7 @@ PLAYBOOK = PLAYBOOK_DIR / "rdma.yml"
 VENV = REPO / "bench" / ".ansible-venv"
 REQUIREMENT = "ansible-core==2.19.14"
 
-# The modules the playbook loads and ccrhost's default list (settings.py).
+# The modules the playbook loads and ccrhost's default list (settings/datapath.py).
 MODULES = ("ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm")
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
 

@@ -1,5 +1,5 @@
 """The generated pages of the docs site: the settings reference (from the
-pydantic model, ``ccrhost/settings.py``) and the reason-code handbook (from
+pydantic models, ``ccrhost/settings/``) and the reason-code handbook (from
 the catalogue, ``ccrhost/model/catalogue/*.yaml``, which it also compiles
 for the checks: ``compiled.json`` beside it).
 
@@ -135,7 +135,7 @@ def settings_reference() -> str:
     defs = schema.get("$defs", {})
     props = schema["properties"]
     prefixes = ", ".join(f"`{p}`" for p in OWNED_PREFIXES)
-    out = [GENERATED.format(source="ccrhost/settings.py"), "# Settings reference", "",
+    out = [GENERATED.format(source="ccrhost/settings/"), "# Settings reference", "",
            "Set these keys in pyinfra host data or `group_data/*.py` (and, for `ccrhost check`, in",
            "`/etc/ccrhost/check.yaml`). Every host's data is validated before any host is touched:",
            f"a bad value, or an unknown key starting with a ccrhost prefix ({prefixes}),",

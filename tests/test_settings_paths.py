@@ -1,5 +1,5 @@
 """Settings that name a path refuse files ccrhost does not own, and a peak
-figure that can never be used is refused where it is given (ccrhost/settings.py)."""
+figure that can never be used is refused where it is given (ccrhost/settings/)."""
 
 from __future__ import annotations
 

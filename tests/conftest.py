@@ -34,26 +34,6 @@ LAB_NAME = "tuvwxyz"[_WORKER]  # a letter each: no lab's link names are a prefix
 LAB_SUBNET = 200 + _WORKER
 
 
-# The modules that take longest (seconds, bench/suite-time.md: 2 cores,
-# scripts/test), run first and longest first: with --dist loadfile each
-# module goes whole to the next free worker, so a long one handed out last
-# leaves the other worker idle. (scripts/test passes --no-loadscope-reorder:
-# xdist's own order is by test count, which puts these one- and two-test
-# modules last.) A module not listed keeps its place after them.
-SLOW_MODULES = {
-    "test_allreduce_lab.py": 360, "test_slurm_paths.py": 175, "test_verify_e2e.py": 175, "test_dcgm_lab.py": 150,
-    "test_install_e2e.py": 145, "test_rollout_lab.py": 135, "test_ci.py": 115, "test_faults.py": 115,
-    "test_gpu_health_e2e.py": 105, "test_bench_smoke.py": 85, "test_datapath_e2e.py": 80, "test_nicfw_lab.py": 75,
-    "test_qos_e2e.py": 60, "test_monitor_e2e.py": 60, "test_nccl_e2e.py": 40, "test_remediate_lab.py": 35,
-    "test_slurm.py": 30,
-}
-
-
-def pytest_collection_modifyitems(items):
-    # stable: each module's tests stay together and in their order
-    items.sort(key=lambda item: -SLOW_MODULES.get(item.path.name, 0))
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _check_cache(tmp_path_factory):
     """`ccrhost check` keeps its validated settings (ccrhost.node.prepared):

@@ -65,6 +65,8 @@ class Held:
 
 
 def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
+    # --nccl-timeout 20 as the pyinfra path's test: node4's hang waits it out in four runs (nvlink, loopback,
+    # two pair rounds), while a healthy batch here takes under 8 s
     lab = faulty
     other = lab_slurm.run(lab, "sbatch", "--parsable", "-J", "someone-else", "-w", "node9", "--exclusive", "-o",
                           "/dev/null", "--wrap", "exec sleep 3600", check=True).stdout.strip().split(";")[0]
@@ -77,7 +79,7 @@ def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
     try:
         run = subprocess.run(
             [sys.executable, "-m", "ccrhost", "slurm", "verify", "--ccrhost", lab_slurm.ccrhost_command(),
-             "--report-dir", str(tmp_path / "report"), "--nccl", "--nccl-iters", "5", "--nccl-timeout", "30",
+             "--report-dir", str(tmp_path / "report"), "--nccl", "--nccl-iters", "5", "--nccl-timeout", "20",
              "--nccl-retries", "1", "--nccl-max-nodes", str(CAP)],
             capture_output=True, text=True, timeout=900, cwd=tmp_path, env=lab_slurm.client_env(lab))
     finally:

@@ -81,6 +81,14 @@ def allocate(lab, nodes: str, name: str = "someone-else") -> str:
     return job
 
 
+def wait_states(lab, done, timeout=30):
+    """The nodes' (state, reason) once ``done(states)`` holds, or when ``timeout`` has passed."""
+    deadline = time.monotonic() + timeout
+    while not done(states := lab_slurm.node_states(lab)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return states
+
+
 def dcgm_reasons(host):
     return [r for r in host["reasons"] if r["code"].startswith("dcgm_")]
 
@@ -125,8 +133,7 @@ def test_each_diag_fault_fails_its_node_naming_test_and_gpu_on_every_path(dcgm_l
 
     # FAIL drains (verify's own drain); the UNKNOWN nodes are drained by nothing, the health checks included
     lab_slurm.run(lab, "scancel", job)
-    time.sleep(3)
-    states = lab_slurm.node_states(lab)
+    states = wait_states(lab, lambda states: all(states[n][0] == "drained" for n in NAMED))
     assert all(states[n][0] == "drained" for n in NAMED), states
     assert "dcgm_test_failed" in states["node4"][1]
     lab_slurm.run(lab, "scontrol", "update", "NodeName=node4", "State=RESUME")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ccrhost.model.status import EXIT_CODES, OK, UNKNOWN
+from ccrhost.model.status import EXIT_CODES, OK, UNKNOWN, Reason
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,6 @@ def readable_results(reading: ActiveReading, code: str, what: str) -> tuple[list
     """The reading's results that can be read, and an UNKNOWN ``code`` reason
     for a state file or each stored entry that cannot (the check's
     "unreadable" code): one way for every active check."""
-    from ccrhost.model.status import Reason
-
     if reading.error:
         return [Reason(UNKNOWN, code, f"{what} results: {reading.error}")], []
     good, bad = results_of(reading)
@@ -94,8 +92,6 @@ def readable_results(reading: ActiveReading, code: str, what: str) -> tuple[list
 def fresh_reasons(result: ActiveResult, now: float, code: str, what: str) -> list:
     """A stored result's reasons while it holds; past its validity an UNKNOWN
     ``code`` (the check's "stale" code), never its old pass."""
-    from ccrhost.model.status import Reason
-
     if result.stale(now):
         return [Reason(UNKNOWN, code, stale_message(what, result, now))]
     return stored_reasons(result)
@@ -104,8 +100,6 @@ def fresh_reasons(result: ActiveResult, now: float, code: str, what: str) -> lis
 def stored_reasons(result: ActiveResult) -> list:
     """A fresh stored result's reasons, as the verdict gave them when the
     result was made (never judged again): none for OK."""
-    from ccrhost.model.status import Reason
-
     if result.status == OK:
         return []
     return [Reason.from_dict(r) for r in result.reasons or

@@ -247,8 +247,6 @@ def codes_in(text: str) -> list[str]:
     ``sinfo -R`` line shows a reason's first 20 characters only, so when
     no whole code is found, a word with an underscore that starts exactly
     one code stands for it."""
-    import re
-
     words = re.findall(r"[a-z0-9_]+", text.lower())
     found = list(dict.fromkeys(w for w in words if w in REGISTRY))
     if found:

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import scratch
+
 LAB_NAME, SUBNET = "bar", 152
 LINK = 50  # Mbit/s
 
@@ -101,7 +103,7 @@ def main(argv=None) -> None:
     ap.add_argument("--output", default=str(Path(__file__).parent / "allreduce-results.md"))
     args = ap.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+    with tempfile.TemporaryDirectory(dir=scratch()) as tmp:
         os.chmod(tmp, 0o755)  # munged refuses a socket folder others cannot traverse
         result = run(args.nodes, args.slow, Path(tmp))
     print(json.dumps(result, indent=1))

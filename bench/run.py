@@ -36,14 +36,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import playbook
+from bench import playbook, scratch
 
 REPO = Path(__file__).resolve().parent.parent
 # an even subnet: a lab of more than 245 nodes takes 198.18.178.0/23
 LAB_NAME, SUBNET, PROFILE = "bench", 178, "hgx-h100-8x400"
 PER_HOST_FROM, PER_HOST_TO = 64, 256  # controller CPU per added host: (CPU@256 - CPU@64) / 192
 NOOP_COMMANDS_MAX = 1
-FIRST_COMMANDS = 2      # one read, one write
+FIRST_COMMANDS = 3      # one read, the GPU-work read before a disruptive write (issue 46), one write
 VERIFY_COMMANDS_MAX = 1
 CPU_PER_HOST_MAX_MS = 15
 SPEEDUP_NOOP, SPEEDUP_FIRST = 20, 12  # no-op at 1 and 8 hosts, first run at 8
@@ -482,7 +482,8 @@ def _targets(sizes: dict, states: dict, extras: dict) -> tuple[list[tuple[str, s
     first = {n: (min(r["commands_spread"][0] for r in sizes[n]["first"]),
                  max(r["commands_spread"][1] for r in sizes[n]["first"])) for n in ns}
     names = sorted({s for n in ns for r in sizes[n]["first"] for s in r["stages_changed"]})
-    rows.append((f"first deploy: one read plus one write per host ({FIRST_COMMANDS} commands), at every size",
+    rows.append((f"first deploy: one read, the GPU-work read, one write per host ({FIRST_COMMANDS} commands), "
+                 "at every size",
                  ", ".join(f"{n}: {lo}" + (f"-{hi}" if hi != lo else "") for n, (lo, hi) in first.items())
                  + f" (stages written in the one write: {', '.join(names)})",
                  _verdict(all(lo == hi == FIRST_COMMANDS for lo, hi in first.values()))))
@@ -667,7 +668,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     states: dict = {}
     extras: dict = {}
-    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="ccrhost-bench-") as tmp:
+    with tempfile.TemporaryDirectory(dir=scratch(), prefix="ccrhost-bench-") as tmp:
         workdir = Path(tmp)
         (workdir / "logs").mkdir()
         results = {}

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import scratch
+
 LAB_NAME, SUBNET = "bsl", 151
 
 
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {}
-    with tempfile.TemporaryDirectory(prefix="ccrhost-bench-slurm-", dir="/var/tmp") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ccrhost-bench-slurm-", dir=scratch()) as tmp:
         os.chmod(tmp, 0o755)  # munged refuses a socket below a folder others cannot enter
         for size in sizes:
             results[size] = measure_size(size, args.repeats, Path(tmp))

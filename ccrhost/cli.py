@@ -13,7 +13,7 @@ from ccrhost.node.gather import DEFAULT_TIMEOUT
 
 # Subcommands that live outside the core package are imported only when
 # used, so production commands never load the lab.
-_LAZY = {"lab": "ccrhost.lab.cli:lab", "slurm": "ccrhost.fleet.slurm:slurm", "ci": "ccrhost.lab.ci:ci"}
+_LAZY = {"baseline": "ccrhost.baseline_cli:baseline", "lab": "ccrhost.lab.cli:lab", "slurm": "ccrhost.fleet.slurm:slurm", "ci": "ccrhost.lab.ci:ci"}
 
 
 class _Group(click.Group):
@@ -69,6 +69,25 @@ def _check_settings(config_path, overrides):
     return kept
 
 
+YAML_MAX_DEPTH = 64  # ccrhost's own files nest 3 levels at most
+
+
+def _yaml_too_deep(text: bytes) -> bool:
+    """Whether the YAML nests deeper than YAML_MAX_DEPTH, read from the
+    parser's events (no recursion), stopping at the first level too deep."""
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > YAML_MAX_DEPTH:
+                return True
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    return False
+
+
 def _yaml_mapping(flag: str, path: str, what: str, text: bytes | None = None) -> dict:
     """A YAML file of keys (``text``: its bytes, already read); a missing,
     unreadable or non-mapping file is a usage error naming the flag."""
@@ -78,6 +97,9 @@ def _yaml_mapping(flag: str, path: str, what: str, text: bytes | None = None) ->
         if text is None:
             with open(path, "rb") as f:
                 text = f.read()
+        if _yaml_too_deep(text):  # the loader recurses per level: a RecursionError traceback otherwise
+            raise click.ClickException(f"{flag} {path}: nested more than {YAML_MAX_DEPTH} levels deep; allowed: "
+                                       f"a mapping of {what}, at most {YAML_MAX_DEPTH} levels")
         loaded = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise click.ClickException(f"{flag} {path}: {exc}") from None
@@ -101,7 +123,7 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML file of the same keys as inventory data (verify_*, rdma_exclude_devices).")
-@click.option("--profile", "verify_profile", help="Declared hardware, e.g. hgx-h100-8x400.")
+@click.option("--profile", "verify_profile", help="The platform (verify_profile): a built-in, e.g. hgx-h100-8x400, or a platform file.")
 @click.option("--gpu-model", "verify_gpu_model", help="Expected GPU name as NVML reports it.")
 @click.option("--gpus", "verify_gpu_count", type=int, help="Expected number of GPUs.")
 @click.option("--ports", "verify_ports", type=int, help="Expected active compute ports.")
@@ -130,7 +152,24 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
               help="Health-check use, with verify_nic_firmware: query each compute NIC's firmware settings "
                    "(mlxconfig, seconds per NIC) and store them before judging. Never in a prolog, which judges "
                    "the stored reading and its age.")
-def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, refresh_nic, **overrides):
+@click.option("--active-when-busy", "verify_active_when_busy", is_flag=True, default=None,
+              help="With --refresh-nic: query the NICs on a node running GPU work or a Slurm job too "
+                   "(verify_active_when_busy; `ccrhost slurm rollout` asks so, read-only) [default: skip the queries "
+                   "there, UNKNOWN node_busy].")
+@click.option("--budget", type=click.FloatRange(5, 3600), default=None,
+              help="Seconds the whole run may take (the health check: below slurmd's 60 s limit): the "
+                   "--refresh-nic queries stop where they would not finish within it, and stderr names the NICs left.")
+@click.option("--dry-run", is_flag=True,
+              help="With --drain: read Slurm as ever, print the scontrol lines it would run (drain, resume, hold) "
+                   "and change nothing: the observe mode's prolog and health check (slurm_mode: observe).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False),
+              help="With --drain: append a line here (and to syslog) when the node is not OK or an action was, or "
+                   "would be, taken (slurm_log).")
+@click.option("--textfile", type=click.Path(dir_okay=False),
+              help="With --drain: a node_exporter textfile of the verdict, the would-be drain or hold, and a fault "
+                   "of ccrhost's own (slurm_textfile).")
+def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, refresh_nic, budget, dry_run,
+          log_path, textfile, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (--format
     npd: Node Problem Detector's codes).
 
@@ -138,6 +177,7 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
     an internal error) is UNKNOWN with one line naming it, never WARN.
     """
     import json
+    import time
 
     from ccrhost.node.gather import Started, take_early
 
@@ -145,6 +185,8 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
     # command is parsed) and run while the settings are loaded and
     # validated, which takes longer than they do.
     reads = take_early(probe_timeout) or Started(probe_timeout)
+    deadline = None if budget is None else time.monotonic() + budget  # the whole run's, from here
+    skipped: list[str] = []
 
     from ccrhost.model.verdict import only_unproven
     from ccrhost.node import check as node_check
@@ -161,26 +203,43 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
         verdict = node_check.unknown("check_config", problem)
     else:
         try:
-            verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads, refresh_nic=refresh_nic)
+            verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads, refresh_nic=refresh_nic,
+                                           deadline=deadline, skipped=skipped)
         except Exception as exc:  # a bug must not read as WARN to the scheduler
             problem = f"internal error: {type(exc).__name__}: {exc}"
             verdict = node_check.unknown("check_error", problem)
-    held = None
+    held, own = None, []
     if drain:
         from ccrhost.model.drain_cap import DrainCap
         from ccrhost.node import drain as node_drain
+        from ccrhost.node import observe
 
-        try:  # settings that could not be read still have a cap: a bad config pushed everywhere is a storm too
-            drained = node_drain.drain(verdict, unknown_drains=drain_unknown,
-                                       cap=settings.drain_cap if settings else DrainCap())
+        # ccrhost's own configuration or installation at fault: it alerts and lets the job run, in
+        # either mode (a bad check.yaml pushed everywhere must not stop every job)
+        own = observe.own_fault(verdict)
+        try:
+            if own:
+                drained = node_drain.DrainNote(f"not drained, no job held: UNKNOWN for ccrhost's own configuration "
+                                               f"or installation ({', '.join(own)})")
+            else:
+                drained = node_drain.drain(verdict, unknown_drains=drain_unknown, dry_run=dry_run,
+                                           cap=settings.drain_cap if settings else DrainCap())
             job = os.environ.get("SLURM_JOB_ID")
             if drained.held and hold and job and os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd":
                 import shutil
 
-                held = node_drain.hold_job(job, shutil.which("scontrol") or "scontrol")
+                held = node_drain.hold_job(job, shutil.which("scontrol") or "scontrol", dry_run=dry_run)
         except node_drain.DrainError as exc:
             problem = f"--drain: {exc}"
             verdict = node_check.unknown("check_error", problem, verdict)
+        if log_path or textfile or dry_run or own:
+            said = str(drained or "").removeprefix("dry run, nothing changed: ")
+            acted = bool(said) and not said.startswith("no drain change")
+            what = [*([str(drained)] if acted else []),
+                    *([held] if held else [])]
+            observe.record(os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0], verdict,
+                           dry_run, what, own, node_drain.would_drain(drained) if drained else False,
+                           bool(held) and dry_run, log_path, textfile)
     if problem is None and not verdict.evaluated:  # nothing was judged: say why on stderr too
         problem = verdict.reasons[-1].message
     if fmt == "npd":  # NPD reads its own exit codes, WARN per the settings (none readable: the default)
@@ -199,10 +258,19 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
         click.echo(text, nl=False)
     if drained:
         click.echo(drained, err=True)
+    if skipped:
+        click.echo(f"ccrhost check: --budget {budget:g} s: skipped the NIC firmware query (--refresh-nic) on "
+                   f"{', '.join(skipped)}; their stored readings stay and are judged by their age", err=True)
     if problem:
         click.echo(f"ccrhost check: UNKNOWN: {problem}", err=True)
-    if held:  # past the drain cap, in a prolog: the job is off the node, and a non-zero exit would drain it
+    if held and not dry_run:  # past the drain cap, in a prolog: the job is off the node; a non-zero exit would drain it
         click.echo(f"ccrhost check: {held}; exit 0 so that slurmd does not drain the node", err=True)
+        return 0
+    if held:
+        click.echo(f"ccrhost check: {held}", err=True)
+    if own and drain_unknown:  # prolog use: a non-zero exit would fail the job and drain the node
+        click.echo(f"ccrhost check: UNKNOWN for ccrhost's own configuration or installation ({', '.join(own)}); "
+                   "exit 0 so that the job runs and slurmd does not drain the node", err=True)
         return 0
     if drain and drain_unknown and problem is None and only_unproven(verdict):
         # prolog use: an active check's missing or old proof says nothing against the node, and any
@@ -261,7 +329,9 @@ def explain(text):
     reason, a line of `sinfo -R`, `ccrhost check` output. Every code found
     in it (any case) is explained, each once. A code that `sinfo -R` cut at
     its 20 characters is found by its start when only one code starts so.
-    Exits 2 only when no code is found, listing the codes closest to it.
+    A line that carries a prefix ccrhost writes (``ccrhost rollout:``,
+    ``ccrhost: held:``) is explained by it too. Exits 2 only when neither a
+    code nor such a prefix is found, listing the codes closest to it.
     """
     import re
 
@@ -272,7 +342,16 @@ def explain(text):
     if xid:  # one XID code: its level, action and source (the table in ccrhost/model/xids.py)
         click.echo(xids.entry_line(xids.xid_entry(int(xid.group(1)))))
         return
+    from ccrhost.model.drain_reason import DRAIN_PREFIX, WRITTEN_PREFIXES, written_prefix
+
     found = reasons.codes_in(line)
+    prefix = written_prefix(line)
+    if prefix and (prefix != DRAIN_PREFIX or not found):  # what the reason's own prefix says, then its codes
+        import textwrap
+
+        click.echo(textwrap.fill(f"{prefix} {WRITTEN_PREFIXES[prefix]}", 78) + ("\n" if found else ""))
+        if not found:
+            return
     if not found:
         words = line.strip()
         close = reasons.close_matches(words) if " " not in words else []
@@ -290,8 +369,12 @@ def explain(text):
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML file of the same keys as inventory data (verify_dcgm_*).")
 @click.option("--level", type=click.IntRange(1, 4), help="The diag level [default: verify_dcgm_level_sweep].")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def dcgm_diag(config_path, level, fmt):
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: every diag and nvbandwidth result the node now holds (this run's merged into the stored), "
+              "what its checks judge.")
+@click.option("--nvbandwidth/--no-nvbandwidth", "with_nvbandwidth", default=None,
+              help="Run nvbandwidth after the diag [default: verify_nvbandwidth]; the prolog's quick step never does.")
+def dcgm_diag(config_path, level, fmt, with_nvbandwidth):
     """Run DCGM's diagnostics on this node now and store the result.
 
     Asks the host engine first (verify_dcgm_engine_timeout), then runs
@@ -299,7 +382,9 @@ def dcgm_diag(config_path, level, fmt):
     and stores the result in verify_dcgm_state, where `ccrhost check` and
     the prolog read it with its age; with verify_nvbandwidth, nvbandwidth's
     copy bandwidths too. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (the worst).
-    Never run this under a job: the diag holds every GPU.
+    The diag holds every GPU: on a node whose GPUs hold a compute process
+    (nvidia-smi --query-compute-apps) nothing runs or is stored, and the
+    result is UNKNOWN node_busy (exit 3), unless verify_active_when_busy.
     """
     import json
 
@@ -309,17 +394,52 @@ def dcgm_diag(config_path, level, fmt):
     from ccrhost.model.status import worst
 
     settings = _settings(config_path)
-    results = [node_dcgm.run_and_store(settings, level or settings.verify_dcgm_level_sweep)]
-    if settings.verify_nvbandwidth:  # the copy bandwidths, stored beside the diag
+    level = level or settings.verify_dcgm_level_sweep
+    skipped = None
+    if not settings.verify_active_when_busy:
+        from ccrhost.model.dcgm import CHECK, mode
+        from ccrhost.node import busy
+
+        skipped = busy.not_run(busy.read_local(slurm_conf=settings.slurm_conf), CHECK, mode(level),
+                               f"DCGM diag level {level}",
+                               settings.verify_dcgm_valid_for)
+    results = [skipped or node_dcgm.run_and_store(settings, level)]
+    wanted = settings.verify_nvbandwidth if with_nvbandwidth is None else with_nvbandwidth
+    if wanted and skipped is None:  # the copy bandwidths, stored beside the diag
         from ccrhost.node import nvbandwidth
 
         results.append(nvbandwidth.run_and_store(settings))
-    if fmt == "json":
-        click.echo(json.dumps([r.to_dict() for r in results], separators=(",", ":")))
+    if fmt == "json":  # what the node holds now: a fleet run judges it, as the node's own check does
+        from ccrhost.node.active import load
+
+        try:
+            held = [r for r in load(settings.verify_dcgm_state).values() if r.check in ("dcgm_diag", "nvbandwidth")]
+        except ValueError:
+            held = results
+        click.echo(json.dumps([r.to_dict() for r in held or results], separators=(",", ":")))
     else:
         for r in results:
             click.echo(f"{r.status}: {r.message}")
     sys.exit(EXIT_CODES[worst(r.status for r in results)])
+
+
+@main.command("reset-gpu")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="YAML file of the same keys as inventory data (verify_gpu_state).")
+@click.argument("index", type=click.IntRange(0, 63))
+def reset_gpu(config_path, index):
+    """Reset GPU INDEX (nvidia-smi -r -i INDEX) and keep when, so that the
+    checks after it judge the GPU only on what the driver logged since.
+
+    `ccrhost slurm remediate` runs it for a reset_gpu drain. Exits with
+    nvidia-smi's status. Never run it under a job.
+    """
+    from ccrhost.node.gpu_reset import reset_gpu as reset
+
+    rc, out = reset(_settings(config_path).verify_gpu_state, index)
+    if out:
+        click.echo(out)
+    sys.exit(rc)
 
 
 @main.command("nccl-env")
@@ -526,11 +646,13 @@ def calc(gpu, gpus, nics, nic_gbps, precision, tflops, beta, workload_file, fmt,
 
 
 def entry(argv=None) -> None:
-    """Console entry point. ``check`` and ``monitor`` map their usage and
-    config errors, and any error they did not expect, to exit 3 (UNKNOWN):
+    """Console entry point. The commands whose codes are verdicts (``check``,
+    ``monitor``, ``dcgm``, ``slurm ...``) map their usage and config errors,
+    and any error they did not expect, to exit 3 (UNKNOWN):
     click's own 2 would read as FAIL, and Python's 1 as WARN, to a scheduler."""
     argv = sys.argv[1:] if argv is None else argv
-    verdict = bool(argv) and argv[0] in ("check", "monitor")
+    # the commands whose exit codes are verdicts (ccrhost/exit_codes.py, VERDICT_COMMANDS)
+    verdict = bool(argv) and (argv[0] in ("check", "monitor", "dcgm", "slurm") or argv[:2] == ["baseline", "diff"])
     if verdict:
         # ccrhost's models use no pydantic plugin: skip scanning every
         # installed package's entry points for one, on each check

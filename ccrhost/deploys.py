@@ -28,7 +28,7 @@ def _keep_readings(settings) -> None:
     from ccrhost.operations import cache
     from ccrhost.operations.base import DRY
 
-    cache.configure(host, settings.verify_link_state, keep=not DRY)
+    cache.configure(host, settings.verify_link_state, keep=not DRY, settings=settings)
 
 
 def rdma_stages() -> None:
@@ -50,15 +50,26 @@ def verify_stage(measure: bool = True) -> None:
     ``verify_measure_gpudirect`` each node's GPU-NIC pairs through GPU
     memory, and with ``verify_allreduce`` the single-node all-reduce modes (and the pair mode where
     ``verify_allreduce_launcher`` says how to launch it), and with ``verify_dcgm`` DCGM's diagnostics at
-    ``verify_dcgm_level_deploy``."""
+    ``verify_dcgm_level_deploy``. A host whose GPUs hold compute processes runs none of these and is in
+    no pair (UNKNOWN ``node_busy``), unless ``verify_active_when_busy``."""
     settings = host_settings(host, inventory)
     _keep_readings(settings)
+    from ccrhost.fleet.busy import busy_hosts, runs_active
+
+    skipped, busy = None, {}
+    if runs_active(settings, measure):
+        # no active test on a node with GPU work, nor a pair test with it as a peer
+        busy = busy_hosts(state, inventory, all_settings(inventory))
+        if host.name in busy:
+            from ccrhost.model.busy import SkippedTests
+
+            skipped, measure = SkippedTests(busy[host.name], active_tests(settings)), False
     measured = {}
     if measure and settings.verify_measure:
         # imported when used: every run of a deploy loads this module
         from ccrhost.fleet.measure import fleet_measurements
 
-        measured = fleet_measurements(state, inventory, all_settings(inventory))
+        measured = fleet_measurements(state, inventory, all_settings(inventory), exclude=set(busy))
     gpudirect = None
     if measure and settings.verify_measure_gpudirect:
         from ccrhost.fleet.gpudirect import measure_host
@@ -66,11 +77,10 @@ def verify_stage(measure: bool = True) -> None:
         gpudirect = measure_host(host, settings)
     allreduce = None
     if measure and settings.verify_allreduce:
-        from ccrhost.fleet.allreduce import mpirun_pairs, single_node_host
+        from ccrhost.fleet.allreduce import fleet_allreduce
 
-        # pairs first, on every host at once (each host waits for them here), then each host's own modes
-        pair = mpirun_pairs(state, inventory, all_settings(inventory)).get(host.name)
-        allreduce = single_node_host(host, settings) + ([pair] if pair is not None else [])
+        # every host's single-node modes at once, then the pairs (each host waits for them here)
+        allreduce = fleet_allreduce(state, inventory, all_settings(inventory), exclude=set(busy)).get(host.name)
     dcgm = None
     if measure and settings.verify_dcgm and settings.verify_dcgm_level_deploy:
         from ccrhost.fleet.allreduce import dcgm_host
@@ -84,7 +94,16 @@ def verify_stage(measure: bool = True) -> None:
         gpudirect=gpudirect,
         allreduce=allreduce,
         dcgm=dcgm,
+        skipped=skipped,
     )
+
+
+def active_tests(settings) -> list[str]:
+    """The active tests this host's verification runs, by name (for a skip's message)."""
+    return [name for name, on in (
+        ("ib_write_bw", settings.verify_measure), ("GPUDirect bandwidth", settings.verify_measure_gpudirect),
+        ("all-reduce", settings.verify_allreduce),
+        ("DCGM diag", settings.verify_dcgm and settings.verify_dcgm_level_deploy > 0)) if on]
 
 
 def monitor_stage() -> None:
@@ -176,3 +195,16 @@ def verification() -> None:
 @deploy("ccrhost monitor")
 def monitor() -> None:
     monitor_stage()
+
+
+def baseline_stage() -> None:
+    """Read-only: the host's calibration input and its captured hardware under
+    <verify_report_dir>/baseline/ (deploys/baseline.py)."""
+    import datetime
+
+    from ccrhost.fleet.baseline_collect import capture_host, collect_host
+
+    settings = host_settings(host, inventory)
+    host.log(f"baseline: wrote {collect_host(host, settings)}")
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    host.log(f"baseline: {capture_host(host, settings, today)}")

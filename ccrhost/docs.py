@@ -229,9 +229,63 @@ def gpu_health_page() -> str:
     return f"{head}{_XID_START}\n{table}{_XID_END}{tail}"
 
 
-PAGES = {"settings.md": settings_reference, "reasons.md": reasons_handbook, "gpu-health.md": gpu_health_page}
+_PLATFORMS_START = "<!-- platform figures: start -->"
+_PLATFORMS_END = "<!-- platform figures: end -->"
+
+
+def _cell(text) -> str:
+    return _md(str(text)).replace("|", "\\|").replace("\n", " ")
+
+
+def platform_table() -> str:
+    """Every built-in platform's figures, NIC firmware parameters, settings and notes, each with its source."""
+    from ccrhost.model import platform as plat
+
+    rows = ["| platform | what | value | source | date |", "| --- | --- | --- | --- | --- |"]
+    notes = []
+    for name in plat.builtin_names():
+        p = plat.resolve(name)
+        hw = p.hardware
+        if hw:
+            shown = ", ".join(f"{k} {v}" for k, v in hw.items() if k not in ("source", "date"))
+            rows.append(f"| `{name}` | hardware | {_cell(shown)} | {_cell(hw.get('source', 'no source recorded'))} "
+                        f"| {_cell(hw.get('date') or 'not recorded')} |")
+        for key, f in p.figures.items():
+            inherited = "" if f.platform == name else f" (from `{f.platform}`)"
+            rows.append(f"| `{name}` | `{key}`{inherited} | {f.value:g} {f.unit} | {_cell(f.source)} | "
+                        f"{_cell(f.date or 'not recorded')} |")
+        if p.nic_firmware and name == "connectx":
+            for param, want in p.nic_firmware.items():
+                rows.append(f"| `{name}` | NIC firmware `{param}` ({want['level']}) | "
+                            f"{' or '.join(map(str, want['values']))} | {_cell(want['source'])} | "
+                            f"{_cell(want.get('date') or 'not recorded')} |")
+        for key, entry in p.settings.items():
+            rows.append(f"| `{name}` | setting `{key}` | `{entry['value']}` | "
+                        f"{_cell(entry.get('source') or 'no source recorded')} | {_cell(entry.get('date') or 'not recorded')} |")
+        notes += [f"- `{name}`: {_md(n)}" for n in p.notes]
+    return "\n".join(rows) + "\n\nNotes (among them what has no figure, and why):\n\n" + "\n".join(dict.fromkeys(notes)) + "\n"
+
+
+def platforms_page() -> str:
+    """docs/platforms.md as written, its table of figures regenerated from ccrhost/platforms/*.yaml."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "platforms.md").read_text()
+    head, _, rest = text.partition(_PLATFORMS_START)
+    _, _, tail = rest.partition(_PLATFORMS_END)
+    table = GENERATED.format(source="ccrhost/platforms/*.yaml") + "\n" + platform_table()
+    return f"{head}{_PLATFORMS_START}\n{table}{_PLATFORMS_END}{tail}"
+
+
+def _platforms_compiled() -> str:
+    from ccrhost.model import platform as plat
+
+    return plat.compiled_text()
+
+
+PAGES = {"settings.md": settings_reference, "reasons.md": reasons_handbook, "gpu-health.md": gpu_health_page,
+         "platforms.md": platforms_page}
 # Generated files outside docs/, by their path in the checkout.
-FILES = {f"{CATALOGUE}/{reasons_mod.COMPILED}": reasons_mod.compiled_text}
+FILES = {f"{CATALOGUE}/{reasons_mod.COMPILED}": reasons_mod.compiled_text,
+         "ccrhost/platforms/compiled.json": _platforms_compiled}
 _CHECKOUT = Path(__file__).resolve().parent.parent
 
 

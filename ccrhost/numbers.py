@@ -14,6 +14,7 @@ import re
 _INT = re.compile(r"[+-]?[0-9]{1,19}")
 _UNSIGNED = re.compile(r"[0-9]{1,19}")
 _DECIMAL = re.compile(r"[+-]?[0-9]{1,19}(?:\.[0-9]{1,19})?")
+_PRINTF = re.compile(r"[+-]?[0-9]{1,19}(?:\.[0-9]{0,19})?(?:[eE][+-]?[0-9]{1,3})?")
 
 
 def integer(text: str, lo: int | None = None, hi: int | None = None) -> int | None:
@@ -28,15 +29,27 @@ def integer(text: str, lo: int | None = None, hi: int | None = None) -> int | No
     return number
 
 
-def decimal(text: str, lo: float | None = None) -> float | None:
-    """``text`` as a finite decimal (no exponent, nan or inf) >= lo, else None."""
+def _finite(pattern: re.Pattern, text: str, lo: float | None) -> float | None:
+    """``text`` as a finite float >= lo when it matches ``pattern`` whole, else None."""
     value = text.strip()
-    if not _DECIMAL.fullmatch(value):
+    if not pattern.fullmatch(value):
         return None
     number = float(value)
     if not math.isfinite(number) or (lo is not None and number < lo):
         return None
     return number
+
+
+def decimal(text: str, lo: float | None = None) -> float | None:
+    """``text`` as a finite decimal (no exponent, nan or inf) >= lo, else None."""
+    return _finite(_DECIMAL, text, lo)
+
+
+def printf_float(text: str, lo: float | None = None) -> float | None:
+    """``text`` as C's ``%f``/``%e``/``%g`` print a finite double (``1e+06``,
+    ``1.7e+07``, ``2e-07``) >= lo, else None: for tools that switch to an
+    exponent when a value outgrows its column."""
+    return _finite(_PRINTF, text, lo)
 
 
 def unsigned(text: str, hi: int | None = None) -> int | None:

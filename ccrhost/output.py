@@ -159,12 +159,16 @@ def write_output(output: str | Path, text: str) -> None:
 # never follows it.
 
 def write_state(path: str | Path, text: str) -> None:
-    """Replace the state file ``path`` with ``text`` (folders created)."""
+    """Replace the state file ``path`` with ``text`` (folders created).
+    Standard library only and self-contained: node/active.py ships this
+    source to the nodes for its remote store."""
+    import os
+
     path = os.path.abspath(path)
     folder, name = os.path.split(path)
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
-    fd = os.open(tmp, _FLAGS, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

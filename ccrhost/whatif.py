@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import gpus as gpu_peaks
+from ccrhost.model import mfu as mfumod
 from ccrhost.model.step import NOT_NETWORK_BOUND, node_model
 from ccrhost.model.workload import WorkloadError, WorkloadSpec
 
@@ -76,7 +77,7 @@ def gpu_peak(hw: Hardware) -> tuple[str, float]:
     try:
         peak, row = gpu_peaks.peak_tflops(hw.gpu, hw.precision)
     except gpu_peaks.PeakUnknown as exc:
-        models = ", ".join(r.model for r in gpu_peaks.TABLE)
+        models = ", ".join(r.model for r in gpu_peaks.table())
         hint = f"known: {models} (or pass --tflops)" if exc.code == "gpu_unknown_model" else "pass --tflops"
         raise WhatIfError(f"{exc}; {hint}") from None
     return f"{row.model} ({row.source})", peak
@@ -183,10 +184,12 @@ def text_single(r: dict) -> str:
         lines.append(f"kernel share: {w['kernel_share']:.1%} of peak F while computing "
                      f"({w['kernel_share_source']})")
         mfu = w["mfu_end_to_end"]
-        lines.append(f"end-to-end MFU (predicted): {mfu['causal']:.1%} counting causal attention "
-                     f"(6 x layers x seq_len x attention width per token), {mfu['full']:.1%} counting it full "
-                     "(12 x ..., as PaLM, Megatron-LM and torchtitan publish); after the pipeline bubble "
-                     f"({w['bubble_fraction']:.1%}) and exposed communication")
+        lines.append(f"end-to-end MFU, {w['mfu_kind']}: {mfumod.shown(mfu['causal'])} counting causal attention "
+                     f"(6 x layers x seq_len x attention width per token), {mfumod.shown(mfu['full'])} counting it "
+                     "full (12 x ..., as PaLM, Megatron-LM and torchtitan publish); after the pipeline bubble "
+                     f"({w['bubble_fraction']:.1%}) and exposed communication"
+                     + ("" if w["mfu_kind"] == mfumod.PREDICTION else
+                        "; kernels at peak F: a ceiling, not a prediction (give kernel_share or mfu)"))
         lines.append(f"workload model: {w['statement']}")
         lines += [f"note: {n}" for n in w["notes"]]
         lines.append("assumptions:")
@@ -196,7 +199,7 @@ def text_single(r: dict) -> str:
 
 def _label(key: str, value) -> str:
     if key == "gpu":
-        row = gpu_peaks.lookup(value) or next((r for r in gpu_peaks.TABLE if r.model.lower() == str(value).lower()), None)
+        row = gpu_peaks.lookup(value) or next((r for r in gpu_peaks.table() if r.model.lower() == str(value).lower()), None)
         return row.model if row else str(value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -205,17 +208,19 @@ def text_table(rows: list[dict], sweeps: list[tuple[str, list]]) -> str:
     keys = [k for k, _ in sweeps]
     head = "".join(f"{k:>12}" for k in keys)
     lines = [f"{head}{'nodes':>7}{'B Gb/s':>8}{'F TFLOPS':>10}{'beta':>11}{'CCR':>9}  {'band':<18}"
-             f"{'exposed':>8}{'slowdown':>9}{'MFU':>7}"]
+             f"{'exposed':>8}{'slowdown':>9}{'MFU':>9}"]
     for r in rows:
         w = r["workload"]
         lines.append("".join(f"{_label(k, r['sweep'][k]):>12}" for k in keys)
                      + f"{w['nodes']:>7}{r['bandwidth_gbps']:>8g}{r['tflops']:>10.1f}{r['beta']:>11.4g}"
                      f"{_fmt_ccr(r['ccr']):>9}  {r['band']:<18}{w['exposed_comm_fraction']:>8.1%}"
-                     f"{w['slowdown']:>9.3f}{w['mfu_end_to_end']['causal']:>7.1%}")
+                     f"{w['slowdown']:>9.3f}{mfumod.cell(w['mfu_end_to_end']['causal'], w['mfu_kind']):>9}")
     lines += crossings(rows, sweeps)
-    lines.append("MFU: the predicted end-to-end MFU (model FLOPs / step time / peak F), attention counted causal "
-                 "(6 x layers x seq_len x attention width per token); --format json gives the full count (12 x ..., "
-                 "as PaLM and Megatron-LM publish) too")
+    lines.append("MFU: the end-to-end MFU (model FLOPs / step time / peak F), attention counted causal "
+                 "(6 x layers x seq_len x attention width per token), a prediction where the kernel share is "
+                 "calibrated (a preset's source, kernel_share or mfu given); '<=' marks a ceiling (kernels at peak), "
+                 "not a prediction; --format json gives the full count (12 x ..., as PaLM and Megatron-LM "
+                 "publish) too")
     notes = dict.fromkeys(n for r in rows for n in r["workload"]["notes"])  # once each, in order
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines) + "\n"

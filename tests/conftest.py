@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from ccrhost.lab import ci
+from ccrhost.settings import validate_host
 
 # Property-based fuzzing (tests/test_fuzz.py, marked `fuzz`). "ci" keeps the
 # suite's share bounded: 200 examples per target, derandomized so a run is
@@ -29,7 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 # its own lab (folder, link names, 198.18.<subnet>.0/24), so two labs run at
 # once without touching each other. Without xdist: worker 0.
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-LAB_DIR = Path(f"/var/tmp/ccrhost-test-lab{_WORKER or ''}")
+# scripts/test gives the run a tmpfs of its own (CCRHOST_TEST_TMP): see there why
+LAB_DIR = Path(os.environ.get("CCRHOST_TEST_TMP") or "/var/tmp") / f"ccrhost-test-lab{_WORKER or ''}"
 LAB_NAME = "tuvwxyz"[_WORKER]  # a letter each: no lab's link names are a prefix of another's
 LAB_SUBNET = 200 + _WORKER
 
@@ -67,7 +69,7 @@ def make_lab():
     from ccrhost.lab.fleet import Lab, parse_faults
 
     lab = Lab(LAB_DIR)
-    lab.down()  # leftovers of an interrupted earlier run
+    lab.down(name=LAB_NAME)  # leftovers of an interrupted earlier run, with or without its state
 
     def start(nodes=4, profile="hgx-h100-8x400", faults=(), profiles=None):
         lab.up(nodes, profile, parse_faults(list(faults)), name=LAB_NAME, subnet=LAB_SUBNET, profiles=profiles or {})
@@ -76,25 +78,28 @@ def make_lab():
     try:
         yield start
     finally:
-        lab.down()
+        lab.down(name=LAB_NAME)
 
 
 @pytest.fixture(scope="module")
 def slurm_lab(request):
     """A lab with a real Slurm cluster (munged, slurmctld, a slurmd in every
     node), shared by one module's tests; always removed afterwards. Its
-    size: the module's ``SLURM_NODES`` (default 3). Each worker's cluster
+    size: the module's ``SLURM_NODES`` (default 3); ``SLURM_HEALTHCHECK_INTERVAL``
+    (0: none) for a module that never waits on Slurm's health check, whose
+    every node would otherwise run a check each 5 s beside the other workers. Each worker's cluster
     has ports of its own, so two modules' clusters run at once."""
     from ccrhost.lab.fleet import Lab
 
     lab = Lab(LAB_DIR)
-    lab.down()  # leftovers of an interrupted earlier run
+    lab.down(name=LAB_NAME)  # leftovers of an interrupted earlier run, with or without its state
     try:
         lab.up(getattr(request.module, "SLURM_NODES", 3), "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET,
-               slurm=True)
+               slurm=True, **({"healthcheck_interval": request.module.SLURM_HEALTHCHECK_INTERVAL}
+                              if hasattr(request.module, "SLURM_HEALTHCHECK_INTERVAL") else {}))
         yield lab
     finally:
-        lab.down()
+        lab.down(name=LAB_NAME)
 
 
 def heal_slurm_lab(lab) -> None:
@@ -168,3 +173,33 @@ def lab_inventory(tmp_path: Path, per_node: dict | None = None, **data) -> str:
         f"per_node = {per_node or {}!r}\n"
         f"nodes = [(n, {{**d, **{data!r}, **per_node.get(d['lab_node'], {{}})}}) for n, d in lab_hosts()]\n")
     return str(path)
+
+
+# The modules that take longest (seconds of one worker, bench/suite-time.md),
+# handed out first: xdist keeps this order under scripts/test's
+# --no-loadscope-reorder (its default hands out the modules with the most
+# tests first, so these few-test, long lab modules started last and one
+# worker ran alone at the end). Each worker takes two modules at the start
+# (worker N the Nth and the (N+4)th), so the second four are the shorter
+# partners of the first four; after that a free worker takes the next one.
+SLOW_FIRST = ("test_allreduce_lab.py", "test_rollout_lab.py", "test_dcgm_lab.py", "test_bench_smoke.py",
+              "test_host_health_lab.py", "test_calibrate_lab.py", "test_baseline_lab.py", "test_platform_lab.py",
+              "test_qos_e2e.py", "test_nicfw_lab.py", "test_slurm_paths.py", "test_slurm.py",
+              "test_verify_e2e.py", "test_datapath_e2e.py", "test_trouble_e2e.py", "test_fuzz.py",
+              "test_install_e2e.py", "test_remediate_lab.py", "test_ci.py", "test_faults.py", "test_busy_lab.py",
+              "test_fabric_e2e.py", "test_kubernetes.py", "test_gpu_health_e2e.py", "test_wheel.py",
+              "test_pci_shims.py", "test_lab.py", "test_deploy_rdma.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the others keep their order
+
+
+def declared(platform: str):
+    """The declared hardware (Expectation) of a built-in platform file, as verify_profile gives it."""
+    return validate_host("n", {"verify_profile": platform}).expectation()
+
+
+# the builds with a Kubernetes overlay (deploy/kubernetes/profiles/), each a built-in platform
+K8S_PROFILES = {p: declared(p) for p in ("dgx-a100-8x200", "hgx-b200-8x400", "hgx-h100-8x400", "hgx-h200-8x400")}

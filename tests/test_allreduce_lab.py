@@ -3,8 +3,10 @@ all_reduce_perf moves real bytes between nodes over their shaped links,
 and `ccrhost slurm verify --nccl` names exactly the bad nodes.
 
 Faults: node2's link is slow (invisible to every passive check), node3
-corrupts data, node4 hangs, node6 has no all_reduce_perf. Pairs: (1,2),
-(3,4), (5,6), (7,8); only (7,8) is good, so isolation takes three rounds.
+corrupts data, node4 hangs, node6 has no all_reduce_perf. The single-node
+modes find node3, node4 and node6, which are not run again; the pairs are
+(1,2), (5,7) and the odd (1,8), and node2 is isolated against a good node.
+The last test runs the pair mode alone on six nodes, as issue 45 did.
 node9 runs another job all along: the sweep, capped at 4 nodes, never
 holds it, nor more than 4 nodes at any time.
 """
@@ -20,6 +22,7 @@ import pytest
 from conftest import heal_slurm_lab
 
 from ccrhost.lab import slurm as lab_slurm
+from ccrhost.lab.inventory import LAB_PLATFORM
 
 pytestmark = pytest.mark.lab
 
@@ -65,8 +68,8 @@ class Held:
 
 
 def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
-    # --nccl-timeout 20 as the pyinfra path's test: node4's hang waits it out in four runs (nvlink, loopback,
-    # two pair rounds), while a healthy batch here takes under 8 s
+    # --nccl-timeout 20 as the pyinfra path's test: node4's hang waits it out once (nvlink; the later modes
+    # are not run on it), while a healthy batch here takes under 8 s
     lab = faulty
     other = lab_slurm.run(lab, "sbatch", "--parsable", "-J", "someone-else", "-w", "node9", "--exclusive", "-o",
                           "/dev/null", "--wrap", "exec sleep 3600", check=True).stdout.strip().split(";")[0]
@@ -80,6 +83,7 @@ def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
         run = subprocess.run(
             [sys.executable, "-m", "ccrhost", "slurm", "verify", "--ccrhost", lab_slurm.ccrhost_command(),
              "--report-dir", str(tmp_path / "report"), "--nccl", "--nccl-iters", "5", "--nccl-timeout", "20",
+             "--nccl-profile", LAB_PLATFORM,
              "--nccl-retries", "1", "--nccl-max-nodes", str(CAP)],
             capture_output=True, text=True, timeout=900, cwd=tmp_path, env=lab_slurm.client_env(lab))
     finally:
@@ -113,7 +117,9 @@ def test_slurm_verify_nccl_names_exactly_the_bad_nodes(faulty, tmp_path):
     assert good["measured_ccr"] is not None and good["ccr"] is not None
     assert 368 * 8 <= good["measured_ccr"]["bandwidth_gbps"] <= 400 * 8
     assert hosts["node2"]["measured_ccr"]["bandwidth_gbps"] < 200 * 8
-    assert "all-reduce pair round 1: 4 pair(s): node1+node2, node3+node4, node5+node6, node7+node8" in run.stderr
+    # node3 (wrong), node4 (hung) and node6 (no binary) ended their single-node modes: not paired again
+    assert "all-reduce pair round 1: 2 pair(s): node1+node2, node5+node7" in run.stderr
+    assert not any("node4" in line for line in run.stderr.splitlines() if "all-reduce pair round" in line)
     suite = ET.parse(tmp_path / "report/ccr-report.xml").getroot()
     assert suite.get("failures") == "2" and suite.get("skipped") == "3"
 
@@ -172,3 +178,48 @@ def test_the_deploys_verification_runs_every_mode_with_mpirun_and_names_the_same
     assert healthy["allreduce/nvlink"]["status"] == "OK" and 460 <= healthy["allreduce/nvlink"]["value"] <= 476
     assert healthy["allreduce/loopback"]["status"] == "OK" and 40 <= healthy["allreduce/loopback"]["value"] <= 47
     assert healthy["allreduce/pair"]["status"] == "OK"
+
+
+# issue 45 case 15, as the issue ran it: the pair mode alone on six nodes
+SIX = {"node2": "link_slow=80", "node3": "allreduce_wrong", "node4": "allreduce_hang",
+       "node5": "allreduce_missing"}
+
+
+@pytest.fixture
+def six(slurm_lab):
+    lab = slurm_lab
+    for node, fault in SIX.items():
+        lab.fault(node, fault)
+    try:
+        yield lab
+    finally:
+        heal_slurm_lab(lab)
+
+
+def test_six_nodes_in_pairs_clear_the_healthy_partners_of_bad_nodes(six, tmp_path):
+    """Round 1 pairs node1+node2 (slow), node3+node4 (hangs), node5+node6 (srun names node5: no binary):
+    no node is known good, but node6's pair never ran, so it tells which of node1 and node2 is slow; the
+    hung node costs two deadlines, not one per round."""
+    lab = six
+    began = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", "ccrhost", "slurm", "verify", "--ccrhost", lab_slurm.ccrhost_command(), "-w",
+         "node[1-6]", "--report-dir", str(tmp_path / "report"), "--nccl", "--nccl-modes", "pair", "--nccl-iters",
+         "5", "--nccl-timeout", "20", "--nccl-retries", "1"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=lab_slurm.client_env(lab))
+    took = time.monotonic() - began
+    assert run.returncode == 2, run.stdout + run.stderr[-4000:]
+    hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
+    codes = {n: [r["code"] for r in hosts[n]["reasons"] if r["code"].startswith("allreduce")] for n in hosts}
+    assert {n: hosts[n]["status"] for n in hosts} == {
+        "node1": "OK", "node2": "FAIL", "node3": "FAIL", "node4": "UNKNOWN", "node5": "UNKNOWN", "node6": "OK"}, \
+        (codes, run.stderr[-4000:])
+    assert codes == {"node1": [], "node2": ["allreduce_slow"], "node3": ["allreduce_wrong"],
+                     "node4": ["allreduce_hang"], "node5": ["allreduce_missing"], "node6": []}
+    slow = next(r["message"] for r in hosts["node2"]["reasons"] if r["code"] == "allreduce_slow")
+    assert "[node2: slow with node1 and with known-good node6]" in slow
+    assert "all-reduce pair round 1: 3 pair(s): node1+node2, node3+node4, node5+node6" in run.stderr
+    assert "node6+node1" in run.stderr  # node6, whose pair never ran, as node1's partner
+    rounds = [line for line in run.stderr.splitlines() if "all-reduce pair round" in line]
+    assert sum("node4" in line for line in rounds) == 2, rounds  # node4 hung twice: two deadlines, no more
+    assert took < 300, took

@@ -99,12 +99,15 @@ def test_a_launchers_not_found_is_a_missing_binary():
     srun = ("8: slurmstepd: error: execve(): all_reduce_perf: No such file or directory\n"
             "srun: error: node2: task 8: Exited with exit code 2\n")
     assert run_result(srun, 2).missing == ("not installed: slurmstepd: error: execve(): all_reduce_perf: "
-                                           "No such file or directory")
+                                           "No such file or directory (on node2)")
+    # srun names the node whose tasks exited by themselves; one whose tasks it killed is not named
+    assert run_result(srun + "srun: error: node1: tasks 0-7: Killed\n", 2).missing_on == ("node2",)
     assert run_result("bash: line 1: all_reduce_perf: command not found\n", 127).missing.endswith("command not found")
     assert run_result((FIX / "all_reduce_h100_2node.txt").read_text(), 0).missing is None
     # Open MPI names the node and the program on lines of their own
-    assert run_result((FIX / "mpirun_not_found.txt").read_text(), 1).missing == (
-        "not installed: Open MPI could not find pw.x on 731-sc")
+    ompi = run_result((FIX / "mpirun_not_found.txt").read_text(), 1)
+    assert ompi.missing == "not installed: Open MPI could not find pw.x on 731-sc"
+    assert ompi.missing_on == ("731-sc",)
 
 
 def test_the_pair_mode_under_open_mpis_mpirun():

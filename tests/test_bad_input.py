@@ -57,7 +57,7 @@ CASES = [
     ("nccl_net_gdr_level", "FOO", "allowed: 'LOC'"),
     ("nccl_ib_gid_index", 256, "integers 0 to 255"),
     ("nccl_ib_addr_range", "10.0.0.0", "must match"),
-    ("verify_profile", "hgx-unknown", "allowed: hgx-h100-8x400"),
+    ("verify_profile", "hgx-unknown", "allowed: a built-in platform (aws-p5-efa, azure-nd-h100-v5, azure-nd-h200-v5"),
     ("verify_gpu_model", "NVIDIA H999", "not in the peak-TFLOPS table; give its datasheet figures"),
     ("verify_precision", "int4", "allowed: 'fp64'"),
     ("verify_min_ccr_fraction", 1.5, "allowed: 0 to 1"),
@@ -86,6 +86,11 @@ CASES = [
     ("verify_port_gbps", float("nan"), "finite number"),
     ("roce_version", True, "allowed: 1 or 2 (a number, not true/false)"),  # found by the validator fuzz
     ("nccl_cross_nic", False, "allowed: 0, 1 or 2"),
+    # issue 45 case 12: a folder to write bundles into, a textfile that was no file of ccrhost's own
+    ("verify_evidence_dir", "/etc", "is a system folder (a top-level system folder); allowed: a folder of "
+                                    "ccrhost's own, such as /var/lib/ccrhost/evidence"),
+    ("verify_evidence_dir", "/usr/share/ccrhost", "is a system folder (under /usr)"),
+    ("slurm_drain_cap_textfile", "/etc/passwd", "is a system file directly in /etc; allowed: a file of ccrhost's own"),
 ]
 
 

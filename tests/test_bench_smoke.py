@@ -23,9 +23,9 @@ def test_bench_harness_runs_and_writes_its_table(tmp_path):
     assert "`deploys/verify.py` without measurement: 1 command per host | 1: 1 | pass |" in text
     # the stages counted from the tuning's per-stage lines of the lab node
     # (logged under its address): a fresh node changes five of them, and
-    # their writes go in one command after the one read
-    row = next(line for line in text.splitlines() if line.startswith("| first deploy: one read plus one write"))
-    assert "| 1: 2 (stages written in the one write: " in row and row.endswith("| pass |"), row
+    # their writes go in one command after the one read and the GPU-work read
+    row = next(line for line in text.splitlines() if line.startswith("| first deploy: one read, the GPU-work read"))
+    assert "| 1: 3 (stages written in the one write: " in row and row.endswith("| pass |"), row
     # no Ansible run, no 64 and 256 hosts were asked for, and the table says so rather than passing
     assert "| >= 20x faster than Ansible in wall time, no-op, 1 host | not measured |" in text
     assert "| controller CPU per added host on a no-op <= 15 ms | not measured |" in text

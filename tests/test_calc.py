@@ -108,10 +108,11 @@ def test_sweep_over_dp_prints_a_table_and_the_crossings():
     assert rows[("8",)][:2] == ["1", "3200"] and rows[("8",)][4:6] == ["none", "not-network-bound"]
     assert rows[("16",)][0] == "2" and rows[("16",)][4:6] == ["9.935", "compute-underused"]
     assert rows[("1024",)][0] == "128" and rows[("1024",)][4:6] == ["5.006", "compute-underused"]
-    # the predicted end-to-end MFU at peak kernels: 1 / slowdown = 5.00647 / 6.00647 = 83.35 %; one node 100 %
-    assert rows[("1024",)][-1] == "83.4%" and rows[("8",)][-1] == "100.0%"
-    assert "MFU: the predicted end-to-end MFU (model FLOPs / step time / peak F), attention counted causal" \
-        in out.output
+    # the end-to-end MFU at peak kernels: 1 / slowdown = 5.00647 / 6.00647 = 83.35 %; one node 100 %: a ceiling,
+    # not a prediction (issue 45), so marked "<="
+    assert rows[("1024",)][-1] == "<=83.4%" and rows[("8",)][-1] == "<=100.0%"
+    assert "MFU: the end-to-end MFU (model FLOPs / step time / peak F), attention counted causal" in out.output
+    assert "'<=' marks a ceiling (kernels at peak), not a prediction" in out.output
     assert "CCR crosses neither 0.5 nor 2 over the sweep (compute-underused, not-network-bound)" in out.output
 
 
@@ -172,6 +173,42 @@ def test_workload_file_has_the_inventory_keys(tmp_path):
     assert out.exit_code == 1 and f"--workload {path}: expected a mapping of verify_workload keys" in out.output
 
 
+@pytest.mark.parametrize("nested", ["[" * 5000 + "]" * 5000, "{a: " * 5000 + "}" * 5000,
+                                    "".join(f"\n{' ' * i}- " for i in range(0, 2 * 5000, 2)) + "1"])
+def test_a_workload_nested_5000_deep_is_refused_without_a_traceback(tmp_path, nested):
+    # issue 45: the YAML loader recursed once per level and raised RecursionError from calc
+    path = tmp_path / "job.yaml"
+    path.write_text(f"preset: deepseek-v3\nx: {nested}\n")
+    out = calc(*EXAMPLE[1:], "--workload", str(path))
+    assert out.exit_code == 1 and not isinstance(out.exception, RecursionError), out.exception
+    assert out.output.strip().endswith(f"--workload {path}: nested more than 64 levels deep; allowed: a mapping of "
+                                       "verify_workload keys, at most 64 levels")
+    # 64 levels still load, and the schema names the unknown key
+    path.write_text("preset: deepseek-v3\nx: " + "[" * 63 + "]" * 63 + "\n")
+    assert "calc: verify_workload[x] = " in calc(*EXAMPLE[1:], "--workload", str(path)).output
+
+
+def test_calc_refuses_what_the_model_does_not_allow_and_keeps_a_presets_share(tmp_path):
+    # issue 45: each of these was accepted
+    out = calc(*EXAMPLE[1:], "--preset", "deepseek-v3", "--moe-max-nodes", "100")
+    assert out.exit_code == 2 and ("calc: verify_workload[moe_max_nodes] = 100: allowed: 1 to top_k (8): a token "
+                                   "reaches at most one node per expert it is routed to") in out.output
+    out = calc(*EXAMPLE[1:], "--tokens", "8192", "--dp", "8", "--pp", "4096", "--params", "1e9",
+               "--hidden-size", "1024")
+    assert out.exit_code == 2 and ("calc: verify_workload[pp_size] = 4096: pipeline stages hold layers and send "
+                                   "activations: give layers, hidden_size and params with pp_size > 1") in out.output
+    path = tmp_path / "job.yaml"
+    path.write_text("preset: deepseek-v3\nkernel_share: null\n")
+    out = calc(*EXAMPLE[1:], "--workload", str(path))
+    assert out.exit_code == 2 and ("calc: verify_workload[kernel_share] = None: null beside preset deepseek-v3 would "
+                                   "drop its kernel_share (0.425) and fall back to the default; allowed: a value, or "
+                                   "leave kernel_share out to keep the preset's") in out.output
+    # a null beside the mfu that replaces it is no reset: solved from the mfu
+    path.write_text("preset: deepseek-v3\nkernel_share: null\nmfu: 0.3\nmfu_attention: causal\n")
+    data = json.loads(calc(*EXAMPLE[1:], "--workload", str(path), "--format", "json").output)
+    assert data["workload"]["kernel_share_source"] == "solved from mfu"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--tokens", "8192", "--dp", "1024", "--compression", "1.5"],
      "calc: verify_workload[compression] = 1.5: allowed: a ratio in (0, 1]"),
@@ -190,7 +227,8 @@ def test_workload_file_has_the_inventory_keys(tmp_path):
      "calc: verify_workload[seq_len] = 8: allowed: at least cp_size (16) tokens"),
     (["--preset", "deepseek-v3", "--sweep", "ep=64,512"], "ep=512: calc: verify_workload[ep_size] = 512: allowed: "
                                                           "at most experts (256)"),
-    (["--tokens", "8192", "--dp", "64", "--pp", "2"], "calc: verify_workload[pp_size] = 2: pipeline stages send activations"),
+    (["--tokens", "8192", "--dp", "64", "--pp", "2"],
+     "calc: verify_workload[pp_size] = 2: pipeline stages hold layers and send activations"),
     (["--tokens", "8192", "--sweep", "dp=8,100"], "dp=100: the workload does not fit 8 GPUs per node"),
     (["--tokens", "8192", "--dp", "8", "--sweep", "colour=1,2"], "unknown key 'colour'; allowed: gpu, gpus"),
     (["--tokens", "8192", "--sweep", "dp=8,x"], "--sweep dp: 'x' is not an integer"),

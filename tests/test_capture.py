@@ -165,6 +165,8 @@ def read_node(lab, node: str) -> dict:
     node = dataclasses.asdict(parsed)
     if node.get("gpu_health"):
         assert node["gpu_health"].pop("uptime_s") > 0  # read, and read as a clock: never replayed
+    # the mount table is the machine's of the moment too (every lab's network namespaces under /run/netns)
+    assert any(m["path"] == "/mnt/scratch" for m in node["baseline"].pop("mounts"))
     return {"node": node, "pci": dataclasses.asdict(pci.parse_pci_dump(dump.stdout.splitlines()))}
 
 

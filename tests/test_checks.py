@@ -2,7 +2,7 @@
 
 import pytest
 
-from ccrhost.model.declared import PROFILES
+from ccrhost.settings import validate_host
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.verdict import (
     Expectation,
@@ -20,7 +20,7 @@ from ccrhost.model.verdict import (
 from ccrhost.probes.gpu import GpuProbe
 from ccrhost.probes.rdma import RdmaDevice, RdmaPort, RdmaReading
 
-H100 = PROFILES["hgx-h100-8x400"]
+H100 = validate_host("n", {"verify_profile": "hgx-h100-8x400"}).expectation()  # the built-in platform file
 
 
 def port(i, state="ACTIVE", phys="LinkUp", rate=400.0, width=16, gts=32.0):

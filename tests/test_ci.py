@@ -174,7 +174,10 @@ def test_ci_run_passes_the_example_and_fails_a_bad_group_value(tmp_path):
     # reports name the inventory's hosts, not lab nodes
     report = json.loads((tmp_path / "good" / "ccr" / "ccr-report.json").read_text())
     assert sorted(report["hosts"]) == [f"gpu-{n:03d}.cluster.example" for n in range(1, 5)]
-    assert {v["status"] for v in report["hosts"].values()} == {"OK"}
+    # group_data/compute.py declares deepseek-v3: at the kernel share its published GPU hours imply, a healthy
+    # HGX H100 has network to spare for it, compute-underused, a WARN that fails no step (issue 45)
+    assert {v["status"] for v in report["hosts"].values()} == {"WARN"}
+    assert {r["code"] for v in report["hosts"].values() for r in v["reasons"] if r["level"] != "OK"} == {"ccr_high"}
     assert "No Change" in (tmp_path / "good" / "deploy-again.log").read_text()
     assert not (LAB_DIR / "lab.json").exists()  # torn down
 

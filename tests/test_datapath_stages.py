@@ -14,7 +14,7 @@ from ccrhost.fleet.report import fleet_versions
 from ccrhost.model.verdict import apply_fleet_rules
 from ccrhost.model import datapath as dp
 from ccrhost.model.boot import render_boot
-from ccrhost.model.declared import PROFILES
+from ccrhost.settings import validate_host
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
 from ccrhost.model.verdict import Readings, evaluate
 from ccrhost.node import check as node_check
@@ -27,7 +27,7 @@ from ccrhost.settings import InventoryDataError, validate_host
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURE = (FIXTURES / "gdr/pci_dump_lab_hgx.txt").read_text().splitlines()
-H100 = PROFILES["hgx-h100-8x400"]
+H100 = validate_host("n", {"verify_profile": "hgx-h100-8x400"}).expectation()  # the built-in platform file
 BRIDGE = "0000:16:01.0"  # the switch port above mlx5_0
 
 

@@ -38,10 +38,12 @@ def test_the_nvvs_3x_shape_gives_one_result_per_gpu_with_its_warnings():
 
 def test_the_3x_failures_name_the_test_and_each_gpu_by_index_pci_and_uuid():
     status, reasons, _ = judge_diag(OK_ENGINE, ToolAnswer(0, ""), parse_diag(text("nvvs_per_gpu_3x.json")), 3, GPUS)
-    assert status == "FAIL"
-    assert [r.code for r in reasons] == ["dcgm_test_failed"] * 3
+    # each "FAIL" carries error_severity 1 (DCGM_ERROR_MONITOR: can perform workload): judged a warning
+    assert status == "WARN"
+    assert [(r.code, r.gpu) for r in reasons] == [("dcgm_test_warn", 0), ("dcgm_test_warn", 2), ("dcgm_test_warn", 3)]
     first = reasons[0].message
-    assert "Stress test 'sm_stress' failed on GPU 0 (00000000:18:00.0, GPU-00000000-aaaa)" in first
+    assert "Stress test 'sm_stress' warned on GPU 0 (00000000:18:00.0, GPU-00000000-aaaa)" in first
+    assert first.endswith("(DCGM said Fail, severity 1 monitor)")
     assert "DCGM error" in first
     assert "GPU 2 (00000000:38:00.0" in reasons[1].message
 
@@ -150,8 +152,8 @@ def test_the_check_reads_the_newest_stored_result_and_its_age(tmp_path):
     active.store(str(path), [bad])
     reading = node_dcgm.stored_reading(str(path), clock=lambda: 200.0)
     assert [r.message for r in dcgm.check_dcgm(reading)] == ["memtest failed on GPU 3"]
-    # a later level 2 pass speaks for the GPUs now
-    active.store(str(path), [ActiveResult(dcgm.CHECK, "level 2", "OK", None, "passed", 150.0, 1000)])
+    # a later level 4 pass speaks for the GPUs now (a lower level's would not: test_dcgm_state.py)
+    active.store(str(path), [ActiveResult(dcgm.CHECK, "level 4", "OK", None, "passed", 150.0, 1000)])
     assert dcgm.check_dcgm(node_dcgm.stored_reading(str(path), clock=lambda: 200.0)) == []
     stale = dcgm.check_dcgm(node_dcgm.stored_reading(str(path), clock=lambda: 5000.0))
     assert [(r.level, r.code) for r in stale] == [("UNKNOWN", "dcgm_stale")]
@@ -163,8 +165,10 @@ def test_an_unreadable_state_file_is_unknown(tmp_path):
     path.write_text("{")
     assert [r.code for r in dcgm.check_dcgm(node_dcgm.stored_reading(str(path)))] == ["dcgm_unreadable"]
     assert dcgm.check_dcgm(ActiveReading(0.0, {})) == []
+    # one entry that is not a result is dropped with a note, never the whole reading's verdict
     bad = dcgm.check_dcgm(ActiveReading(0.0, {"dcgm_diag/level 2": {"status": "GREAT"}}))
-    assert [r.code for r in bad] == ["dcgm_unreadable"] and bad[0].message.startswith("DCGM diag result dcgm_diag/level 2:")
+    assert [(r.level, r.code) for r in bad] == [("WARN", "active_result_dropped")]
+    assert bad[0].message.startswith("DCGM diag result dcgm_diag/level 2:")
 
 
 def test_the_level_deadlines_survive_the_nodes_check_yaml_and_bad_ones_are_refused():

@@ -121,9 +121,11 @@ def test_inventory_files_exist():
 
 def test_first_deploy_reads_once_and_writes_once(make_lab):
     """Round trips, counted on the node by the lab sshd's ForceCommand log:
-    one snapshot read, then one command with the writes of every stage that
-    changes something (it also reads the tuned node back for the
-    verification), and a no-op is the one read: the verification's rates
+    one snapshot read, the node's running GPU work (read once, because a
+    disruptive stage would change something: docs/tuning.md), then one
+    command with the writes of every stage that changes something (it also
+    reads the tuned node back for the verification), and a no-op is the one
+    read (nothing disruptive to do, so no GPU-work read): the verification's rates
     are changes since the node's stored counter reading, which that read
     prints and replaces, so nothing sleeps and nothing is read twice."""
     import re
@@ -134,17 +136,20 @@ def test_first_deploy_reads_once_and_writes_once(make_lab):
     stages = re.findall(rf"^\s*\[{re.escape(node_address(1))}\]\s+([A-Za-z ]+): (\d+) commands?$", first.out, re.M)
     assert {s for s, _ in stages} >= {"modules", "RoCE", "boot unit", "QoS", "NCCL"}, first.out
     assert all(n == "1" for _, n in stages), stages
-    assert lab.remote_commands("node1") == 2
-    assert f"[{node_address(1)}] verification OK" in first.out, first.out
+    assert lab.remote_commands("node1") == 3  # the GPU-work read before the first disruptive change
+    # the lab declares deepseek-v3 (group_data/lab_nodes.py): at the speed its published GPU hours imply the
+    # healthy node's network has bandwidth to spare, a WARN that fails nothing (issue 45)
+    assert (f"[{node_address(1)}] verification WARN (CCR 3.124e+00): CCR 3.12 above 2.0: compute "
+            "under-used") in first.out, first.out
     # no stored reading: the counters are judged since boot, with no "rates start from now" note (issue 35)
     assert "note: no earlier reading" not in first.out, first.out
     second = run_pyinfra(DEPLOY)
     assert second.rc == 0 and not second.changed(), second.out
-    assert lab.remote_commands("node1") == 2 + 1
+    assert lab.remote_commands("node1") == 3 + 1
     # the verification alone: one read
     third = run_pyinfra("deploys/verify.py")
     assert third.rc == 0, third.out
-    assert lab.remote_commands("node1") == 2 + 1 + 1
+    assert lab.remote_commands("node1") == 3 + 1 + 1
     # every read stored the node's counters for the next window: the state file is there
     state = (lab.root("node1") / "run/ccrhost/counters").read_text()
     assert state.startswith("@@t ") and "\n@@boot " in state

@@ -387,3 +387,54 @@ def test_the_real_cluster_warning_is_a_box_before_the_checklist(site):
     assert box and box.group(1) == "The lossless-RoCE defaults must match your switches"
     assert "<table>" in box.group(2) and "qos_enable = False" in box.group(2)
     assert section.index('class="admonition warning"') < section.index("<ol>")
+
+
+# --- what Python-Markdown reads otherwise than the source reads (issue 46) -----------
+
+def _cells(row: str) -> int:
+    """A table row's cells: its pipes outside code spans, less an escaped one."""
+    text = re.sub(r"`[^`]*`", "", row.strip()).replace("\\|", "")
+    return len(text.strip("|").split("|"))
+
+
+def layout_problems(markdown: str) -> list[str]:
+    """A line starting with ``#`` in a paragraph (Python-Markdown needs no
+    space after the hashes and lets a heading break a paragraph: `#290:`
+    becomes a heading), a table row with more or fewer cells than its header
+    (extra cells are dropped with their text) and text straight under a
+    table (read as one more row)."""
+    # fenced blocks blanked, not removed: the line numbers stay the source's
+    text = re.sub(r"^( *)```.*?^\1```", lambda m: "\n" * m.group(0).count("\n"), markdown, flags=re.S | re.M)
+    problems, header = [], None
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        before = lines[number - 2] if number > 1 else ""
+        if line.startswith("#") and (not re.match(r"#+ ", line) or (before.strip() and not before.startswith("#"))):
+            problems.append(f"line {number}: a heading inside a paragraph: {line[:60]}")
+        if line.startswith("|"):
+            if header is None:
+                header = _cells(line)
+            elif _cells(line) != header:
+                problems.append(f"line {number}: a row of {_cells(line)} cells under a header of {header}: "
+                                f"{line[:60]}")
+        else:
+            if header is not None and line.strip() and not line.startswith("<!--"):  # a comment ends a table
+                problems.append(f"line {number}: text straight under a table, read as a row: {line[:60]}")
+            header = None
+    return problems
+
+
+def test_the_layout_check_catches_a_heading_in_a_paragraph_and_a_row_that_swallows_text():
+    assert layout_problems("The ring busbw (nccl-tests\n#290: 46-48 GB/s) is what\n") == \
+        ["line 2: a heading inside a paragraph: #290: 46-48 GB/s) is what"]
+    assert layout_problems("| a | b |\n| --- | --- |\n| `none` | nothing | A bad `--config` or an internal\n"
+                           "error exits 3.\n") == [
+        "line 3: a row of 3 cells under a header of 2: | `none` | nothing | A bad `--config` or an internal",
+        "line 4: text straight under a table, read as a row: error exits 3."]
+    fine = "# Title\n\nText.\n\n## Part\n\n| a | b |\n| --- | --- |\n| `x|y` | \\| |\n\n```\n#!/bin/sh\n```\n"
+    assert layout_problems(fine) == []
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+def test_no_page_has_a_heading_in_a_paragraph_or_a_row_that_swallows_text(page):
+    assert layout_problems((DOCS / page).read_text()) == []

@@ -123,32 +123,62 @@ def test_nodes_that_drained_at_once_lift_all_but_the_first(tmp_path):
     assert calls[2].startswith("update NodeName=gpu02 Comment=ccrhost: held: port_down")
 
 
-def run_prolog_check(tmp_path, bin_dir, *flags):
-    bad = tmp_path / "check.yaml"
-    bad.write_text("verify_min_ccr_fraction: 2\n")  # settings it cannot judge with: UNKNOWN, as on every node
+def run_prolog_check(tmp_path, bin_dir, *flags, config="verify_min_ccr_fraction: 2\n"):
+    """The prolog's check on gpu03 for job 42; by default with settings it cannot judge with (UNKNOWN
+    check_config, as on every node where a bad check.yaml was pushed). On this machine a good config
+    is FAIL: no RDMA device, no GPU."""
+    path = tmp_path / "check.yaml"
+    path.write_text(config)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
            "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu03", "CCRHOST_CHECK_CACHE": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "ccrhost", "check", "--config", str(bad), "--format", "nhc",
+    return subprocess.run([sys.executable, "-m", "ccrhost", "check", "--config", str(path), "--format", "nhc",
                            "--drain", "--drain-unknown", *flags], capture_output=True, text=True, cwd=REPO,
                           env=env, timeout=60)
 
 
+# host_health_enable: the test machine is no GPU node; its systemd, EDAC and memlock are not the subject
+GOOD = "verify_profile: hgx-h100-8x400\nhost_health_enable: false\n"
+
+
 def test_the_prologs_hold_requeues_the_job_and_exits_0_past_the_cap(tmp_path):
-    # a bad config pushed everywhere: check_config UNKNOWN on every node; two already drained
-    other = "ccrhost: check_config: UNKNOWN: --config: verify_min_ccr_fraction = 2"
+    # port_count on two nodes of three already: past the cap, the third is held, not drained
+    other = "ccrhost: no_rdma,port_count,gpu_unreadable: no RDMA device [action investigate]"
     rows = [f"gpu01|gpu|{stamp(30)}|{other}", f"gpu02|gpu|{stamp(20)}|{other}", "gpu03|gpu|Unknown|none"]
     bin_dir, log = fake_slurm(tmp_path, rows)
-    out = run_prolog_check(tmp_path, bin_dir, "--hold")
+    out = run_prolog_check(tmp_path, bin_dir, "--hold", config=GOOD)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: check_config: ")
-    assert "DRAIN CAP HELD for check_config" in out.stderr
+    assert "DRAIN CAP HELD for no_rdma,port_count,gpu_unreadable" in out.stderr
     assert "ccrhost check: requeued job 42; exit 0 so that slurmd does not drain the node" in out.stderr
     calls = log.read_text()
     assert "State=DRAIN" not in calls and "requeue 42\n" in calls
-    # without --hold (the health check) it only reports: the verdict's exit code, no drain, no requeue
+    # a dry run (observe mode) reads Slurm as ever, says what it would do, and runs none of it
     log.unlink()
+    prom, line = tmp_path / "slurm.prom", tmp_path / "slurm.log"
+    out = run_prolog_check(tmp_path, bin_dir, "--hold", "--dry-run", "--log", str(line), "--textfile", str(prom),
+                           config=GOOD)
+    assert not log.exists(), log.read_text()
+    assert "ccrhost check: dry run, nothing changed: would hold job 42: would run: scontrol requeue 42" in out.stderr
+    assert "dry run, nothing changed: gpu03 not drained: DRAIN CAP HELD" in out.stderr
+    assert "ccrhost_slurm_would_hold 1\n" in prom.read_text() and "ccrhost_slurm_observe 1\n" in prom.read_text()
+    assert " gpu03 prolog job 42 mode=observe FAIL " in line.read_text()
+
+
+def test_a_bad_config_pushed_everywhere_holds_drains_and_fails_no_job(tmp_path):
+    other = "ccrhost: check_config: UNKNOWN: --config: verify_min_ccr_fraction = 2"
+    rows = [f"gpu01|gpu|{stamp(30)}|{other}", f"gpu02|gpu|{stamp(20)}|{other}", "gpu03|gpu|Unknown|none"]
+    bin_dir, log = fake_slurm(tmp_path, rows)
+    prom = tmp_path / "slurm.prom"
+    out = run_prolog_check(tmp_path, bin_dir, "--hold", "--textfile", str(prom))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("ERROR: ccrhost: Health check failed: UNKNOWN: check_config: ")
+    assert ("ccrhost check: UNKNOWN for ccrhost's own configuration or installation (check_config); exit 0 so that "
+            "the job runs and slurmd does not drain the node") in out.stderr
+    assert not log.exists()  # not one scontrol write: no drain, no comment, no requeue
+    assert 'ccrhost_slurm_own_fault{code="check_config"} 1\n' in prom.read_text()
+    assert "ccrhost_slurm_observe 0\n" in prom.read_text()  # enforce mode: still no job held
+    # without --hold it is the same: nothing written, the job runs
     out = run_prolog_check(tmp_path, bin_dir)
-    assert out.returncode == 3 and "requeue" not in log.read_text() and "State=DRAIN" not in log.read_text()
+    assert out.returncode == 0 and not log.exists()
 
 
 def test_a_job_that_cannot_be_requeued_is_cancelled(tmp_path):
@@ -197,3 +227,16 @@ def test_reason_and_comment_as_slurm_shows_them(tmp_path):
         tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{shown}\nEOF\n")
         tool.chmod(0o755)
         assert node_drain.show_node("node1", str(tool)) == want
+
+
+def test_only_a_fault_of_ccrhosts_own_alone_is_one():
+    from ccrhost.model.status import UNKNOWN, Reason
+    from ccrhost.node import check as node_check
+    from ccrhost.node.observe import own_fault
+
+    assert own_fault(node_check.unknown("check_config", "--config: bad")) == ["check_config"]
+    # a FAIL of the node's beside it (scontrol failed under --drain): the node's, acted on as ever
+    assert own_fault(node_check.unknown("check_error", "--drain: scontrol failed", failing())) == []
+    other = node_check.unknown("check_error", "internal error")
+    other.reasons.append(Reason(UNKNOWN, "gpu_unreadable", "cannot read GPUs"))
+    assert own_fault(other) == []

@@ -83,3 +83,57 @@ def test_evidence_is_off_by_default_and_never_for_a_pass(tmp_path):
     assert evidence.keep_evidence(SimpleNamespace(), v, NOW) is None
     ok = check(tmp_path / "h.json", NOW, None)
     assert evidence.keep_evidence(settings(tmp_path / "e"), ok, NOW) is None and not (tmp_path / "e").exists()
+
+
+def test_a_bundle_stamped_while_the_clock_ran_ahead_is_never_named_and_is_pruned(tmp_path, monkeypatch):
+    # issue 45 case 12: a bundle named a day ahead was "the newest" for every later failure and never aged out
+    fake_nvidia_smi(tmp_path, monkeypatch)
+    folder = tmp_path / "evidence"
+    ahead = folder / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(NOW + 86400))
+    ahead.mkdir(parents=True)
+    named = evidence.keep_evidence(settings(folder), remap_pending_on_gpu2(), NOW)
+    assert named == str(folder / "20261205T082117Z")
+    assert [b.name for b in evidence.bundles(str(folder))] == ["20261205T082117Z"]
+
+
+# --- issue 45 case 13: bounded in time, never in the prolog's path ----------------
+
+def failing_gpus(*indexes):
+    from dataclasses import replace
+
+    v = remap_pending_on_gpu2()
+    v.reasons = [replace(v.reasons[0], gpu=i) for i in indexes]
+    return v
+
+
+def test_the_gpus_are_queried_at_once_and_a_stuck_nvidia_smi_is_left_behind(tmp_path, monkeypatch):
+    # one after another in the check's thread: 20 s per GPU, forever when nvidia-smi is stuck in the driver
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/sh\n[ "$3" = 3 ] && exec sleep 20\nsleep 1\necho "GPU $3 log"\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(evidence, "SMI_BUDGET", 3.0)
+    folder = tmp_path / "evidence"
+    started = time.monotonic()
+    bundle = evidence.collect(str(folder), failing_gpus(0, 1, 2, 3, 4, 5), NOW)
+    took = time.monotonic() - started
+    assert took < 5, took  # six queries of 1 s at once, the stuck one cut at the budget
+    for i in (0, 1, 2, 4, 5):
+        assert (bundle / f"nvidia-smi-q-gpu{i}.txt").read_text() == f"GPU {i} log\n"
+    assert (bundle / "nvidia-smi-q-gpu3.txt").read_text() == (
+        "nvidia-smi -q -i 3: not collected: no answer within the evidence's 3 s\n")
+
+
+def test_a_prolog_keeps_no_bundle_and_the_next_health_check_keeps_the_failures(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch)
+    folder, history = tmp_path / "evidence", tmp_path / "history.json"
+    monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")
+    assert evidence.keep_evidence(settings(folder), check(history, NOW, 2), NOW) is None
+    assert not folder.exists()
+    monkeypatch.delenv("SLURM_SCRIPT_CONTEXT")
+    later = check(history, NOW + 30, 2)  # the health check: the same failure, which has no bundle yet
+    assert evidence.keep_evidence(settings(folder), later, NOW + 30) == str(folder / "20261205T082147Z")
+    again = check(history, NOW + 60, 2)
+    assert evidence.keep_evidence(settings(folder), again, NOW + 60) == str(folder / "20261205T082147Z")
+    assert len(evidence.bundles(str(folder))) == 1

@@ -432,8 +432,9 @@ SNAPSHOT = (["@@@ rdma", *RDMA, *CM, "@@@ modules", *MODULES, "@@@ qos", *QOS_DU
 @given(output(SNAPSHOT, max_size=120))
 def test_node_snapshot_never_raises(lines):
     snap = node.parse_snapshot(lines)
-    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric"}
-    for name in ("rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric"):
+    assert set(snap.errors) <= {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric", "baseline",
+                                "host_health"}
+    for name in ("rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric", "baseline"):
         assert name in snap.errors or getattr(snap, name) is not None
 
 

@@ -109,6 +109,33 @@ def test_journal_lines_are_aged_from_the_nodes_clock():
     assert error == "No journal files were found."
 
 
+# journalctl's own words (systemd src/shared/journal-util.c journal_access_check_and_warn), printed even with -q
+TRUNCATED = ("Journal file /var/log/journal/173da2fad3064e3e9211a7ed7d59360b/system@00061e84932b9110-"
+             "fcfc2bf59397404f.journal~ is truncated, ignoring file.")
+UNSUPPORTED = ["Journal file /var/log/journal/674cc4f6256143379fd7935e328f9d5a/system.journal uses an unsupported "
+               "feature, ignoring file.",
+               "Use SYSTEMD_LOG_LEVEL=debug journalctl --file=/var/log/journal/674cc4f6256143379fd7935e328f9d5a/"
+               "system.journal to see the details."]
+
+
+def test_a_journal_file_journalctl_skips_is_no_unreadable_log():
+    # main: "cannot read XIDs from the kernel log: journalctl: Journal file ... is truncated, ignoring file."
+    # (UNKNOWN gpu_health_unreadable, and the prolog drained a healthy node on it)
+    gpus = ["@@query", *lines("nvsmi_q_a40_550.txt"), "@@nvlinkstatus", "@@nvlinkerrors", "@@pcigpus", "0000:4f:00.0"]
+    healthy = probe.parse_command_output([*gpus, "@@journal 1733300600", TRUNCATED, *UNSUPPORTED])
+    assert (healthy.log_source, healthy.log_error, healthy.xids) == ("journalctl", None, [])
+    assert check_gpu_health(healthy, [], GpuHealthPolicy()) == []
+    sick = probe.parse_command_output([*gpus, "@@journal 1733300600", TRUNCATED, "1733300000.500000 gpu01 kernel: "
+                                       "NVRM: Xid (PCI:0000:4f:00): 48, pid=1, name=python, An uncorrectable double "
+                                       "bit error"])
+    assert sick.log_error is None and codes(check_gpu_health(sick, [], GpuHealthPolicy())) == \
+        [("FAIL", "gpu_xid_critical")]
+    # what stops the read is still said
+    _, error = probe.parse_log("journal", "1733300600", [TRUNCATED, "No journal files were opened due to "
+                                                         "insufficient permissions."])
+    assert error == "No journal files were opened due to insufficient permissions."
+
+
 def test_command_output_sections():
     out = ["@@query", *lines("nvsmi_q_a40_550.txt"), "@@nvlinkstatus", "@@nvlinkerrors",
            "@@pcigpus", "0000:4f:00.0", "0000:52:00.0", "@@fabricmanager", "inactive",

@@ -33,10 +33,10 @@ def readings(remap_on: int | None, serials=None):
     return r
 
 
-def check(path, now, remap_on, serials=None, policy=POLICY) -> Verdict:
+def check(path, now, remap_on, serials=None, policy=POLICY, boot=None) -> Verdict:
     """What run_check does around evaluate: read, judge, keep."""
     r = readings(remap_on, serials)
-    r.history = history_file.read_history(str(path), now=now)
+    r.history = history_file.read_history(str(path), now=now, boot=boot)
     from dataclasses import replace
 
     from ccrhost.model.verdict import Policy
@@ -142,3 +142,81 @@ def test_run_check_keeps_the_history_at_the_setting(tmp_path, monkeypatch):
     assert settings.check_settings().verify_history == str(tmp_path / "h.json")
     assert validate_host("n", {}).verify_history is None  # opt-in: nothing is written where no one asked
     assert isinstance(History(), History)
+
+
+def test_a_fault_still_there_after_each_reboot_is_a_return_and_ends_as_replace(tmp_path):
+    # issue 45 case 10: the episode stayed open across reboots, so a node rebooted again and again never escalated
+    path = tmp_path / "history.json"
+    t = 0.0
+    for boot in ("boot-1", "boot-2"):
+        for _ in range(3):  # the health checks of one boot: one failure
+            assert check(path, t, 2, boot=boot).action == "reset_gpu"
+            t += 60
+    assert [e["time"] for e in json.loads(path.read_text())["episodes"]] == [0.0, 180.0]
+    assert json.loads(path.read_text())["boot"] == "boot-2"
+    third = check(path, t, 2, boot="boot-3")  # rebooted again, and the fault is still there
+    assert third.action == "replace"
+    assert [r.code for r in third.reasons if r.code == "node_repeat_failures"] == ["node_repeat_failures"]
+    # a history an older ccrhost kept names no boot: its open episode stays open (it may be this boot's)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"episodes": [{"time": 0.0, "codes": ["gpu_row_remap_pending"], "action": "reset_gpu"}],
+                               "failing": True}))
+    assert check(old, 60.0, 2, boot="boot-9").action == "reset_gpu"
+    assert len(json.loads(old.read_text())["episodes"]) == 1
+
+
+def test_a_drain_is_stamped_once_per_failure_not_at_every_check(scontrol, tmp_path):  # noqa: F811
+    # issue 45 case 10: the reason's messages change (an XID's age), so every check rewrote it and Slurm
+    # restamped it: old drains looked new to the drain cap, and remediate saw no boot after the drain
+    from dataclasses import replace
+
+    script, state, log = scontrol
+    path = tmp_path / "history.json"
+    first = check(path, 0.0, 2, boot="b1")
+    assert node_drain.drain(first, node="gpu01", scontrol=str(script)).startswith("drained gpu01: ")
+    stamped = drain_text.drain_reason(first) + " [root@2026-12-05T10:00:00]"
+    state.write_text(stamped)
+    later = check(path, 600.0, 2, boot="b1")
+    later = replace(later, reasons=[replace(r, message=r.message + " (10 min later)") for r in later.reasons])
+    assert drain_text.drain_reason(later) != drain_text.drain_reason(first)
+    assert node_drain.drain(later, node="gpu01", scontrol=str(script)) == f"gpu01 stays drained: {drain_text.drain_reason(first)}"
+    assert log.read_text().count("\n") == 1  # the first drain only
+    # after a reboot the fault is back: a new failure, stamped anew (remediate reads it as newer than the boot)
+    returned = check(path, 1200.0, 2, boot="b2")
+    assert node_drain.drain(returned, node="gpu01", scontrol=str(script)).startswith("drained gpu01: ")
+    assert log.read_text().count("\n") == 2
+    # other codes are another drain
+    state.write_text(stamped)
+    other = check(tmp_path / "h2", 0.0, None)
+    other = replace(other, status="FAIL", reasons=[replace(r, code="gpu_ecc_uncorrectable", level="FAIL")
+                                                    for r in first.reasons])
+    assert node_drain.drain(other, node="gpu01", scontrol=str(script)).startswith("drained gpu01: ")
+
+
+def test_the_history_lock_never_follows_a_planted_link(tmp_path):
+    # issue 45 case 12: with fs.protected_symlinks 0, root's open of <history>.lock created the link's target
+    path = tmp_path / "history.json"
+    victim = tmp_path / "elsewhere" / "victim"
+    victim.parent.mkdir()
+    (tmp_path / "history.json.lock").symlink_to(victim)
+    with history_file.locked(str(path)) as lock:
+        assert lock.fd is None  # no lock: never a file the link names
+    assert not victim.exists()
+    assert check(path, 0.0, 2).status == FAIL and json.loads(path.read_text())["failing"]  # the history is still kept
+
+
+def test_a_bundle_kept_after_the_drain_is_named_once(scontrol, tmp_path):  # noqa: F811
+    # the prolog drains without a bundle (it keeps none: issue 45 case 13); the health check's bundle is named
+    from dataclasses import replace
+
+    script, state, log = scontrol
+    path = tmp_path / "history.json"
+    first = check(path, 0.0, 2, boot="b1")
+    state.write_text(drain_text.drain_reason(first) + " [root@2026-12-05T10:00:00]")
+    later = replace(check(path, 60.0, 2, boot="b1"), evidence="/var/lib/ccrhost/evidence/20261205T100100Z")
+    assert node_drain.drain(later, node="gpu01", scontrol=str(script)).startswith("drained gpu01: ")
+    assert "[evidence 20261205T100100Z]" in log.read_text()
+    state.write_text(drain_text.drain_reason(later) + " [root@2026-12-05T10:01:00]")
+    again = replace(check(path, 120.0, 2, boot="b1"), evidence="/var/lib/ccrhost/evidence/20261205T100100Z")
+    assert node_drain.drain(again, node="gpu01", scontrol=str(script)).startswith("gpu01 stays drained: ")
+    assert log.read_text().count("\n") == 1

@@ -5,6 +5,7 @@ deploys/slurm.py refuses a node without ccrhost, naming the path, and that
 node keeps its files. Each lab node has its own /usr/local (the machine's
 holds no ccrhost), so what runs there is what the install put there."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -100,7 +101,8 @@ def test_install_then_slurm_then_a_prolog_that_runs_and_a_node_without_ccrhost_r
     alone = tmp_path / "ccrhost-only"
     alone.mkdir()
     shutil.copy2(wheel, alone / wheel.name)
-    index = Path(tempfile.mkdtemp(prefix="ccrhost-index-", dir="/var/tmp"))  # the nodes see /var/tmp, not /tmp
+    # under /var/tmp (or the run's tmpfs there): the nodes see it, not /tmp
+    index = Path(tempfile.mkdtemp(prefix="ccrhost-index-", dir=os.environ.get("CCRHOST_TEST_TMP") or "/var/tmp"))
     try:
         for dep in wheels.glob("*.whl"):
             if dep.name != wheel.name:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import K8S_PROFILES as PROFILES
 from conftest import LAB_DIR, LAB_NAME, LAB_SUBNET, REPO
 from test_checks import H100, gpu, healthy, port
 
-from ccrhost.model.declared import PROFILES
 from ccrhost.model.status import FAIL, UNKNOWN, WARN
 from ccrhost.model.verdict import evaluate
 from ccrhost.node import check as node_check

@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 import yaml
+from conftest import K8S_PROFILES as PROFILES
 from conftest import REPO
 from test_kubernetes import KUBERNETES_VERSION, by_kind
 
-from ccrhost.model.declared import PROFILES
 from ccrhost.settings import validate_host
 
 SWEEP = REPO / "deploy" / "kubernetes" / "sweep"

@@ -146,6 +146,22 @@ def test_down_removes_everything_and_is_safe_twice():
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(") ")[1][:1]
 
 
+def test_down_by_name_removes_a_labs_leftovers_whose_state_is_gone(make_lab):
+    """A namespace and links of this lab's name with no state file (the CI
+    once found ccrv-node1 left so) are swept, and the next lab starts."""
+    subprocess.run(["ip", "netns", "add", f"ccr{LAB_NAME}-node1"], check=True)
+    subprocess.run(["ip", "link", "add", f"ccr{LAB_NAME}br", "type", "bridge"], check=True)
+    subprocess.run(["ip", "link", "add", f"ccr{LAB_NAME}1h", "type", "veth", "peer", "name", f"ccr{LAB_NAME}1x"],
+                   check=True)
+    lab = Lab(LAB_DIR)
+    assert lab.load() is None
+    assert lab.down() == []  # without the name: the state file is all it knows
+    assert sorted(lab.down(name=LAB_NAME)) == [f"ccr{LAB_NAME}-node1", f"ccr{LAB_NAME}br"]
+    assert f"ccr{LAB_NAME}-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"ccr{LAB_NAME}" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert lab_ssh(make_lab(nodes=1), "node1", "true").returncode == 0
+
+
 def test_bad_profile_and_fault_change_nothing(tmp_path):
     bad = tmp_path / "broken.yaml"
     bad.write_text("name: x\nnics: [\n")

@@ -43,6 +43,86 @@ def test_mstconfig_without_e_has_next_boot_only():
     assert "MAX_ACC_OUT_READ" not in params
 
 
+# mstflint's printing (mlxconfig/mlxcfg_ui.cpp printConfHeader, printSingleParam, printValue), per era:
+# the name's prefix and width, each value's "%-Ns", and PRINT_SPACE_IF_NEEDED's test of the printed width
+LAYOUTS = {
+    "2019": dict(prefix=lambda diff, ro: f"{diff}        ", name=36, value=16, space=lambda w: w > 16,
+                 header="%-16s%36s%16s%18s" % ("Configurations:", "Default", "Current", "Next Boot")),
+    "2023": dict(prefix=lambda diff, ro: f"{diff}{ro}     ", name=44, value=20, space=lambda w: w >= 20,
+                 header="%-20s%44s%20s%18s" % ("Configurations:", "Default", "Current", "Next Boot")),
+    "2026": dict(prefix=lambda diff, ro: f"{diff}{ro}     ", name=48, value=33, space=lambda w: w >= 33,
+                 header="%-56s%-33s %-33s %-33s" % ("Configurations:", "Default", "Current", "Next Boot")),
+}
+
+
+def printed(layout: str, rows: list[tuple[str, str, str, str, bool]]) -> str:
+    """``mlxconfig -d <bdf> -e q`` as that era's mlxconfig prints it."""
+    lay = LAYOUTS[layout]
+    out = ["", "Device #1:", "----------", "", "Device type:        ConnectX7", lay["header"]]
+    for name, default, current, nxt, read_only in rows:
+        diff = "*" if nxt != default or nxt != current else " "
+        line, width = lay["prefix"](diff, "RO" if read_only else "  ") + f"{name:<{lay['name']}}", 0
+        for i, v in enumerate((default, current, nxt)):
+            if i and lay["space"](width):
+                line += " "
+            cell = f"{v:<{lay['value']}}"
+            line, width = line + cell, len(cell)
+        out.append(line)
+    return "\n".join(out + ["The '*' shows parameters with next value different from default/current value.", ""])
+
+
+ATOMIC = "PCI_ATOMIC_DISABLED_EXT_ATOMIC_ENABLED(0)"  # wider than the column in every layout
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_values_that_fill_their_column_parse_in_every_layout(layout):
+    # main: split on 2+ spaces, "PCI_ATOMIC_MODE" made the NIC UNKNOWN nic_fw_unreadable
+    rows = [("PCI_ATOMIC_MODE", ATOMIC, ATOMIC, ATOMIC, False),
+            ("EXP_ROM_UEFI_x86_ENABLE", "True(1)", "True(1)", "True(1)", False),  # mlxconfig_host.db's name
+            ("PCI_BUS00_HIERARCHY_TYPE", "PCIE_ENDPOINT(0)", "PCIE_ENDPOINT(0)", "PCIE_ENDPOINT(0)", False),
+            ("MAX_ACC_OUT_READ", "0", "44", "128", False),
+            ("CNP_DSCP_P1", "48", "48", "48", layout != "2019")]
+    text = printed(layout, rows)
+    if layout == "2019":
+        assert "PCIE_ENDPOINT(0)PCIE_ENDPOINT(0)" in text  # 16 characters: no space after them
+    else:
+        assert f"{ATOMIC} {ATOMIC}" in text and " RO     CNP_DSCP_P1" in text
+    params = probe.parse_query(text)
+    assert list(params) == [r[0] for r in rows]
+    for name, default, current, nxt, _ in rows:
+        assert (params[name].default.text, params[name].current.text, params[name].next_boot.text) == \
+            (default, current, nxt)
+    assert params["PCI_ATOMIC_MODE"].current == FwValue(ATOMIC, "PCI_ATOMIC_DISABLED_EXT_ATOMIC_ENABLED", 0)
+    assert params["MAX_ACC_OUT_READ"].marked and not params["PCI_ATOMIC_MODE"].marked
+    assert judge(text) == [(WARN, "nic_fw_pending", "NIC mlx5_0 (0000:1a:00.0): firmware setting pending reboot: "
+                            "MAX_ACC_OUT_READ is 44, 128 at the next boot")]
+
+
+def test_the_lab_mlxconfig_prints_by_the_same_rule():
+    import sys
+
+    from ccrhost.lab import nicfw as lab_nicfw
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "ccrhost/lab/shims"))
+    try:
+        import labfw
+    finally:
+        sys.path.pop(0)
+    values = {name: spec[3] for name, spec in lab_nicfw.PARAMS.items()} | {"ADVANCED_PCI_SETTINGS": 1}
+    state = {"params": {n: list(spec) for n, spec in lab_nicfw.PARAMS.items()}, "current": dict(values),
+             "next": {**values, "MAX_ACC_OUT_READ": 128}}
+    text = labfw.query("0000:1a:00.0", state, True, "mlxconfig")
+    assert f"{ATOMIC} {ATOMIC} {ATOMIC}" in text  # one space after a value that fills its column
+    want = printed("2026", [(n, *(labfw.text(spec, v) for v in (spec[3], state["current"][n], state["next"][n])),
+                             False) for n, spec in state["params"].items()]).splitlines()
+
+    def table(lines):
+        return lines[next(i for i, x in enumerate(lines) if x.startswith("Configurations:")):]
+    assert table(text.splitlines()) == table(want)
+    params = probe.parse_query(text)
+    assert params["PCI_ATOMIC_MODE"].current.number == 0 and params["MAX_ACC_OUT_READ"].marked
+
+
 @pytest.mark.parametrize("text, quoted", [
     ("-E- Failed to open the device", "-E- Failed to open the device"),
     ("", "no output"),
@@ -114,6 +194,27 @@ def test_mstconfig_sample_is_judged_on_its_next_boot_column():
 def test_link_type_only_when_declared():
     assert judge(table(**GOOD, LINK_TYPE_P1="ETH(2)")) == []
     assert judge(table(**GOOD, LINK_TYPE_P1="ETH(2)"), link_type=1)[0][:2] == (FAIL, "nic_fw_wrong")
+
+
+def test_a_dual_port_nics_second_function_is_judged_by_its_ports_p2_values():
+    # main: port 2 (the PF at .1) was judged, and planned, by port 1's _P1 values
+    dual = table(**GOOD, LINK_TYPE_P1="ETH(2)", LINK_TYPE_P2="IB(1)", ROCE_CC_PRIO_MASK_P2="255",
+                 CNP_DSCP_P2="26", CNP_802P_PRIO_P2="6")
+    policy = NicFwPolicy(True, nicfw.default_profile(link_type=2))
+
+    def got(bdf):
+        nic = NicFirmware("mlx5_1", bdf, "mlxconfig", probe.parse_query(dual))
+        return [(r.level, r.code, r.message) for r in nicfw.judge_nic(nic, policy, True)], \
+            nicfw.plan(nic, policy.wants, True)
+    assert got("0000:1a:00.0") == ([], {})
+    assert got("0000:1a:00.1") == (
+        [(WARN, "nic_fw_differs", "NIC mlx5_1 (0000:1a:00.1): CNP_DSCP_P2 is 26, the profile wants 48"),
+         (FAIL, "nic_fw_wrong", "NIC mlx5_1 (0000:1a:00.1): LINK_TYPE_P2 is IB(1), the profile wants 2")],
+        {"CNP_DSCP_P2": 48, "LINK_TYPE_P2": 2})
+    # the verbatim dual-port sample, queried through its second function (Device: 01:00.1), lists both ports
+    sample = probe.parse_query((FIX / "mstconfig_q_cx4lx.txt").read_text())
+    assert {"CNP_DSCP_P1", "CNP_DSCP_P2"} <= set(sample) and nicfw.port_of("0000:01:00.1") == 2
+    assert [nicfw.port_of(b) for b in ("0000:01:00.0", None, "garbage")] == [1, 1, 1]
 
 
 # -- the stored reading, its age, and every path ---------------------------------
@@ -219,3 +320,64 @@ def test_the_plan_writes_only_what_differs_in_next_boot():
     written = NicFirmware("mlx5_0", "b", "mlxconfig", probe.parse_query(owed))
     assert nicfw.plan(written, policy, True) == {}
     assert nicfw.reboot_owed(written, {}) == ["ADVANCED_PCI_SETTINGS"]
+
+
+def test_the_health_checks_budget_stops_the_queries_in_time_and_names_the_nics_left(tmp_path, monkeypatch):
+    # issue 46: slurmd kills a health check at 60 s; mlxconfig and mlxlink take seconds per NIC on 8 NICs
+    _sysfs(tmp_path, monkeypatch, devices=[f"mlx5_{i}" for i in range(8)])
+    state = str(tmp_path / "active.json")
+    now = [100.0]
+    calls = []
+
+    def slow(argv, deadline, env=None):  # each tool takes 4 s, whatever it is given
+        calls.append((argv[0], argv[2], deadline))
+        now[0] += min(4.0, deadline)
+        return ToolRun(tuple(argv), 0, table(**GOOD), 4.0)
+    skipped = []
+    node_nicfw.run_and_store(state, [f"mlx5_{i}" for i in range(8)], 600, run=slow, clock=lambda: 1000.0,
+                             which=lambda t: t in ("mlxconfig", "mlxlink"), optics=True,
+                             deadline=100.0 + 45, monotonic=lambda: now[0], skipped=skipped)
+    # 45 s, 5 s kept for judging and the drain, 10 s needed to start a NIC's two tools: 4 NICs at 8 s
+    assert [c[:2] for c in calls] == [(tool, f"0000:{0x1a + i:02x}:00.0") for i in range(4)
+                                      for tool in ("mlxconfig", "mlxlink")]
+    assert all(c[2] <= 40 for c in calls)
+    assert skipped == ["mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"]
+    assert sorted(node_nicfw.stored_reading(state, clock=lambda: 1000.0).results) == [f"mlx5_{i}" for i in range(4)]
+    assert now[0] <= 100.0 + 45 - node_nicfw.RESERVE
+
+
+def test_a_query_the_budget_cut_short_is_not_stored_as_unreadable(tmp_path, monkeypatch):
+    _sysfs(tmp_path, monkeypatch, devices=["mlx5_0"])
+    state = str(tmp_path / "active.json")
+    skipped = []
+    node_nicfw.run_and_store(state, ["mlx5_0"], 600, run=_runner("", rc=None, timed_out=True),
+                             which=lambda t: t == "mlxconfig", deadline=100.0 + 20,
+                             monotonic=lambda: 100.0, skipped=skipped)
+    assert skipped == ["mlx5_0"]
+    assert node_nicfw.stored_reading(state).results == {}
+
+
+def test_the_check_names_the_nics_its_budget_left_and_gives_run_check_its_deadline(monkeypatch, capsys):
+    import time
+
+    from test_checks import H100, healthy
+
+    from ccrhost.cli import entry
+    from ccrhost.model.verdict import evaluate
+    from ccrhost.node import check as node_check
+
+    given = {}
+
+    def run_check(settings, deadline=None, skipped=None, refresh_nic=False, **kw):
+        given.update(deadline=deadline, refresh_nic=refresh_nic)
+        skipped += ["mlx5_6", "mlx5_7"]
+        return evaluate(healthy(), H100)
+    monkeypatch.setattr(node_check, "run_check", run_check)
+    before = time.monotonic()
+    with pytest.raises(SystemExit) as done:
+        entry(["check", "--format", "nhc", "--refresh-nic", "--budget", "45"])
+    assert done.value.code == 0 and given["refresh_nic"]
+    assert before + 45 <= given["deadline"] <= time.monotonic() + 45
+    assert capsys.readouterr().err == (
+        "ccrhost check: --budget 45 s: skipped the NIC firmware query (--refresh-nic) on mlx5_6, mlx5_7; their "
+        "stored readings stay and are judged by their age\n")

@@ -16,6 +16,7 @@ from conftest import REPO, lab_inventory, lab_ssh, node_address, run_pyinfra
 
 from ccrhost.fleet.slurm_check import CheckOutput, judge
 from ccrhost.lab import nicfw as lab_nicfw
+from ccrhost.probes import nicfw as probe
 
 pytestmark = pytest.mark.lab
 
@@ -118,7 +119,13 @@ def test_set_writes_next_boot_a_reboot_makes_it_current_and_a_refused_set_change
     doc, rc = check(fleet, "node2", refresh=True)
     assert (doc["status"], rc, doc["reasons"]) == ("OK", 0, [])
     query = lab_ssh(fleet, "node2", f"mlxconfig -d {bdf} -e q")
-    assert "         MAX_ACC_OUT_READ                    0               0               0" in query.stdout
+    # printed as mlxconfig prints it: one space after a value that fills its column (PCI_ATOMIC_MODE's)
+    atomic = "PCI_ATOMIC_DISABLED_EXT_ATOMIC_ENABLED(0)"
+    assert f"{atomic} {atomic} {atomic}" in query.stdout
+    table = probe.parse_query(query.stdout)
+    assert [v.text for v in (table["MAX_ACC_OUT_READ"].default, table["MAX_ACC_OUT_READ"].current,
+                             table["MAX_ACC_OUT_READ"].next_boot)] == ["0", "0", "0"]
+    assert table["PCI_ATOMIC_MODE"].current.text == atomic
 
     off = lab_ssh(fleet, "node1", f"mlxconfig -d {bdf} -y set ADVANCED_PCI_SETTINGS=0")
     assert off.returncode == 0, off.stdout

@@ -81,3 +81,39 @@ def test_health_check_drains_the_wrong_node_and_the_prolog_lets_a_pending_one_ru
     hosts = json.loads((tmp_path / "report/ccr-report.json").read_text())["hosts"]
     got = {h: (v["status"], [r["code"] for r in v["reasons"]]) for h, v in hosts.items()}
     assert got == {"node1": ("OK", []), "node3": ("WARN", ["nic_fw_pending"])}, got
+
+
+def test_check_refresh_nic_queries_no_nic_on_a_node_running_a_job(slurm_lab):
+    """Issue 46: `ccrhost check --refresh-nic` ran mlxconfig on a node whatever ran there. Now, as slurmd
+    would run it on node1 while a job with no GPU process runs there: no query, the stored readings stay
+    as they were, and the verdict says why (UNKNOWN node_busy, naming the job; drained for nothing)."""
+    lab = slurm_lab
+    data = {**lab_slurm.integration_data(lab, lab_slurm.HEALTHCHECK_INTERVAL), "verify_nic_firmware": True,
+            "verify_allreduce_state": STATE}
+    for node in lab.load().nodes:
+        lab_slurm.install_integration(lab, node, integration_files(validate_host("lab", data)))
+    path = lab.root("node1") / STATE.lstrip("/")
+    deadline = time.monotonic() + 60
+    while not path.exists():  # node1's health check (idle nodes only) stores a first reading
+        assert time.monotonic() < deadline, lab_slurm.node_states(lab)
+        time.sleep(0.5)
+    job = lab_slurm.run(lab, "sbatch", "--parsable", "-J", "no-gpu", "-w", "node1", "-o", "/dev/null",
+                        "--wrap", "exec sleep 600", check=True).stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while lab_slurm.run(lab, "squeue", "-h", "-j", job, "-o", "%T").stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, lab_slurm.node_states(lab)
+            time.sleep(0.3)
+        time.sleep(3)  # a health check that started while node1 was idle has ended
+        before = path.read_text()
+        run = in_node(lab, "node1", lab_slurm.ccrhost_command(), "check", "--config", "/etc/ccrhost/check.yaml",
+                      "--format", "json", "--refresh-nic")
+        doc = json.loads(run.stdout)
+        busy = [r["message"] for r in doc["reasons"] if r["code"] == "node_busy"]
+        assert busy == [f"the NIC firmware query (--refresh-nic) not run: a Slurm job is running on the node (Slurm "
+                        f"job {job} no-gpu (root, RUNNING)); drain the node first, or set verify_active_when_busy: "
+                        "true to run it anyway"], doc["reasons"]
+        assert doc["status"] == "UNKNOWN" and path.read_text() == before  # nothing queried, nothing stored
+        assert "drain" not in lab_slurm.node_states(lab)["node1"][0]
+    finally:
+        lab_slurm.run(lab, "scancel", job)

@@ -110,7 +110,7 @@ def run_cli(*args):
 def test_check_cli_bad_arguments_are_unknown_with_a_clear_message(tmp_path):
     bad = run_cli("check", "--profile", "hgx-h999")
     assert bad.returncode == 3
-    assert "verify_profile = 'hgx-h999': allowed: hgx-h100-8x400" in bad.stderr
+    assert "verify_profile = 'hgx-h999': allowed: a built-in platform (aws-p5-efa, azure-nd-h100-v5" in bad.stderr
     assert run_cli("check", "--no-such-flag").returncode == 3
     config = tmp_path / "check.yaml"
     config.write_text("verify_min_ccr_fraction: 1.5\n")

@@ -203,16 +203,46 @@ SETTINGS = st.fixed_dictionaries({}, optional={
 })
 
 
-def snapshot_lines(rdma, gpus, pci, health, fabric) -> list[str]:
+def _unit(name, active="active", sub="running", restarts=0, memlock="infinity"):
+    # systemctl show's order (the bus's), as tests/fixtures/host_health/systemctl_show.txt
+    return [f"NRestarts={restarts}", f"LimitMEMLOCK={memlock}", f"Id={name}.service", "LoadState=loaded",
+            f"ActiveState={active}", f"SubState={sub}", ""]
+
+
+def host_lines():
+    """The host health probe's output: healthy, or one fault each."""
+    names = ("slurmd", "nvidia-persistenced", "nvidia-dcgm", "nvidia-fabricmanager")
+
+    def output(units=None, leap="Normal", edac="mc0 0 0", memlock="unlimited", idle=None, rc="0"):
+        units = units or {}
+        lines = ["@@boot 0d3c", f"@@units {rc} {' '.join(names)}"]
+        if rc == "0":
+            for n in names:
+                lines += _unit(n, *units.get(n, ()))
+        else:
+            lines.append("Failed to connect to bus: Host is down")
+        lines += ["@@chrony", "Reference ID    : B869B610 (vps6.ctyme.com)", "Stratum         : 3",
+                  f"Leap status     : {leap}", "@@chronyrc 0", "@@edac", edac, "@@memlock ", memlock]
+        return lines + (idle or [])
+
+    leftover = ["@@idle slurm State=IDLE", "@@gpumem", "0, 00000000:18:00.0, 2048", "@@gpumemrc 0", "@@gpuprocs",
+                "00000000:18:00.0, 4242, python3, 2048 MiB", "@@gpuprocsrc 0"]
+    return st.sampled_from([
+        output(), output({"nvidia-fabricmanager": ("failed", "failed")}), output({"slurmd": ("inactive", "dead")}),
+        output({"slurmd": ("active", "running", 0, "65536")}), output(leap="Not synchronised"),
+        output(edac="mc0 12 1"), output(rc="1"), output(idle=leftover)])
+
+
+def snapshot_lines(rdma, gpus, pci, health, fabric, host) -> list[str]:
     return [f"{PROBE_MARK} rdma", *rdma, f"{PROBE_MARK} gpus", *gpus, f"{PROBE_MARK} pci", *pci,
-            f"{PROBE_MARK} gpu_health", *health, f"{PROBE_MARK} fabric", *fabric]
+            f"{PROBE_MARK} gpu_health", *health, f"{PROBE_MARK} fabric", *fabric, f"{PROBE_MARK} host_health", *host]
 
 
 def codes(verdict) -> tuple[str, list[str]]:
     return verdict.status, sorted(r.code for r in verdict.reasons)
 
 
-def the_check(settings, rdma, gpus, pci, health, fabric, state: Path):
+def the_check(settings, rdma, gpus, pci, health, fabric, host, state: Path):
     """`ccrhost check` on a node whose probes print these lines."""
     split = health.index("@@pcigpus") if "@@pcigpus" in health else len(health)  # its two processes' parts
     # the check reads the counters now and joins them with the node's stored reading (a file)
@@ -220,7 +250,7 @@ def the_check(settings, rdma, gpus, pci, health, fabric, state: Path):
     now = [line for line in fabric[1:] if not line.startswith("=")]
     outputs = {"the RDMA probe": rdma, "nvidia-smi": gpus, "the PCI probe": pci,
                "the GPU health probe (nvidia-smi": health[:split], "the GPU health probe (kernel": health[split:],
-               "the fabric probe": now}
+               "the fabric probe": now, "the host health probe": host}
 
     def run(command, timeout, what):
         return "\n".join(next(lines for key, lines in outputs.items() if what.startswith(key))) + "\n"
@@ -239,8 +269,9 @@ def the_check(settings, rdma, gpus, pci, health, fabric, state: Path):
 
 
 @given(data=SETTINGS, rdma=rdma_lines(), gpus=gpu_lines(), pci=pci_lines(), health=health_lines(),
-       fabric=fabric_lines())
-def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, rdma, gpus, pci, health, fabric):
+       fabric=fabric_lines(), host=host_lines())
+def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, rdma, gpus, pci, health, fabric,
+                                                        host):
     state = tmp_path_factory.getbasetemp() / f"counters-{next(_STATE)}"
     # rates: the fabric's from the stored reading its probe printed (the same on both paths), the GPUs'
     # from the check's own state file (fresh each time: none judged)
@@ -248,9 +279,9 @@ def test_deploy_check_and_slurm_verify_give_one_verdict(tmp_path_factory, data, 
     config = next(content for path, content, _ in integration_files(settings) if path == CHECK_CONFIG)
     on_node = validate_host("gpu01", yaml.safe_load(config))  # what the prolog's check reads
 
-    deployed = node_verdict(parse_snapshot(snapshot_lines(rdma, gpus, pci, health, fabric),
-                                           ("rdma", "gpus", "pci", "gpu_health", "fabric")), settings)
-    checked = the_check(on_node, rdma, gpus, pci, health, fabric, state)
+    deployed = node_verdict(parse_snapshot(snapshot_lines(rdma, gpus, pci, health, fabric, host),
+                                           ("rdma", "gpus", "pci", "gpu_health", "fabric", "host_health")), settings)
+    checked = the_check(on_node, rdma, gpus, pci, health, fabric, host, state)
     printed = json.dumps(checked.to_dict(), indent=2, default=str)
     fleet, _ = judge(CheckOutput("gpu01", config, printed, checked.exit_code))
 

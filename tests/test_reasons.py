@@ -321,3 +321,54 @@ def test_the_handbooks_calc_commands_run(tmp_path, monkeypatch, capsys):
             entry(shlex.split(command)[1:])
         assert done.value.code == 0, (command, capsys.readouterr().err)
         assert "CCR" in capsys.readouterr().out, command
+
+
+def _written_prefixes() -> dict[str, str]:
+    """Every ``*_PREFIX`` constant of ccrhost (outside the lab) whose text is
+    one ccrhost writes into a node's reason or comment: ``ccrhost...:``."""
+    import ast
+    from pathlib import Path
+
+    root = Path(reasons.__file__).resolve().parent.parent
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        if "lab" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                    and isinstance(node.value.value, str) and node.value.value.startswith("ccrhost") \
+                    and node.value.value.endswith(":"):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id.endswith("PREFIX"):
+                        found[f"{path.relative_to(root)}:{target.id}"] = node.value.value
+    return found
+
+
+def test_every_reason_prefix_ccrhost_writes_is_known_to_explain(capsys):
+    # issue 46: rollout left "ccrhost rollout: ..." reasons that explain did not know (exit 2, ~150 codes)
+    from ccrhost.model.drain_reason import WRITTEN_PREFIXES
+
+    written = _written_prefixes()
+    assert "fleet/rollout.py:REASON_PREFIX" in written and "model/managed.py:DRAIN_PREFIX" in written
+    assert set(written.values()) == set(WRITTEN_PREFIXES)
+    for prefix in WRITTEN_PREFIXES:
+        # as `sinfo -R` shows it: the reason, then who set it and when
+        with pytest.raises(SystemExit) as done:
+            entry(["explain", f"{prefix} firmware 28.39 root 2026-12-05T10:00:00 gpu[01-04]"])
+        out = capsys.readouterr().out
+        assert done.value.code == 0, prefix
+        assert out.startswith(f"{prefix} ") and out.replace("\n", " ").rstrip().endswith(
+            WRITTEN_PREFIXES[prefix].split()[-1]), prefix
+
+
+def test_a_prefixed_reason_with_codes_explains_the_prefix_then_each_code(capsys):
+    with pytest.raises(SystemExit) as done:
+        entry(["explain", "ccrhost: held: port_down: drain cap reached: 4 of 4 nodes"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ccrhost: held: a node comment, not a drain: the drain cap")
+    assert "\n\n" + reasons.entry_text(reasons.REGISTRY["port_down"]) in out
+    # a plain ccrhost drain: its codes alone, as before
+    with pytest.raises(SystemExit):
+        entry(["explain", "ccrhost: port_down: port mlx5_0/1 is DOWN/Disabled [action reseat_cable]"])
+    assert capsys.readouterr().out == reasons.entry_text(reasons.REGISTRY["port_down"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_actions import remap_pending_on_gpu2
 from test_checks import H100, healthy
 
@@ -14,6 +15,7 @@ from ccrhost.fleet.slurm_client import SlurmNode
 from ccrhost.model.drain_reason import drain_reason
 from ccrhost.model.verdict import evaluate
 
+SSH = "ssh -o BatchMode=yes -o ConnectTimeout=10"  # --ssh's default
 RESET = drain_reason(remap_pending_on_gpu2())  # "ccrhost: GPU 2 (...) ... [action reset_gpu gpu 2]"
 
 
@@ -29,7 +31,7 @@ class Cluster:
         self.ran.append((address, command))
         if "--query-compute-apps" in command:
             return 0, "\n".join(map(str, self.holders.get(address, [])))
-        if command.startswith("nvidia-smi -r"):
+        if " reset-gpu " in command:
             return 0, "GPU 00000000:38:00.0  was successfully reset.\nAll done."
         if " check " in command:
             v = evaluate(healthy(), H100) if self.passes else remap_pending_on_gpu2()
@@ -64,7 +66,8 @@ def test_an_idle_gpu_is_reset_checked_and_the_node_resumed():
     [log] = run(c, enabled=("reset_gpu",))
     assert log.outcome == "resumed"
     assert log.steps == ["reset GPU 2: GPU 00000000:38:00.0  was successfully reset.", "check: OK", "resumed"]
-    assert ("10.0.0.1", "nvidia-smi -r -i 2") in c.ran
+    # through the node's ccrhost, which keeps the reset's time (issue 45 case 11)
+    assert ("10.0.0.1", "/usr/local/bin/ccrhost reset-gpu --config /etc/ccrhost/check.yaml 2") in c.ran
     assert ("scontrol", "update", "NodeName=n1", "State=RESUME") in c.ran
 
 
@@ -72,7 +75,7 @@ def test_a_held_gpu_is_not_reset_and_a_failing_check_keeps_the_drain():
     c = Cluster({"n1": node("n1", RESET)}, holders={"10.0.0.1": [4242]})
     [log] = run(c, enabled=("reset_gpu",))
     assert log.steps == ["GPU 2 is held by pid 4242: not reset"] and log.outcome == "left drained"
-    assert not any(x[1:2] == ("update",) or "-r -i" in str(x) for x in c.ran)
+    assert not any(x[1:2] == ("update",) or "reset-gpu" in str(x) for x in c.ran)
     c = Cluster({"n1": node("n1", RESET)}, passes=False)
     [log] = run(c, enabled=("reset_gpu",))
     assert log.steps[-1] == "stays drained: action now reset_gpu" and log.outcome == "left drained"
@@ -103,11 +106,16 @@ def test_reboots_stay_within_the_cap_and_the_dry_run_touches_nothing():
              "n4": node("n4", None, state="reboot_issued"), "n5": node("n5", RESET)}
     c = Cluster(nodes)
     logs = {log.node: log.steps for log in run(c, enabled=("reboot", "reset_gpu"), max_reboots=2, dry_run=True)}
-    assert logs == {"n1": ["would reboot (scontrol reboot n1), then check it on a later run"],
+    assert logs == {"n1": ["would run: scontrol reboot n1   # a later run checks it and resumes it if it passes"],
                     "n2": ["not rebooted: 2 node(s) rebooting already (--max-reboots 2)"],
                     "n3": ["not rebooted: 2 node(s) rebooting already (--max-reboots 2)"],
-                    "n5": ["would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it",
-                           "would run the node's check and resume it if it passes"]}
+                    "n5": [f"would run: {SSH} 10.0.0.5 '/usr/local/bin/ccrhost reset-gpu --config "
+                           "/etc/ccrhost/check.yaml 2'   # if `nvidia-smi --query-compute-apps=pid "
+                           "--format=csv,noheader -i 2` there prints no process",
+                           f"would run: {SSH} 10.0.0.5 '/usr/local/bin/ccrhost check --config "
+                           "/etc/ccrhost/check.yaml --format json'",
+                           "would run: scontrol update NodeName=n5 State=RESUME   # if the check says OK or WARN and "
+                           "the drain reason is unchanged"]}
     assert [x for x in c.ran if x[:3] != ("scontrol", "show", "node")] == []  # read, never changed
     logs = {log.node: (log.steps, log.outcome) for log in run(c, enabled=("reboot",), max_reboots=2)}
     assert logs["n1"] == (["rebooting (scontrol reboot); a later run checks it and resumes it if it passes"],
@@ -146,9 +154,128 @@ def test_node_fields_reads_the_reason_whole_and_its_time():
 def test_dcgm_diag_runs_on_the_repaired_node_before_its_check():
     c = Cluster({"n1": node("n1", RESET)})
     logs = run(c, enabled=("reset_gpu",), dcgm_level=2, dry_run=True)
-    assert logs[0].steps[-1] == "would run DCGM's diag level 2 and the node's check and resume it if it passes"
+    assert logs[0].would_run == [
+        f"{SSH} 10.0.0.1 '/usr/local/bin/ccrhost reset-gpu --config /etc/ccrhost/check.yaml 2'",
+        f"{SSH} 10.0.0.1 '/usr/local/bin/ccrhost dcgm --config /etc/ccrhost/check.yaml --level 2'",
+        f"{SSH} 10.0.0.1 '/usr/local/bin/ccrhost check --config /etc/ccrhost/check.yaml --format json'",
+        "scontrol update NodeName=n1 State=RESUME"]
+    assert c.ran == []
     logs = run(c, enabled=("reset_gpu",), dcgm_level=2)
     on_node = [cmd for _, cmd in (x for x in c.ran if len(x) == 2)]
     diag = on_node.index("/usr/local/bin/ccrhost dcgm --config /etc/ccrhost/check.yaml --level 2")
     assert on_node[diag + 1].startswith("/usr/local/bin/ccrhost check ")  # the check judges what the diag stored
     assert logs[0].steps[1] == "dcgm diag level 2 (exit 127): unexpected" and logs[0].outcome == "resumed"
+
+
+# -- issue 46: progress as each node finishes, an exit code that says a repair failed, --json
+
+def _cli(monkeypatch, cluster):
+    """The CLI's entry, run over the fake cluster, and the events in order: each
+    command on a node (``ran on ADDRESS``) and each node's end (``done NODE``)."""
+    from ccrhost.cli import entry
+    from ccrhost.fleet import remediate as rem
+
+    events = []
+    real = rem.remediate
+    monkeypatch.setattr("ccrhost.fleet.slurm.list_nodes", lambda partition, nodelist: cluster.nodes)
+    monkeypatch.setattr(rem, "remediate", lambda nodes, opts, done=None: real(
+        nodes, opts, cluster.remote, cluster.slurm, lambda log: (events.append(f"done {log.node}"), done(log))))
+    remote = cluster.remote
+
+    def recorded(address, command):
+        events.append(f"ran on {address}")
+        return remote(address, command)
+    cluster.remote = recorded
+    return entry, events
+
+
+def test_each_node_is_printed_as_it_finishes_and_a_failed_repair_exits_2(monkeypatch, capsys):
+    c = Cluster({"n1": node("n1", RESET), "n2": node("n2", RESET)}, passes=False)
+    entry, events = _cli(monkeypatch, c)
+    printed = []
+    monkeypatch.setattr("click.echo", lambda message=None, err=False, **kw: printed.append((message, err)))
+    with pytest.raises(SystemExit) as done:
+        entry(["slurm", "remediate", "--allow", "reset_gpu"])
+    assert done.value.code == 2
+    # n1's lines are out before anything runs on n2
+    assert events.index("done n1") < events.index("ran on 10.0.0.2")
+    assert printed[:4] == [("n1: reset GPU 2: GPU 00000000:38:00.0  was successfully reset.", False),
+                           ("n1: check: FAIL (GPU 2 (0000:38:00.0) has a row remapping pending: the GPU needs a reset)", False),
+                           ("n1: stays drained: action now reset_gpu", False),
+                           ("n1: left drained: FAILED", False)]
+
+
+def test_nothing_failed_exits_0_and_a_node_left_alone_is_no_failure(monkeypatch, capsys):
+    c = Cluster({"n1": node("n1", RESET), "n2": node("n2", "hw ticket 42")})
+    entry, _ = _cli(monkeypatch, c)
+    with pytest.raises(SystemExit) as done:
+        entry(["slurm", "remediate", "--allow", "reset_gpu"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == ["n2: reason 'hw ticket 42' is not ccrhost's: left alone",
+                                                         "n2: left drained"]
+
+
+def test_json_is_one_document_on_stdout_with_the_progress_on_stderr(monkeypatch, capsys):
+    c = Cluster({"n1": node("n1", RESET), "n2": node("n2", "hw ticket 42")}, passes=False)
+    entry, _ = _cli(monkeypatch, c)
+    with pytest.raises(SystemExit) as done:
+        entry(["slurm", "remediate", "--allow", "reset_gpu", "--json"])
+    assert done.value.code == 2
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["exit_code"] == 2 and doc["dry_run"] is False
+    assert [(n["node"], n["outcome"], n["failed"]) for n in doc["nodes"]] == [("n1", "left drained", True),
+                                                                              ("n2", "left drained", False)]
+    assert doc["nodes"][0]["steps"][-1] == "stays drained: action now reset_gpu"
+    assert "n1: left drained: FAILED\n" in err
+
+
+def test_a_failed_reset_leaves_the_node_drained_and_says_so():
+    class Refused(Cluster):
+        def remote(self, address, command):
+            if " reset-gpu " in command:
+                self.ran.append((address, command))
+                return 255, "Unable to reset this GPU because it's being used by some other process"
+            return super().remote(address, command)
+
+    c = Refused({"n1": node("n1", RESET)})
+    [log] = run(c, enabled=("reset_gpu",))
+    assert log.steps == ["reset of GPU 2 (ccrhost reset-gpu: nvidia-smi -r -i 2) failed (exit 255): Unable to reset "
+                         "this GPU because it's being used by some other process"]
+    assert log.outcome == "left drained" and not any(" check " in str(x) for x in c.ran)
+
+
+def test_the_dry_run_prints_each_command_exactly_one_a_line_and_runs_none(monkeypatch, capsys):
+    """Issue 46: `remediate --dry-run` prints the commands a run would run, as it would run them (the
+    operator's --ssh, the node's address, the command; scontrol's), and only reads Slurm."""
+    reboot = "ccrhost: GPU 7 (0000:88:00.0) fell off the bus [action reboot gpu 7]"
+    c = Cluster({"n1": node("n1", reboot), "n2": node("n2", RESET), "n3": node("n3", "hw ticket 42")})
+    entry, events = _cli(monkeypatch, c)
+    with pytest.raises(SystemExit) as done:
+        entry(["slurm", "remediate", "--allow", "reset_gpu", "--allow", "reboot", "--dry-run", "--dcgm-level", "1",
+               "--ssh", "ssh -p 2222", "--ccrhost", "/opt/ccr host/ccrhost"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "n1: would run: scontrol reboot n1   # a later run checks it and resumes it if it passes",
+        "n1: dry run",
+        "n2: would run: ssh -p 2222 10.0.0.2 ''\"'\"'/opt/ccr host/ccrhost'\"'\"' reset-gpu --config "
+        "/etc/ccrhost/check.yaml 2'   # if `nvidia-smi --query-compute-apps=pid --format=csv,noheader -i 2` there "
+        "prints no process",
+        "n2: would run: ssh -p 2222 10.0.0.2 ''\"'\"'/opt/ccr host/ccrhost'\"'\"' dcgm --config "
+        "/etc/ccrhost/check.yaml --level 1'",
+        "n2: would run: ssh -p 2222 10.0.0.2 ''\"'\"'/opt/ccr host/ccrhost'\"'\"' check --config "
+        "/etc/ccrhost/check.yaml --format json'",
+        "n2: would run: scontrol update NodeName=n2 State=RESUME   # if the check says OK or WARN and the drain "
+        "reason is unchanged",
+        "n2: dry run",
+        "n3: reason 'hw ticket 42' is not ccrhost's: left alone",
+        "n3: dry run"]
+    # nothing ran on a node; Slurm was only read (n1's boot time against its drain)
+    assert not [e for e in events if e.startswith("ran on")]
+    assert c.ran == [("scontrol", "show", "node", "-o", "n1")]
+    # each printed command is the one a real run runs: the shell's words are the run's arguments
+    import shlex
+    from ccrhost.fleet.remediate import RemediateOptions, check_command
+    line = "ssh -p 2222 10.0.0.2 ''\"'\"'/opt/ccr host/ccrhost'\"'\"' check --config /etc/ccrhost/check.yaml --format json'"
+    assert shlex.split(line) == ["ssh", "-p", "2222", "10.0.0.2",
+                                 check_command(RemediateOptions(ccrhost="/opt/ccr host/ccrhost"))]

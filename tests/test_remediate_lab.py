@@ -7,6 +7,7 @@ through the health check's resume; an operator's drain reason is never
 touched. One 2-node lab for the module."""
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -24,9 +25,13 @@ PENDING = "    Remapped Rows\n        Correctable Error             : 0\n       
           "        Pending                       : "  # nvidia-smi -q, driver 550's layout
 
 
+def remediate_ssh(lab) -> str:
+    return (f"ssh -i {lab.dir / 'client_key'} -o UserKnownHostsFile={lab.dir / 'known_hosts'} "
+            "-o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 -l root")
+
+
 def remediate(lab, *args):
-    ssh = (f"ssh -i {lab.dir / 'client_key'} -o UserKnownHostsFile={lab.dir / 'known_hosts'} "
-           "-o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 -l root")
+    ssh = remediate_ssh(lab)
     run = subprocess.run([sys.executable, "-m", "ccrhost", "slurm", "remediate", "--ssh", ssh,
                           "--ccrhost", lab_slurm.ccrhost_command(), *args],
                          capture_output=True, text=True, timeout=180, env=lab_slurm.client_env(lab))
@@ -68,7 +73,18 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
         assert [r["code"] for r in judged["reasons"]] == ["gpu_row_remap_pending"]
         assert json.loads((bundle / "verdict.json").read_text())["action"] == "reset_gpu"
         out = remediate(lab, "--allow", "reset_gpu", "--dry-run")
-        assert "node2: would reset GPU 2 (nvidia-smi -r -i 2) if no process holds it\n" in out
+        # the exact commands, as a real run runs them; none ran (the GPU was not reset, the node stays drained)
+        ssh_cmd = remediate_ssh(lab)
+        address = lab.node("node2").address
+        wanted = [f"node2: would run: {shlex.join([*shlex.split(ssh_cmd), address, f'{lab_slurm.ccrhost_command()} {rest}'])}"
+                  for rest in ("reset-gpu --config /etc/ccrhost/check.yaml 2", "check --config "
+                               "/etc/ccrhost/check.yaml --format json")]
+        lines = out.splitlines()
+        assert lines[lines.index("node2: dry run") - 3:lines.index("node2: dry run")] == [
+            wanted[0] + "   # if `nvidia-smi --query-compute-apps=pid --format=csv,noheader -i 2` there prints no "
+                        "process", wanted[1],
+            "node2: would run: scontrol update NodeName=node2 State=RESUME   # if the check says OK or WARN and the "
+            "drain reason is unchanged"], out
         assert reset_file(lab, "node2") == [] and "drain" in state(lab, "node2")[0]
         # the real run: reset over the node's emulated state, check, resume
         out = remediate(lab, "--allow", "reset_gpu")

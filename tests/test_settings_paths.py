@@ -197,3 +197,58 @@ def test_tflops_for_a_table_model_lacking_the_precision_is_refused():
 ])
 def test_tflops_that_the_run_can_use_are_accepted(data):
     assert validate_host("gpu01", data).verify_gpu_tflops == data["verify_gpu_tflops"]
+
+
+# --- issue 45 case 12: every path ccrhost writes, by one rule ---------------------
+
+def test_the_drain_cap_textfile_is_a_written_file_of_its_own():
+    # it overwrote a stored DCGM FAIL whenever the cap held
+    path = "/run/ccrhost/dcgm.json"
+    assert refused({"slurm_drain_cap_textfile": path, "verify_dcgm_state": path}) == (
+        f"gpu01: verify_dcgm_state = {path!r}: {path} is also slurm_drain_cap_textfile: each file has one use")
+    assert refused({"slurm_drain_cap_textfile": "/run/ccrhost/gpu-counters.json"}) == (
+        "gpu01: verify_gpu_state = '/run/ccrhost/gpu-counters.json': /run/ccrhost/gpu-counters.json is also "
+        "slurm_drain_cap_textfile: each file has one use")
+
+
+EVIDENCE_OURS = "allowed: a folder of ccrhost's own, such as /var/lib/ccrhost/evidence"
+
+
+@pytest.mark.parametrize("path, why", [
+    ("/etc", "is a system folder (a top-level system folder)"),
+    ("/var", "is a system folder (a top-level system folder)"),
+    ("/tmp", "is a system folder (a top-level system folder)"),
+    ("/usr/share/ccrhost", "is a system folder (under /usr)"),
+    ("/boot", "is a system folder (under /boot)"),
+    ("/proc/ccrhost", "is a system folder (under /proc)"),
+    ("/sys/kernel", "is a system folder (under /sys)"),
+    ("/dev", "is a system folder (under /dev)"),
+    ("/bin", "is a system folder (under /bin)"),
+    ("/etc/cron.d/ccrhost", "is a system folder (in /etc/cron.d)"),
+])
+def test_the_evidence_dir_is_not_a_system_folder(path, why):
+    # verify_evidence_dir=/etc was accepted: bundles were made and pruned in it
+    assert refused({"verify_evidence_dir": path}) == f"gpu01: verify_evidence_dir = {path!r}: {why}; {EVIDENCE_OURS}"
+
+
+@pytest.mark.parametrize("path", ["//", "/var/lib/../../etc", "/var//lib"])
+def test_the_evidence_dir_is_named_plainly(path):
+    assert refused({"verify_evidence_dir": path}) == (
+        f"gpu01: verify_evidence_dir = {path!r}: is the root folder or has an empty, '.' or '..' component; "
+        "allowed: a plain absolute path of a folder of ccrhost's own, such as /var/lib/ccrhost/evidence")
+
+
+def test_the_evidence_dir_and_the_files_kept_beside_a_setting_are_no_others():
+    assert refused({"verify_evidence_dir": "/run/ccrhost/gpu-counters.json"}) == (
+        "gpu01: verify_gpu_state = '/run/ccrhost/gpu-counters.json': /run/ccrhost/gpu-counters.json is also "
+        "verify_evidence_dir: each file has one use")
+    # the history's lock and the GPU resets' times are files ccrhost writes too
+    assert refused({"verify_history": "/var/lib/ccrhost/history.json",
+                    "verify_link_state": "/var/lib/ccrhost/history.json.lock"}) == (
+        "gpu01: verify_link_state = '/var/lib/ccrhost/history.json.lock': /var/lib/ccrhost/history.json.lock is "
+        "verify_history's .lock file: each file has one use")
+    assert refused({"verify_dcgm_state": "/run/ccrhost/gpu-counters.json.resets"}) == (
+        "gpu01: verify_dcgm_state = '/run/ccrhost/gpu-counters.json.resets': /run/ccrhost/gpu-counters.json.resets "
+        "is verify_gpu_state's .resets file: each file has one use")
+    for folder in ("/var/lib/ccrhost/evidence", "/etc/ccrhost/evidence", "/run/ccrhost/evidence"):
+        assert validate_host("gpu01", {"verify_evidence_dir": folder}).verify_evidence_dir == folder

@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from ccrhost.model.managed import CHECK_CONFIG
+from ccrhost.model.platform import resolve
 from ccrhost.model.managed import SLURM_HEALTHCHECK as HEALTHCHECK
 from ccrhost.model.managed import SLURM_PROLOG as PROLOG
-from ccrhost.model.slurm import integration_files
+from ccrhost.model.slurm import HEALTHCHECK_BUDGET, integration_files
 from ccrhost.operations.files import MANAGED_HEADER
 from ccrhost.settings import InventoryDataError, validate_host
 
@@ -22,6 +23,12 @@ def files_of(settings) -> dict[str, tuple[str, str]]:
 # A value other than the default for every key of the settings model: the
 # check.yaml test below fails for a key added later until it is listed here.
 EVERY_KEY = {
+    "host_health_enable": True, "host_health_units": ["slurmd", "munge"], "host_health_units_warn": ["nvidia-imex"],
+    "host_health_fabricmanager": "required", "host_health_unit_restarts_max": 2,
+    "host_health_state": "/run/ccrhost/host.json", "host_health_time_sync": False,
+    "host_health_edac_corrected_warn": 3, "host_health_edac_corrected_max": 20,
+    "host_health_kernel_lookback_hours": None, "host_health_kernel_allow": ["EXT4-fs \\(sdz1\\)"],
+    "host_health_idle_gpu_memory_mib": 64, "host_health_memlock_kib": 1048576,
     "verify_gpu_xid_lookback_hours": 6, "verify_gpu_xid_ignore": [13], "verify_gpu_ecc_correctable_max": 500,
     "verify_gpu_nvlink_errors_per_min": 5, "verify_gpu_pcie_replays_per_min": 2, "verify_gpu_hw_slowdown": "FAIL",
     "verify_gpu_state": "/run/ccrhost/gpu.json",
@@ -41,6 +48,8 @@ EVERY_KEY = {
     "nccl_ib_addr_range": "fd00::/64", "nccl_ib_gid_index": None, "nccl_net_gdr_level": "PXB",
     "nccl_ib_qps_per_connection": 2, "nccl_ib_timeout": 20, "nccl_ib_retry_cnt": 5, "nccl_cross_nic": 1,
     "nccl_extra": {"NCCL_DEBUG": "WARN"}, "verify_profile": "hgx-h100-8x400",
+    # what the deploy resolved (here another platform than verify_profile's, so a dropped key shows)
+    "verify_platform": resolve("hgx-h200-8x400").to_data(),
     "verify_gpu_model": "NVIDIA H100 80GB HBM3", "verify_gpu_count": 8, "verify_ports": 8, "verify_port_gbps": 200.0,
     "verify_precision": "fp8", "verify_beta": None,
     "verify_workload": {"grad_bytes_per_param": 2, "tokens_per_gpu_step": 4096, "dp_size": 64, "precision": "fp8"},
@@ -56,10 +65,12 @@ EVERY_KEY = {
     "verify_required_mlx5": "24.10", "verify_required_nvidia": "550.54", "verify_measure_gpudirect": True,
     "slurm_ccrhost": "/opt/ccrhost/bin/ccrhost", "slurm_path": "/opt/ccrhost/bin:/usr/bin:/bin",
     "slurm_conf": "/etc/slurm-llnl/slurm.conf", "slurm_fragment": "/etc/slurm/conf.d/ccrhost.conf",
-    "slurm_prolog": False, "slurm_healthcheck_interval": 60, "slurm_healthcheck_node_state": "IDLE",
+    "slurm_prolog": False, "slurm_healthcheck": "nhc", "slurm_healthcheck_interval": 60, "slurm_healthcheck_node_state": "IDLE",
     "verify_report_dir": "reports/ccr", "verify_npd_warn_unhealthy": True,
     "slurm_drain_cap_nodes": 4, "slurm_drain_cap_share": 0.2, "slurm_drain_cap_unknown_share": 0.1,
     "slurm_drain_cap_window": 600, "slurm_drain_cap_textfile": "/var/lib/node_exporter/textfile/ccrhost-cap.prom",
+    "slurm_mode": "observe", "slurm_log": "/var/log/ccrhost/slurm.log",
+    "slurm_textfile": "/var/lib/node_exporter/textfile/ccrhost-slurm.prom",
     "ccrhost_install_dir": "/opt/ccrhost", "ccrhost_wheelhouse": "site/wheels",
     "ccrhost_index_url": "https://pypi.example.org/simple", "ccrhost_python": "/usr/bin/python3.11",
     "verify_allreduce": True, "verify_allreduce_modes": ("loopback",), "verify_allreduce_binary": "/opt/nt/all_reduce_perf",
@@ -76,6 +87,14 @@ EVERY_KEY = {
     "verify_dcgm_state": "/var/lib/ccrhost/diag.json", "verify_nvbandwidth": True,
     "verify_nvbandwidth_binary": "/opt/nvbandwidth/nvbandwidth", "verify_nvbandwidth_timeout": 120,
     "verify_nvbandwidth_min_gbs": {"host_to_device_memcpy_ce": 50.0},
+    "verify_active_when_busy": True, "rdma_tune_when_busy": True,
+    "baseline_cpus_all_online": True, "baseline_cpu_sockets": 2, "baseline_cpu_cores": 96, "baseline_cpu_threads": 96,
+    "baseline_cpu_model": "AMD EPYC 9V84 96-Core Processor", "baseline_memory_total_kib": 1961032704,
+    "baseline_memory_tolerance_pct": 3.0, "baseline_swap_max_kib": 0, "baseline_hugepages": {"2048kB": 5128},
+    "baseline_mounts": {"/mnt/nvme": {"fstype": "xfs", "min_free_pct": 10.0}}, "baseline_modules": ("ib_umad",),
+    "baseline_cmdline": ("iommu=pt",), "baseline_sysctl": {"kernel.numa_balancing": "0"},
+    "baseline_clocksource": "tsc", "baseline_kernel_min": "5.15.0-1061", "baseline_cuda_min": "12.4",
+    "baseline_nccl_min": "2.21.5", "baseline_ofed_min": "24.10-1.1.4.0",
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,
@@ -94,7 +113,7 @@ def test_check_yaml_is_the_hosts_whole_settings_every_key_unchanged():
     # so on its field, never listed here
     controller = set(HostSettings.model_fields) - set(HostSettings.node_keys())
     assert controller == {"verify_report_dir", "ccrhost_install_dir", "ccrhost_wheelhouse", "ccrhost_index_url",
-                          "ccrhost_python"}
+                          "ccrhost_python", "rdma_tune_when_busy"}
     for settings in both:
         content, mode = files_of(settings)[CHECK_CONFIG]
         assert mode == "644" and content.startswith(MANAGED_HEADER)
@@ -180,9 +199,24 @@ def test_prolog_lets_ok_and_warn_through_and_stops_fail_and_unknown(fake_ccrhost
     assert env["SLURM_CONF"] == "/opt/slurm/etc/slurm.conf"
 
 
-def test_prolog_without_ccrhost_keeps_the_job_off(tmp_path):
+def test_prolog_without_ccrhost_lets_the_job_run(tmp_path):
+    # ccrhost's own installation at fault (issue 46): told in syslog, no job failed, no node drained
     prolog = installed(tmp_path, PROLOG)  # no ccrhost at that path
-    assert run_as_slurmd(prolog) == 127
+    assert run_as_slurmd(prolog) == 0
+
+
+@pytest.mark.parametrize("check_rc", [0, 1, 2, 3])
+def test_observe_mode_runs_the_checks_as_dry_runs_and_every_job_starts(fake_ccrhost, check_rc):
+    data = {"slurm_mode": "observe", "slurm_log": "/var/log/ccrhost/slurm.log",
+            "slurm_textfile": "/var/lib/node_exporter/textfile/ccrhost-slurm.prom"}
+    told = " --log /var/log/ccrhost/slurm.log --textfile /var/lib/node_exporter/textfile/ccrhost-slurm.prom"
+    (fake_ccrhost / "code").write_text(str(check_rc))
+    assert run_as_slurmd(installed(fake_ccrhost, PROLOG, **data)) == 0
+    assert (fake_ccrhost / "args").read_text() == (f"check --config {CHECK_CONFIG} --format nhc --drain "
+                                                   f"--drain-unknown --hold --dry-run{told}\n")
+    run_as_slurmd(installed(fake_ccrhost, HEALTHCHECK, **data))
+    assert (fake_ccrhost / "args").read_text() == (f"check --config {CHECK_CONFIG} --format nhc --drain "
+                                                   f"--budget {HEALTHCHECK_BUDGET} --dry-run{told}\n")
 
 
 @pytest.mark.parametrize("check_rc", [0, 1, 2, 3])
@@ -190,6 +224,6 @@ def test_health_check_runs_the_check_with_drain(fake_ccrhost, check_rc):
     wrapper = installed(fake_ccrhost, HEALTHCHECK)
     (fake_ccrhost / "code").write_text(str(check_rc))
     assert run_as_slurmd(wrapper) == check_rc
-    assert (fake_ccrhost / "args").read_text() == f"check --config {CHECK_CONFIG} --format nhc --drain\n"
+    assert (fake_ccrhost / "args").read_text() == f"check --config {CHECK_CONFIG} --format nhc --drain --budget 45\n"
     env = dict(line.split("=", 1) for line in (fake_ccrhost / "env").read_text().splitlines() if "=" in line)
     assert env["PATH"].startswith("/usr/local/sbin:") and "SLURM_CONF" not in env

@@ -28,24 +28,28 @@ def test_one_probe_spoiled_leaves_the_others():
              "@@@ gpus", "@@error", "nvidia-smi not found",
              "@@@ pci", "@@kernel", "6.8.0-45-generic", "x86_64", "@@ib", "mlx5_0/fw_ver:28.39.3560",
              "@@@ gpu_health", "@@error", "nvidia-smi not found", "@@pcigpus", "@@dmesg 10.0",
-             "@@@ fabric", "@@previous", "@@t 12.5"]
+             "@@@ fabric", "@@previous", "@@t 12.5", "@@@ baseline", "@@meminfo", "MemTotal:  1000 kB",
+             "@@@ host_health", "@@units 0 slurmd", "Id=slurmd.service", "LoadState=loaded"]
     snap = node.parse_snapshot(lines)
     assert list(snap.errors) == ["rdma"]
     assert snap.pci.versions().nic_fw == {"mlx5_0": "28.39.3560"}
     assert "/sys/class/infiniband/mlx5_0/ports/1/rate" in snap.errors["rdma"] and "'fast'" in snap.errors["rdma"]
     assert snap.modules.present("mlx5_core") and snap.files == {"/etc/nccl.conf": None}
+    assert snap.baseline.mem_total_kib == 1000
 
 
 def test_a_probe_that_printed_nothing_is_named():
     snap = node.parse_snapshot(["@@@ rdma", "@@ib"])
     assert snap.errors == {name: f"no output from the {name} probe" for name in ("modules", "qos", "files", "gpus",
                                                                                         "pci", "gpu_health",
-                                                                                        "fabric")}
+                                                                                        "fabric", "baseline",
+                                                                                        "host_health")}
 
 
 def test_a_packed_payload_that_does_not_decode_spoils_every_probe():
     snap = node.parse_snapshot([f"{node.PACKED_MARK} gz", "not base64!"])
-    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric"}
+    assert set(snap.errors) == {"rdma", "modules", "qos", "files", "gpus", "pci", "gpu_health", "fabric",
+                                "baseline", "host_health"}
     assert all(e.startswith("the packed node output does not decode") for e in snap.errors.values())
 
 
@@ -56,7 +60,8 @@ def test_the_cache_serves_every_managed_file_from_the_one_read():
         def get_fact(self, fact, **kwargs):
             self.reads = getattr(self, "reads", 0) + 1
             # read only: no deploy configured it to keep the fabric reading
-            assert kwargs == {"paths": list(FILES), "wants": UNIT_WANTS, "state": node.DEFAULT_STATE, "keep": False}
+            assert kwargs == {"paths": list(FILES), "wants": UNIT_WANTS, "state": node.DEFAULT_STATE, "keep": False,
+                              "ask": ((), ())}  # no sysctl or mount point asked for
             return node.parse_snapshot(["@@@ files", *[f"{p}\t-" for p in FILES]])
 
     host = Host()
@@ -68,7 +73,8 @@ def test_a_read_of_some_probes_keeps_the_others_from_the_snapshot_held():
     held = node.parse_snapshot(["@@@ rdma", "@@@ modules", "@@loaded", "mlx5_core", "@@@ files", "@@@ qos",
                                 "@@@ gpus", "@@error", "nvidia-smi not found", "@@@ pci", "@@kernel", "6.8.0", "x86_64",
                                 "@@@ gpu_health", "@@error", "nvidia-smi not found",
-                                "@@@ fabric", "@@previous", "@@t 5.0"])
+                                "@@@ fabric", "@@previous", "@@t 5.0", "@@@ baseline",
+                                "@@@ host_health", "@@units none slurmd"])
     held.errors["gpus"] = "held error"
     again = ("rdma", "modules", "qos", "files")
     command = node.command(list(FILES), UNIT_WANTS, again)
@@ -85,8 +91,9 @@ def test_the_read_back_reads_again_what_a_write_can_change():
     from ccrhost.operations.tune import read_back
 
     # the fabric counters too: the node's stored reading then starts after the tuning
+    # and the host baseline: the modules stage loads what baseline_modules may ask for
     assert read_back({"modules", "RoCE", "boot unit", "QoS", "NCCL"}) == ("rdma", "modules", "qos", "files",
-                                                                          "fabric")
+                                                                          "fabric", "baseline")
     # a data-path write reads the PCI tree too
     assert "pci" in read_back({"PCIe ACS"}) and "pci" not in read_back({"NCCL"})
     assert all("gpus" not in read_back(w) for w in ({"GPUDirect"}, {"QoS"}))

@@ -19,8 +19,8 @@ USER_INVENTORY = "from ccrhost.lab.inventory import lab_hosts\n\nnodes = lab_hos
 
 @pytest.fixture(scope="module")
 def wheel_venv():
-    # /var/tmp: lab nodes keep a private /tmp but see /var/tmp
-    work = Path(tempfile.mkdtemp(prefix="ccrhost-wheel-", dir="/var/tmp"))
+    # not /tmp: lab nodes keep a private /tmp (the run's tmpfs under /var/tmp, scripts/test)
+    work = Path(tempfile.mkdtemp(prefix="ccrhost-wheel-", dir=os.environ.get("CCRHOST_TEST_TMP") or "/var/tmp"))
     try:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(REPO)],
                        check=True, capture_output=True, timeout=300)
@@ -50,6 +50,11 @@ def test_installed_wheel_renders_and_plans_without_the_checkout(wheel_venv, make
     explain = subprocess.run([str(work / "venv/bin/ccrhost"), "explain", "port_down"], cwd=site, env=env,
                              capture_output=True, text=True, timeout=60)
     assert explain.returncode == 0 and explain.stdout.startswith("port_down (FAIL)\n"), explain.stderr
+    # the platform files ship as data (ccrhost/platforms/): the installed package resolves every built-in
+    platforms = subprocess.run([str(work / "venv/bin/python"), "-c", "from ccrhost.model import platform as p; "
+                                "print(p.builtin_names(), p.resolve('hgx-h100-8x400').figure('allreduce.nvlink').value)"],
+                               cwd=site, env=env, capture_output=True, text=True, check=True)
+    assert "'hgx-h100-8x400-ib'" in platforms.stdout and platforms.stdout.strip().endswith("460.0"), platforms.stdout
 
     lab = make_lab(nodes=1)
     # on the node, the installed command reads that node's emulated sysfs

@@ -22,8 +22,9 @@ import math
 
 import pytest
 
+from conftest import declared
+
 from ccrhost.fleet.report import text_table
-from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.step import node_model
 from ccrhost.model.verdict import (
@@ -191,7 +192,7 @@ def test_pipeline_stages_add_exposed_activation_traffic():
     #   = 2^33 = 8,589,934,592 B;
     # compute 6 x 8 x 8192 x 70e9 = 2.752512e16 FLOP: 3.477150 s; comm (67.8125e9 + 8.5899e9) / 4e11
     #   = 0.169531 + 0.021475 s; CCR = 3.477150 / 0.191006 = 18.2044.
-    spec = WorkloadSpec(8192, dp_size=32, tp_size=8, pp_size=4, hidden_size=8192, params=70e9, **V2)
+    spec = WorkloadSpec(8192, dp_size=32, tp_size=8, pp_size=4, hidden_size=8192, params=70e9, layers=80, **V2)
     node = h100(spec)
     assert node.nodes == 128 and node.stage_nodes == 32
     assert node.grad_bytes == pytest.approx(67.8125e9) and node.act_bytes == 2 ** 33
@@ -209,7 +210,7 @@ def test_the_model_refuses_a_workload_that_does_not_fit_the_node():
         h100(WorkloadSpec(8192, 64, tp_size=16))
     with pytest.raises(WorkloadError, match=r"dp_size = 100: allowed: dp_size x cp_size a multiple of 8"):
         h100(WorkloadSpec(8192, 100))
-    with pytest.raises(WorkloadError, match=r"pp_size = 2: .*give hidden_size and params"):
+    with pytest.raises(WorkloadError, match=r"pp_size = 2: .*give layers, hidden_size and params"):
         h100(WorkloadSpec(8192, 8, pp_size=2))
 
 
@@ -231,7 +232,19 @@ REFUSALS = [
     ({}, {"compression": 1.5}, "verify_workload[compression]", "1.5", "allowed: a ratio in (0, 1]"),
     ({}, {"overlap": -0.1}, "verify_workload[overlap]", "-0.1", "allowed: a fraction in [0, 1]"),
     ({}, {"overlap": 1.2}, "verify_workload[overlap]", "1.2", "allowed: a fraction in [0, 1]"),
-    ({}, {"pp_size": 4}, "verify_workload[pp_size]", "4", "give hidden_size and params with pp_size > 1"),
+    ({}, {"pp_size": 4}, "verify_workload[pp_size]", "4", "give layers, hidden_size and params with pp_size > 1"),
+    # issue 45: without layers nothing bounded the stages
+    ({}, {"pp_size": 4096, "hidden_size": 1024, "params": 1e9}, "verify_workload[pp_size]", "4096",
+     "pipeline stages hold layers and send activations: give layers, hidden_size and params with pp_size > 1"),
+    # issue 45: a token's top_k experts sit on at most top_k nodes
+    ({}, {"preset": "deepseek-v3", "moe_max_nodes": 100, "tokens_per_gpu_step": 30720, "dp_size": 128},
+     "verify_workload[moe_max_nodes]", "100",
+     "allowed: 1 to top_k (8): a token reaches at most one node per expert it is routed to"),
+    # issue 45: a null beside a preset silently reset its kernel share to peak
+    ({}, {"preset": "deepseek-v3", "kernel_share": None, "tokens_per_gpu_step": 30720, "dp_size": 128},
+     "verify_workload[kernel_share]", "None",
+     "null beside preset deepseek-v3 would drop its kernel_share (0.425) and fall back to the default; allowed: "
+     "a value, or leave kernel_share out to keep the preset's"),
     ({}, {"precision": "int4"}, "verify_workload[precision]", "'int4'", "allowed: 'fp32', 'bf16', 'fp16' or 'fp8'"),
     ({}, {"sharding": "zero3"}, "verify_workload[sharding]", "'zero3'", "allowed: 'none', 'optimizer' or 'full'"),
     ({}, {"overlapp": 0.5}, "verify_workload[overlapp]", "0.5", "unknown key; allowed: preset, tokens_per_gpu_step"),
@@ -280,7 +293,7 @@ def test_the_old_three_keys_keep_their_meaning():
 def test_full_keys_are_accepted_and_reach_the_policy():
     data = {"tokens_per_gpu_step": 8192, "dp_size": 32, "precision": "fp8", "tp_size": 8, "pp_size": 4,
             "sharding": "optimizer", "reduction": "tree", "compression": 0.5, "overlap": 0.25,
-            "hidden_size": 8192, "params": 70e9}
+            "hidden_size": 8192, "params": 70e9, "layers": 80}
     spec = validate_host("gpu-01", {"verify_profile": "hgx-h100-8x400", "verify_workload": data}).policy().workload
     assert spec == WorkloadSpec(**data)
 
@@ -304,7 +317,7 @@ def policy(**workload):
 
 
 def test_verification_bands_apply_to_the_node_ccr_from_the_model():
-    v = evaluate(readings(), PROFILES["hgx-h100-8x400"], policy())
+    v = evaluate(readings(), declared("hgx-h100-8x400"), policy())
     assert v.ccr.ccr == pytest.approx(5.00647, rel=1e-5) and v.expected_ccr == pytest.approx(5.00647, rel=1e-5)
     assert v.ccr.band == "compute-underused" and v.ccr.beta == pytest.approx(1.009305e-5, rel=1e-6)
     assert v.status == WARN and [r.code for r in v.reasons] == ["ccr_high"]
@@ -325,14 +338,14 @@ def test_a_bandwidth_bound_workload_warns_with_its_exposed_share():
 
 def test_a_slow_port_fails_against_the_model_expected_ccr():
     # one port at 200G: bottleneck B = 8 x 200 = 1600 Gb/s, CCR 5.00647 / 2 = 2.50324 < 0.9 x 5.00647
-    v = evaluate(readings(rates=(400.0,) * 7 + (200.0,)), PROFILES["hgx-h100-8x400"], policy())
+    v = evaluate(readings(rates=(400.0,) * 7 + (200.0,)), declared("hgx-h100-8x400"), policy())
     assert v.status == FAIL and v.ccr.ccr == pytest.approx(2.50324, rel=1e-5)
     assert {"port_rate", "ccr_below_expected"} <= {r.code for r in v.reasons}
     assert v.fail_below == pytest.approx(0.9 * 5.00647, rel=1e-5)
 
 
 def test_a_single_node_job_passes_without_a_ccr_to_divide():
-    v = evaluate(readings(), PROFILES["hgx-h100-8x400"], policy(dp_size=8))
+    v = evaluate(readings(), declared("hgx-h100-8x400"), policy(dp_size=8))
     assert v.status == OK and v.reasons == []
     assert v.ccr.ccr == math.inf and v.ccr.band == "not-network-bound" and v.expected_ccr is None
     data = v.to_dict()
@@ -351,8 +364,8 @@ def test_gpu_count_unknown_until_evaluation_is_checked_there():
 
 def test_report_states_the_model_per_host():
     slow = readings(rates=(400.0,) * 7 + (200.0,))
-    verdicts = {"gpu-01": evaluate(readings(), PROFILES["hgx-h100-8x400"], policy()),
-                "gpu-02": evaluate(slow, PROFILES["hgx-h100-8x400"], policy())}
+    verdicts = {"gpu-01": evaluate(readings(), declared("hgx-h100-8x400"), policy()),
+                "gpu-02": evaluate(slow, declared("hgx-h100-8x400"), policy())}
     text = text_table(verdicts)
     assert "gpu-01: workload model: tree DP over 128 nodes" in text and "CCR 5.006" in text
     assert "gpu-02: workload model: tree DP over 128 nodes" in text and "CCR 2.503" in text

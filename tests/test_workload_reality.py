@@ -46,10 +46,16 @@ def titan_tps(data: dict) -> float:
     return model.spec.tokens_per_gpu_step / model.step_s
 
 
-def deepseek_gpu_hours() -> float:
+def deepseek_gpu_hours(data: dict | None = None) -> float:
     """H800 GPU hours per trillion tokens: step x 2048 GPUs / 15360 x 4096 tokens."""
-    model = node({"preset": "deepseek-v3", "kernel_share": PRESETS["llama3-405b"].values["kernel_share"]})
+    model = node({"preset": "deepseek-v3", **(data or {})})
     return model.step_s * 2048 / (15360 * 4096) * 1e12 / 3600
+
+
+def titan_70b_tps(data: dict | None = None) -> float:
+    """Tokens per second per GPU of torchtitan's 70B run (256 GPUs, FSDP 32 x TP 8)."""
+    model = node({"preset": "llama3-70b", **(data or {})})
+    return model.spec.tokens_per_gpu_step / model.step_s
 
 
 # (row, the model's figure, the published one, band as a relative error)
@@ -65,9 +71,12 @@ def rows():
         # in other kernels (with document masks) than the GEMMs the kernel share was solved on
         ("Llama 3 405B, 131K context, CP 16, BF16 MFU", node({"preset": "llama3-405b-128k"}).mfu("causal"),
          0.38, 0.10),
-        # arXiv:2412.19437 sec. 5.1 (Table 1): 180K H800 GPU hours per trillion tokens, predicted with Llama 3's
-        # kernel share against the bf16 peak (no DeepSeek MFU is published; its GEMMs run in FP8)
-        ("DeepSeek-V3, 2048 H800, GPU hours per trillion tokens", deepseek_gpu_hours(), 180e3, 0.10),
+        # arXiv:2412.19437 sec. 1 and Table 1: 180K H800 GPU hours per trillion tokens: the shipped preset, whose
+        # kernel share is derived from this figure (the round trip; no DeepSeek MFU is published)
+        ("DeepSeek-V3, 2048 H800, GPU hours per trillion tokens", deepseek_gpu_hours(), 180e3, 0.01),
+        # torchtitan benchmarks Table 4, "2D": 829 TPS/GPU on 256 H100 (FSDP 32, TP 8, Float8): the shipped
+        # preset, whose kernel share is solved from this row (the round trip)
+        ("torchtitan Llama 3.1 70B, 256 H100, TPS/GPU", titan_70b_tps(), 829, 0.01),
         # torchtitan benchmarks Table 3: 6,514 TPS/GPU on 128 GPUs (FSDP + torch.compile), predicted from the
         # kernel share of Table 1's 8-GPU run (6,667)
         ("torchtitan Llama 3.1 8B, 128 H100, TPS/GPU", titan_tps({}), 6514, 0.03),
@@ -99,6 +108,21 @@ def test_the_reality_table_in_the_docs_shows_these_figures():
         shown *= 1000 if cells[2].endswith("K") else 1
         assert shown == pytest.approx(model, rel=0.006), (name, cells[2], model)
         assert cells[4] == f"±{band:.0%}", (name, cells[4])
+
+
+def test_the_rows_run_the_shipped_presets():
+    # issue 45: the DeepSeek row ran with Llama 3's kernel share, so the demo's preset (kernels at peak) was never
+    # held against its source. Each preset with a published throughput now carries the kernel share it implies
+    for name in ("deepseek-v3", "llama3-70b"):
+        assert PRESETS[name].values.get("kernel_share") is not None, name
+    assert "derived" in PRESETS["deepseek-v3"].kernel_share_from and PRESETS["deepseek-v3"].derived
+    # at peak kernels the demo's preset ran 2.3x faster than DeepSeek's own GPU hours, the 70B 2x torchtitan's
+    assert deepseek_gpu_hours({"kernel_share": 1.0}) / 180e3 < 1 / 2.2
+    assert titan_70b_tps({"kernel_share": 1.0}) / 829 > 1.9
+    # Llama 3 405B's kernel share, independent of DeepSeek's figure, predicts it within 10%: the derived share
+    # (0.425) is near what another H100 run reached (0.458), not a fit of an implausible value
+    independent = deepseek_gpu_hours({"kernel_share": PRESETS["llama3-405b"].values["kernel_share"]})
+    assert abs(independent / 180e3 - 1) < 0.10
 
 
 def test_calibrations_round_trip_and_the_bands_discriminate():

@@ -13,16 +13,15 @@ import runpy
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO
+from conftest import REPO, declared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccrhost.cli import main
-from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.presets import NAMES, PRESETS
 from ccrhost.model.step import node_model
-from ccrhost.model.verdict import OK, Port, Readings, evaluate
+from ccrhost.model.verdict import WARN, Port, Readings, evaluate
 from ccrhost.model.workload import WorkloadError, WorkloadSpec
 from ccrhost.settings import InventoryDataError, validate_host
 from ccrhost.whatif import WORKLOAD_KEYS
@@ -195,7 +194,7 @@ def test_interleaving_multiplies_sends_and_shrinks_the_bubble():
     assert node.slowdown == pytest.approx(1.091015, rel=1e-6)
     # without interleaving: 2 sends, 2^27 B; two stages with v = 2: 2v - 1 = 3 sends, 3 x 2^25 B
     assert h100(WorkloadSpec(**{**spec.__dict__, "virtual_stages": 1})).act_bytes == 2 ** 27
-    two = h100(WorkloadSpec(1024, 8, pp_size=2, virtual_stages=2, hidden_size=1024, params=1e9))
+    two = h100(WorkloadSpec(1024, 8, pp_size=2, virtual_stages=2, hidden_size=1024, params=1e9, layers=16))
     assert two.act_bytes == 3 * 2 ** 25 and any("bubble not counted" in n for n in two.notes)
 
 
@@ -316,7 +315,7 @@ def test_sweeps_over_expert_parallel_and_algorithm_per_node_count(tmp_path):
     # a sweep over presets needs no other workload flag; the categorical table names each band
     out = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", "--sweep", "preset=llama3-8b,deepseek-v3"])
     assert out.exit_code == 0, out.output
-    assert "bands: llama3-8b compute-underused, deepseek-v3 balanced" in out.output
+    assert "bands: llama3-8b compute-underused, deepseek-v3 compute-underused" in out.output
     out = CliRunner().invoke(main, ["calc", "--gpu", "H100 SXM", "--tokens", "8192", "--grad-bytes", "2",
                                     "--sweep", "dp=16,64", "--sweep", "reduction=ring,tree", "--format", "json"])
     rows = {(r["sweep"]["dp"], r["sweep"]["reduction"]): r["workload"]["nic_bytes_per_node_step"]
@@ -341,8 +340,11 @@ def test_demo_inventories_show_a_workload_ccr_with_a_band(group):
     settings_ = validate_host("gpu-01", {"verify_profile": "hgx-h100-8x400", **data})
     assert settings_.verify_workload.preset
     healthy = Readings(ports=[port(i) for i in range(8)], gpus=[gpu(i) for i in range(8)])
-    v = evaluate(healthy, PROFILES["hgx-h100-8x400"], settings_.policy())
-    assert v.status == OK and v.ccr.band == "balanced", v.reasons
+    v = evaluate(healthy, declared("hgx-h100-8x400"), settings_.policy())
+    # issue 45: at the kernel share DeepSeek-V3's GPU hours imply the network has bandwidth to spare for this
+    # job: compute-underused, ccr_high's WARN ("nothing is broken"); at peak kernels it read balanced
+    assert v.status == WARN and v.ccr.band == "compute-underused", v.reasons
+    assert [r.code for r in v.reasons] == ["ccr_high"]
     assert v.to_dict()["ccr"]["workload"]["literal_beta_ccr"] == pytest.approx(4e11 / (4 * 7.916e15))
 
 

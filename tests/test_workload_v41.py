@@ -12,12 +12,11 @@ import runpy
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO
+from conftest import REPO, declared
 from test_workload_v3 import gpu, port
 
 from ccrhost.cli import main
 from ccrhost.fleet import report
-from ccrhost.model.declared import PROFILES
 from ccrhost.model.presets import PRESETS
 from ccrhost.model.step import node_model
 from ccrhost.model.verdict import Readings, evaluate
@@ -46,17 +45,17 @@ def test_deepseek_all_to_all_and_pipeline_sends_hide_behind_compute():
     # At the bf16 peak the node computes 7.94 s a step and sends 5.93 s of pipeline and all-to-all: DualPipe
     # hides all of it (a2a_overlap and pipeline_overlap 1), leaving the data-parallel sync (not overlapped):
     # exposed = grad traffic only; model v3 printed 50.6 % exposed and x2.02 for the same run.
-    node = h100(preset("deepseek-v3"))
+    node = h100(preset("deepseek-v3", kernel_share=1.0))
     hidden = node.hidden_by_kind
     assert hidden["all-to-all"] == pytest.approx(node.moe_s) and hidden["pipeline"] == pytest.approx(node.pipeline_s)
     assert node.exposed_s == pytest.approx(node.grad_bwd_s + node.grad_fwd_s)
     assert node.exposed_comm_fraction < 0.01 and node.slowdown < 1.01
     # without the overlap its source ran with, the all-to-all is on the critical path again
-    exposed = h100(preset("deepseek-v3", a2a_overlap=0.0))
+    exposed = h100(preset("deepseek-v3", a2a_overlap=0.0, kernel_share=1.0))
     assert exposed.exposed_s == pytest.approx(node.exposed_s + node.moe_s)
     # at the fp8 peak compute (3.97 s) is shorter than the 5.93 s to hide: everything hidden together is at
     # most the compute (the NICs carry one stream at a time), the rest is exposed
-    fp8 = h100(preset("deepseek-v3", "fp8"), tflops=8 * 1979.0)
+    fp8 = h100(preset("deepseek-v3", "fp8", kernel_share=1.0), tflops=8 * 1979.0)
     assert fp8.hidden_s == pytest.approx(fp8.compute_s) and fp8.exposed_s == pytest.approx(fp8.comm_s - fp8.compute_s)
 
 
@@ -132,7 +131,7 @@ def test_llama3_405b_published_mfu_means_end_to_end_and_both_counts_are_named():
     out = calc("--preset", "llama3-405b", "--mfu", "0.41")
     assert out.exit_code == 0, out.output
     assert "kernel share: 45.8% of peak F while computing (solved from mfu)" in out.output
-    assert ("end-to-end MFU (predicted): 41.0% counting causal attention (6 x layers x seq_len x attention width "
+    assert ("end-to-end MFU, prediction: 41.0% counting causal attention (6 x layers x seq_len x attention width "
             "per token), 42.6% counting it full (12 x ..., as PaLM, Megatron-LM and torchtitan publish)") in out.output
     # read in the full count, the same 41 % asks less of the kernels: 2.633e12 / 2.531e12 FLOPs a token
     full = h100(preset("llama3-405b", mfu=0.41, mfu_attention="full"))
@@ -152,12 +151,39 @@ def test_deepseek_attention_width_and_all_to_all_widths():
     assert wide.to_dict()["byte_widths"]["a2a_dispatch"] == 1 and wide.to_dict()["byte_widths"]["a2a_combine"] == 2
 
 
-def test_deepseek_ccr_near_the_reports_one_to_one():
-    # the report (sec. 3.2.1) puts cross-node expert parallelism at about 1:1 computation to communication
+def test_deepseek_preset_runs_at_the_kernel_share_its_gpu_hours_imply():
+    # issue 45: with kernels at peak the preset printed CCR 1.328 "balanced" and an MFU of 93.5 % / 104.7 %;
+    # at the kernel share derived from the report's 180K GPU hours per trillion tokens the node computes 2.35x
+    # longer, so the same traffic gives CCR 3.124: compute-underused
     out = calc("--preset", "deepseek-v3")
     assert out.exit_code == 0, out.output
-    assert "CCR = B / (beta x F) = 1.328" in out.output and "band: balanced" in out.output
-    assert "exposed communication: 0.6% of the step" in out.output
+    assert "CCR = B / (beta x F x kernel share) = 3.124 (kernel share 0.425)" in out.output
+    assert "band: compute-underused" in out.output and "exposed communication: 0.3% of the step" in out.output
+    assert ("kernel share: 42.5% of peak F while computing (deepseek-v3's, derived from its published 180K H800 "
+            "GPU hours per trillion tokens)") in out.output
+    assert "end-to-end MFU, prediction: 39.9% counting causal attention" in out.output
+    assert any(n.startswith("note: deepseek-v3 derives kernel_share 0.425: derived from the report's 180K")
+               for n in out.output.splitlines())
+    peak = calc("--preset", "deepseek-v3", "--kernel-share", "1")
+    assert "CCR = B / (beta x F) = 1.328" in peak.output and "band: balanced" in peak.output
+
+
+def test_an_mfu_is_a_prediction_only_when_calibrated_and_never_above_100_percent():
+    # issue 45: mixtral-8x7b has no published throughput: kernels at peak, so its MFU is a ceiling, and counted
+    # full (12 L s a) it reaches 108.4 %, which no GPU computes: shown capped, the count named
+    out = calc("--preset", "mixtral-8x7b")
+    assert ("end-to-end MFU, ceiling (kernels at peak): 86.7% counting causal attention (6 x layers x seq_len x "
+            "attention width per token), 100.0% (capped: 108.4% by this count, above peak F) counting it full") \
+        in out.output
+    assert "kernels at peak F: a ceiling, not a prediction (give kernel_share or mfu)" in out.output
+    assert "end-to-end MFU ceiling (kernels at peak): causal attention 86.7% / full attention 100.0% (capped" \
+        in out.output
+    node = h100(preset("mixtral-8x7b"))
+    assert node.mfu_kind == "ceiling (kernels at peak)" and node.to_dict()["mfu_kind"] == node.mfu_kind
+    assert h100(preset("llama3-70b")).mfu_kind == "prediction"
+    # calibrated presets: no figure above 100 % in any count
+    for name in ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "deepseek-v3"):
+        assert h100(preset(name)).mfu("full") < 1, name
 
 
 def test_llama3_405b_interleaves_with_chunks_for_the_embedding_and_the_head():
@@ -272,11 +298,15 @@ def test_the_demo_table_keeps_its_band_and_shows_the_predicted_mfu():
             if not k.startswith("_")}
     settings_ = validate_host("node1", {"verify_profile": "hgx-h100-8x400", **data})
     healthy = Readings(ports=[port(i) for i in range(8)], gpus=[gpu(i) for i in range(8)])
-    verdict = evaluate(healthy, PROFILES["hgx-h100-8x400"], settings_.policy())
+    verdict = evaluate(healthy, declared("hgx-h100-8x400"), settings_.policy())
     table = report.text_table({"node1": verdict}).splitlines()
     assert table[1].split()[:6] == ["host", "status", "CCR", "band", "MFU", "expected"]
     row = next(line for line in table if line.startswith("node1"))
-    # deepseek-v3 at the bf16 peak: CCR 1.328, balanced, 93.5 % end to end (kernels at peak, 5.8 % bubble)
-    assert row.split()[1:5] == ["OK", "1.328e+00", "balanced", "93.5%"]
-    assert any(line.startswith("MFU: the end-to-end model FLOPs utilisation the workload model predicts")
+    # issue 45: deepseek-v3 at the kernel share its 180K GPU hours per trillion tokens imply (0.425): CCR 3.124,
+    # compute-underused (a WARN, ccr_high: the network has bandwidth to spare for this job), 39.9 % end to end,
+    # a prediction; at peak kernels it printed 1.328, balanced, 93.5 %. What DeepSeek's figure implies directly:
+    # 2.559e11 model FLOPs a token / (6.48e-4 GPU seconds a token x 989.5e12) = 39.9 %
+    assert row.split()[1:5] == ["WARN", "3.124e+00", "compute-underused", "39.9%"]
+    assert [r.code for r in verdict.reasons] == ["ccr_high"]
+    assert any(line.startswith("MFU: the end-to-end model FLOPs utilisation the workload model gives each host")
                for line in table)

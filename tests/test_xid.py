@@ -103,6 +103,31 @@ def test_xid_154_is_judged_by_the_action_its_text_names(text, level, action):
     assert code == ("gpu_xid_critical" if level == FAIL else "gpu_xid")
 
 
+@pytest.mark.parametrize("line, level, action", [
+    # verbatim lines users posted: the driver words the same number differently
+    ("NVRM: Xid (PCI:0000:0d:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)",
+     FAIL, "reset_gpu"),
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)",
+     FAIL, "reboot"),
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Some New Words)",
+     FAIL, "reset_gpu"),   # NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x1 (PF FLR) to 0x0",
+     WARN, "none"),
+    # 5 on differ between nvml.h versions: the words decide
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x5 (Node Reboot Required)",
+     FAIL, "reboot"),
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x5 (Recover IMEX Domain)",
+     WARN, "investigate")])
+def test_xid_154_is_judged_by_the_recovery_actions_number(line, level, action):
+    # main: "0x1 (PF FLR)" WARNed to investigate though 0x1 is a GPU reset
+    xids, _ = probe.parse_log("dmesg", "600", [f"[  500.000000] {line}"])
+    [(got, code, message)] = judged(xids)
+    assert (got, code) == (level, "gpu_xid_critical" if level == FAIL else "gpu_xid")
+    assert message.endswith(f"action: {action}]")
+    shown = line.split(" to ")[1]
+    assert f"(recovery action {shown!r})" in message
+
+
 def test_the_latest_xid_154_decides():
     log = ["[ 100.0] NVRM: Xid (PCI:0000:97:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
            "(GPU Reset Required)",
@@ -126,6 +151,42 @@ def test_nvswitch_sxids():
     xids, _ = probe.parse_log("dmesg", "600", lines("xid_forms_open_modules.txt")[7:])
     assert [(lvl, code) for lvl, code, _ in judged(xids)] == [
         (WARN, "gpu_sxid"), (FAIL, "gpu_sxid_fatal"), (WARN, "gpu_sxid")]
+
+
+# A fatal SXid's head line and the two detail lines the driver prints after it (details verbatim from a
+# user's A100 log, vllm-project/vllm#40652; the head in the driver's form, gpud's sample of 24007)
+FATAL_SXID = ["[ 1108.858286] nvidia-nvswitch1: SXid (PCI:0000:aa:00.0): 24007, Fatal, Link 12 sourcetrack timeout "
+              "error (First)",
+              "[ 1108.859000] nvidia-nvswitch1: SXid (PCI:0000:aa:00.0): 24007, Severity 1 Engine instance 12 "
+              "Sub-engine instance 00",
+              "[ 1108.860000] nvidia-nvswitch1: SXid (PCI:0000:aa:00.0): 24007, Data {0x10000000, 0x10008100, "
+              "0x10000000, 0x10008100, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}"]
+# the Fabric Manager user guide's example (non-fatal)
+NONFATAL_SXID = ["[ 1200.000000] nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS "
+                 "crumbstore MCTO (First)",
+                 "[ 1200.000100] nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Severity 0 Engine instance 46 "
+                 "Sub-engine instance 00",
+                 "[ 1200.000200] nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Data {0x00140004, 0x00100000, "
+                 "0x00140004, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}"]
+
+
+def test_a_fatal_sxid_stays_fatal_after_its_detail_lines():
+    # main: the merge kept the latest line ("Data {...}"), so a fatal SXid read WARN gpu_sxid
+    xids, _ = probe.parse_log("dmesg", "1300", [*FATAL_SXID, *NONFATAL_SXID])
+    assert [(x.code, x.count, x.text.split(",")[0]) for x in xids] == [(24007, 1, "Fatal"), (28006, 1, "Non-fatal")]
+    [(fatal_level, fatal, message), (other_level, other, _)] = judged(xids)
+    assert (fatal_level, fatal, other_level, other) == (FAIL, "gpu_sxid_fatal", WARN, "gpu_sxid")
+    assert message == "NVSwitch at 0000:aa:00 SXid 24007 3 min ago: Fatal, Link 12 sourcetrack timeout error (First)"
+    # a second event counts once more; a later non-fatal line of the code never hides the fatal one
+    again, _ = probe.parse_log("dmesg", "1300", [*FATAL_SXID, *FATAL_SXID, FATAL_SXID[0].replace("Fatal", "Non-fatal")])
+    assert [(x.count, x.text.split(",")[0]) for x in again] == [(3, "Fatal")]
+    # the head cut by a wrapped ring buffer: the details alone still say an SXid was logged
+    cut, _ = probe.parse_log("dmesg", "1300", FATAL_SXID[1:])
+    assert [(lvl, code) for lvl, code, _ in judged(cut)] == [(WARN, "gpu_sxid")]
+    # readings merged again by the check (e.g. from another source) keep the fatal head too
+    split = [Xid(24007, "0000:aa:00", 200, "Fatal, Link 12 sourcetrack timeout error", sxid=True),
+             Xid(24007, "0000:aa:00", 100, "Data {0x10000000}", sxid=True)]
+    assert [(lvl, code) for lvl, code, _ in judged(split)] == [(FAIL, "gpu_sxid_fatal")]
 
 
 # --- a lost GPU FAILs whatever else failed to read ---------------------------------

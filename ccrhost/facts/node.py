@@ -25,9 +25,10 @@ class NodeState(FactBase):
         # connection): every probe unread, so none of them acts on it
         return NodeSnapshot(errors={name: "the node's state could not be read" for name in PROBES})
 
-    def command(self, paths, wants, state=DEFAULT_STATE, keep=False) -> str:
-        # keep: the fabric probe's reading now becomes the node's stored one
-        return command(paths, wants, state=state, keep=keep)
+    def command(self, paths, wants, state=DEFAULT_STATE, keep=False, ask=((), ()), host=None) -> str:
+        # keep: the fabric probe's reading now becomes the node's stored one; ask: the host baseline's
+        # sysctls and mount points; host: the host health probe's arguments (probes.host_health.args)
+        return command(paths, wants, state=state, keep=keep, ask=ask, host=host)
 
     def process(self, output):
         return parse_snapshot(output)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ccrhost.fleet.pairing import cover
 from ccrhost.model.active import ActiveResult
-from ccrhost.model.allreduce import PAIR, RunVerdict, threshold
+from ccrhost.model.allreduce import PAIR, RunVerdict, thresholds
 from ccrhost.model.status import UNKNOWN
 
 CHECK = "allreduce"
@@ -26,6 +26,7 @@ class AllReducePair:
     server: str          # the pair's first node (rank 0 there)
     client: str
     verdict: RunVerdict
+    culprits: tuple[str, ...] = ()  # the pair's nodes the run's own output named at fault (no binary there)
 
     @property
     def slow(self) -> bool:
@@ -40,11 +41,13 @@ class AllReducePair:
         return [self.verdict.message] if self.verdict.status == UNKNOWN else []
 
 
-def pair_figure(a_nics: list[float], b_nics: list[float], gpu_name: str | None, overrides=None):
-    """A pair carries what the weaker of its two nodes can: the lower figure."""
-    figures = [f for f in (threshold(PAIR, gpu_name, a_nics, overrides), threshold(PAIR, gpu_name, b_nics, overrides))
-               if f is not None]
-    return min(figures, key=lambda f: f.busbw, default=None)
+def pair_figure(a_nics: list[float], b_nics: list[float], gpu_name: str | None, overrides=None, platform=None):
+    """A pair carries what the weaker of its two nodes can: the lower published figure, and the platform's
+    fleet figure (a list, as judge_run takes it)."""
+    a, b = (thresholds(PAIR, gpu_name, nics, overrides, platform) for nics in (a_nics, b_nics))
+    fleet = [f for f in a if f.fleet]
+    published = [f for f in (*a, *b) if not f.fleet]
+    return [*([min(published, key=lambda f: f.busbw)] if published else []), *fleet]
 
 
 def pair_fleet(names: list[str], run_pairs, retries: int, valid_for: float, clock=time.time) -> dict[str, ActiveResult]:
@@ -68,9 +71,10 @@ def pair_fleet(names: list[str], run_pairs, retries: int, valid_for: float, cloc
 def single_node_host(host, settings, clock=time.time) -> list[ActiveResult]:
     """The deploy's verification: each single-node mode on this host (its
     own greenlet, so every host runs at once), retried below threshold,
-    judged by ``judge_run``."""
+    judged by ``judge_run``; after a mode that hung, found no binary or
+    moved wrong data the later ones are not run (``skipped``)."""
     from ccrhost.facts.allreduce import AllReduceRun
-    from ccrhost.model.allreduce import judge_run, with_retries
+    from ccrhost.model.allreduce import ENDS_THE_RUN, judge_run, run_timeout, skipped, with_retries
     from ccrhost.operations import cache as fact_cache
     from ccrhost.probes.nccl_tests import run_result
 
@@ -84,15 +88,23 @@ def single_node_host(host, settings, clock=time.time) -> list[ActiveResult]:
                                         f"{mode}: no GPU read on the node: nothing to run on", clock(),
                                         settings.verify_allreduce_valid_for))
             continue
-        figure = threshold(mode, name, [], settings.verify_allreduce_min_busbw)
+        ended = next((r for r in results if r.code in ENDS_THE_RUN), None)
+        if ended is not None:
+            v = skipped(mode, ended.mode, ended.code, host.name)
+            results.append(ActiveResult(CHECK, mode, v.status, v.code, v.message, clock(),
+                                        settings.verify_allreduce_valid_for, None, 0))
+            continue
+        figure = thresholds(mode, name, [], settings.verify_allreduce_min_busbw, settings.platform())
+        timeout = run_timeout(figure, len(gpus), settings.verify_allreduce_max_bytes,
+                              settings.verify_allreduce_iters, settings.verify_allreduce_timeout)
         attempt = [0]
 
-        def once(mode=mode, figure=figure):
+        def once(mode=mode, figure=figure, timeout=timeout):
             attempt[0] += 1
             text, rc, timed_out, missing = fact_cache._real(host).get_fact(
                 AllReduceRun, binary=settings.verify_allreduce_binary, mode=mode, gpus=len(gpus),
                 max_bytes=settings.verify_allreduce_max_bytes, iters=settings.verify_allreduce_iters,
-                timeout=settings.verify_allreduce_timeout, attempt=attempt[0])
+                timeout=timeout, attempt=attempt[0])
             if missing:
                 missing = f"{settings.verify_allreduce_binary} {missing}"
             return judge_run(run_result(text, rc, timed_out, missing), mode, figure, host.name)
@@ -127,7 +139,7 @@ def _pair_host(state, h, settings):
     from ccrhost.operations.base import DRY
 
     with ctx_state.use(state), ctx_host.use(h):
-        fact_cache.configure(h, settings.verify_link_state, keep=not DRY)  # as its own verification will
+        fact_cache.configure(h, settings.verify_link_state, keep=not DRY, settings=settings)  # as its own verification will
         snap = fact_cache.snapshot(h)
     gpus = snap.gpus.gpus if snap.gpus is not None and "gpus" not in snap.errors else []
     rdma = snap.rdma if "rdma" not in snap.errors else None
@@ -136,21 +148,80 @@ def _pair_host(state, h, settings):
     return len(gpus), (gpus[0].name if gpus else None), nics
 
 
-def mpirun_pairs(state, inventory, settings_by_host: dict, clock=time.time) -> dict[str, ActiveResult]:
+def _singles_host(state, h, settings):
+    """:func:`single_node_host` for ``h`` from the fleet's own greenlet."""
+    from pyinfra.context import ctx_host, ctx_state
+
+    from ccrhost.operations import cache as fact_cache
+    from ccrhost.operations.base import DRY
+
+    with ctx_state.use(state), ctx_host.use(h):
+        fact_cache.configure(h, settings.verify_link_state, keep=not DRY, settings=settings)  # as its own verification will
+        return single_node_host(h, settings)
+
+
+def fleet_allreduce(state, inventory, settings_by_host: dict, clock=time.time,
+                    exclude=frozenset()) -> dict[str, list[ActiveResult]]:
+    """Every all-reduce mode of the deploy's verification, once per run:
+    the single-node modes on every host at once, then the pair mode across
+    the hosts that launch it with mpirun (:func:`mpirun_pairs`), without
+    the hosts whose single-node modes hung, found no binary or moved wrong
+    data (they are not run again: a skipped pair result). Hosts in
+    ``exclude`` (GPU work running) run no mode."""
+    from ccrhost.fleet.parallel import once_per_run
+    from ccrhost.model.allreduce import ENDS_THE_RUN, skipped
+
+    def compute():
+        import gevent
+
+        active = set(inventory.get_active_hosts())
+        hosts = {h.name: h for h in inventory if h in active and h.name not in exclude
+                 and settings_by_host[h.name].verify_allreduce}
+        jobs = {n: gevent.spawn(_singles_host, state, h, settings_by_host[n]) for n, h in hosts.items()}
+        gevent.joinall(list(jobs.values()))
+        out = {}
+        for n, g in jobs.items():
+            if not g.successful():  # this host only: failed with the reason, as a failed fact read is
+                from ccrhost import failures
+
+                failures.record(n, f"the all-reduce modes failed: {type(g.exception).__name__}: {g.exception}")
+                state.fail_hosts({hosts[n]})
+                continue
+            out[n] = list(g.value)
+        ended = {n: next(r for r in rs if r.code in ENDS_THE_RUN) for n, rs in out.items()
+                 if any(r.code in ENDS_THE_RUN for r in rs)}
+        left_out = set(ended) | (set(hosts) - set(out)) | set(exclude)
+        pairs = mpirun_pairs(state, inventory, settings_by_host, clock, exclude=left_out)
+        for n, result in pairs.items():
+            out.setdefault(n, []).append(result)
+        for n, r in ended.items():
+            if settings_by_host[n].verify_allreduce_launcher == "mpirun":
+                v = skipped(PAIR, r.mode, r.code, n)
+                out[n].append(ActiveResult(CHECK, PAIR, v.status, v.code, v.message, clock(),
+                                           settings_by_host[n].verify_allreduce_valid_for, None, 0))
+        return out
+
+    return once_per_run(inventory, "allreduce_fleet", compute)
+
+
+def mpirun_pairs(state, inventory, settings_by_host: dict, clock=time.time,
+                 exclude=frozenset()) -> dict[str, ActiveResult]:
     """The pair mode across the inventory's hosts whose settings launch it
     with mpirun (``verify_allreduce_launcher``), once per run: every host
     covered in one round of parallel pairs, a bad pair isolated against
     hosts that passed (:func:`pair_fleet`, as on Slurm), each run judged by
-    ``judge_run``. Each pair's mpirun runs on its first host."""
+    ``judge_run``. Each pair's mpirun runs on its first host; hosts in
+    ``exclude`` (GPU work running, or found bad by a single-node mode) are
+    in no pair (and absent from the result)."""
     from ccrhost.facts.allreduce import AllReducePairRun
-    from ccrhost.fleet.parallel import once_per_run, parallel_facts
-    from ccrhost.model.allreduce import judge_run
+    from ccrhost.fleet.parallel import parallel_facts
+    from ccrhost.model.allreduce import judge_run, run_timeout
     from ccrhost.probes.nccl_tests import mpirun_argv, run_result
 
     def compute():
         active = set(inventory.get_active_hosts())
         hosts = {h.name: h for h in inventory if h in active and settings_by_host[h.name].verify_allreduce
-                 and settings_by_host[h.name].verify_allreduce_launcher == "mpirun"}
+                 and settings_by_host[h.name].verify_allreduce_launcher == "mpirun" and h.name not in exclude}
         if not hosts:
             return {}
         import gevent
@@ -167,27 +238,34 @@ def mpirun_pairs(state, inventory, settings_by_host: dict, clock=time.time) -> d
         runs = [0]
 
         def run_pairs(pairs):
-            calls = []
+            calls, figures = [], []
             for k, (a, b) in enumerate(pairs):
                 runs[0] += 1
                 s = settings_by_host[a]
+                tasks = min(info[a][0], info[b][0])
                 argv = mpirun_argv(s.verify_allreduce_mpirun, s.verify_allreduce_binary, [address[a], address[b]],
-                                   min(info[a][0], info[b][0]), f"{address[a]}:{s.verify_allreduce_port + 4 * k}",
+                                   tasks, f"{address[a]}:{s.verify_allreduce_port + 4 * k}",
                                    s.verify_allreduce_max_bytes, s.verify_allreduce_iters)
-                calls.append((hosts[a], AllReducePairRun, {"argv": tuple(argv), "timeout": s.verify_allreduce_timeout,
+                figures.append(pair_figure(info[a][2], info[b][2], info[a][1], s.verify_allreduce_min_busbw,
+                                           s.platform()))
+                timeout = run_timeout(figures[-1], 2 * tasks, s.verify_allreduce_max_bytes, s.verify_allreduce_iters,
+                                      s.verify_allreduce_timeout)
+                calls.append((hosts[a], AllReducePairRun, {"argv": tuple(argv), "timeout": timeout,
                                                            "attempt": runs[0]}))
             results = []
-            for (a, b), got in zip(pairs, parallel_facts(state, calls)):
+            for (a, b), got, figure in zip(pairs, parallel_facts(state, calls), figures):
                 text, rc, timed_out, missing = got or ("", None, False, None)
                 if missing:
                     missing = f"{settings_by_host[a].verify_allreduce_mpirun} on {a} {missing}"
-                figure = pair_figure(info[a][2], info[b][2], info[a][1], settings_by_host[a].verify_allreduce_min_busbw)
-                verdict = judge_run(run_result(text, rc, timed_out, missing), PAIR, figure, f"{a}+{b}")
-                results.append(AllReducePair(a, b, verdict))
+                run = run_result(text, rc, timed_out, missing)
+                verdict = judge_run(run, PAIR, figure, f"{a}+{b}")
+                named = {address[a]: a, address[b]: b, a: a, b: b}
+                results.append(AllReducePair(a, b, verdict, tuple(dict.fromkeys(
+                    named[n] for n in run.missing_on if n in named))))
             return results
 
         out.update(pair_fleet(names, run_pairs, first.verify_allreduce_retries, first.verify_allreduce_valid_for,
                               clock))
         return out
 
-    return once_per_run(inventory, "allreduce_pairs", compute)
+    return compute()

@@ -115,15 +115,17 @@ def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[st
     return out
 
 
-def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePlan | None]:
-    """Read every measuring host's RDMA ports (in parallel) and plan the test."""
+def plan_for(state, inventory, settings_by_host: dict, exclude=frozenset()) -> tuple[dict, MeasurePlan | None]:
+    """Read every measuring host's RDMA ports (in parallel) and plan the test;
+    hosts in ``exclude`` (GPU work running) are left out of every pair."""
     from ccrhost.facts.rdma import RdmaDevices
     from ccrhost.model.ports import compute_ports
     from ccrhost.probes.rdma import RdmaReading
 
     active = set(inventory.get_active_hosts())
     # inventory order, so pairs are predictable from the inventory file
-    hosts = {h.name: h for h in inventory if h in active and settings_by_host[h.name].verify_measure}
+    hosts = {h.name: h for h in inventory if h in active and settings_by_host[h.name].verify_measure
+             and h.name not in exclude}
     if not hosts:
         return hosts, None
     facts = parallel_facts(state, [(h, RdmaDevices, {}) for h in hosts.values()])
@@ -144,10 +146,11 @@ def plan_for(state, inventory, settings_by_host: dict) -> tuple[dict, MeasurePla
     return hosts, plan
 
 
-def fleet_measurements(state, inventory, settings_by_host: dict) -> dict[str, HostMeasurement]:
-    """Measure once per run, on the first host's deploy pass; cached after."""
+def fleet_measurements(state, inventory, settings_by_host: dict, exclude=frozenset()) -> dict[str, HostMeasurement]:
+    """Measure once per run, on the first host's deploy pass; cached after.
+    ``exclude``: the hosts left out (the same on every host's call)."""
     def measure():
-        hosts, plan = plan_for(state, inventory, settings_by_host)
+        hosts, plan = plan_for(state, inventory, settings_by_host, exclude)
         return measure_fleet(state, hosts, plan) if hosts else {}
 
     return once_per_run(inventory, "measurements", measure)

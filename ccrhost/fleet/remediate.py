@@ -7,8 +7,9 @@ check: ccrhost.model.drain_reason.drain_reason) is carried out when it is safe t
 automate and the operator enabled it:
 
 - ``reset_gpu``: each GPU named, only while no process holds it
-  (``nvidia-smi --query-compute-apps=pid -i N``), with ``nvidia-smi -r -i N``;
-  then the node's check, and ``scontrol update State=RESUME`` only when it
+  (``nvidia-smi --query-compute-apps=pid -i N``), with ``nvidia-smi -r -i N``
+  run by the node's ``ccrhost reset-gpu`` (which keeps the reset's time, so
+  the check judges that GPU only on what the driver logged since); then the node's check, and ``scontrol update State=RESUME`` only when it
   passes (OK or WARN) and the reason is still the one acted on;
 - ``reboot``: ``scontrol reboot NODE`` (Slurm's RebootProgram does it), at
   most ``max_reboots`` nodes rebooting at once (those Slurm already shows
@@ -22,17 +23,17 @@ automate and the operator enabled it:
 An operator's reason, a drain for replacement (``node_repeat_failures``,
 ``gpu_lemon``) or one resting on a measurement, and any other action are left alone, and said so. Commands on a node
 run over the operator's ssh (``--ssh``). Every step is logged per node; a dry
-run logs what it would do and touches nothing.
+run logs each command it would run, exactly as it would run it (``would run:
+ssh ... ADDRESS '...'``, ``would run: scontrol ...``), and runs none of them.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from dataclasses import dataclass, field
 
-from ccrhost.fleet.slurm_client import node_fields, run_slurm
+from ccrhost.fleet.slurm_client import Remote, node_fields, run_slurm
 from ccrhost.model.actions import REBOOT, RESET_GPU
 from ccrhost.model.managed import CHECK_CONFIG, DRAIN_PREFIX
 from ccrhost.model.status import OK, WARN
@@ -51,28 +52,64 @@ class RemediateOptions:
     dcgm_level: int = 0                        # the DCGM diag run before the check (0: none)
 
 
+# The command's exit codes (docs/check-and-slurm.md, the table of every command's):
+# a repair or the check after it failed on some node, which stays drained.
+EXIT_OK, EXIT_FAILED = 0, 2
+
+
 @dataclass
 class NodeLog:
     node: str
     steps: list[str] = field(default_factory=list)
     outcome: str = "left drained"
+    failed: bool = False  # a step it tried failed (not: a node left alone on purpose)
+    would_run: list[str] = field(default_factory=list)  # a dry run: the commands, exactly as they would run
 
     def __call__(self, step: str) -> None:
         self.steps.append(step)
 
+    def fail(self, step: str) -> None:
+        self.steps.append(step)
+        self.failed = True
 
-class Remote:
-    """A command on a node over the operator's ssh; (exit code, output)."""
+    def would(self, command: str, when: str = "") -> None:
+        """A dry run's command, logged as a step of its own (``when``: the condition it waits on)."""
+        self.would_run.append(command)
+        self.steps.append(f"would run: {command}" + (f"   # {when}" if when else ""))
 
-    def __init__(self, ssh: str, timeout: float):
-        self.ssh, self.timeout = shlex.split(ssh), timeout
+    def to_dict(self) -> dict:
+        return {"node": self.node, "outcome": self.outcome, "failed": self.failed, "steps": list(self.steps),
+                **({"would_run": list(self.would_run)} if self.would_run else {})}
 
-    def __call__(self, address: str, command: str) -> tuple[int, str]:
-        try:
-            out = subprocess.run([*self.ssh, address, command], capture_output=True, text=True, timeout=self.timeout)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return 255, f"ssh {address}: {exc}"
-        return out.returncode, (out.stdout + out.stderr).strip()
+
+def exit_code(logs: list[NodeLog]) -> int:
+    return EXIT_FAILED if any(log.failed for log in logs) else EXIT_OK
+
+
+# The commands on a node, one place for what runs and what a dry run prints.
+def reset_command(opts: RemediateOptions, gpu: int) -> str:
+    return f"{shlex.quote(opts.ccrhost)} reset-gpu --config {shlex.quote(opts.config)} {gpu}"
+
+
+def dcgm_command(opts: RemediateOptions) -> str:
+    return f"{shlex.quote(opts.ccrhost)} dcgm --config {shlex.quote(opts.config)} --level {opts.dcgm_level}"
+
+
+def check_command(opts: RemediateOptions) -> str:
+    return f"{shlex.quote(opts.ccrhost)} check --config {shlex.quote(opts.config)} --format json"
+
+
+def holders_command(gpu: int) -> str:
+    return f"nvidia-smi --query-compute-apps=pid --format=csv,noheader -i {gpu}"
+
+
+def ssh_line(opts: RemediateOptions, address: str, command: str) -> str:
+    """``command`` on the node as Remote runs it (the operator's --ssh, the address, the command)."""
+    return shlex.join([*shlex.split(opts.ssh), address, command])
+
+
+def resume_args(node: str) -> tuple[str, ...]:
+    return ("scontrol", "update", f"NodeName={node}", "State=RESUME")
 
 
 def _verdict(text: str) -> Verdict | None:
@@ -115,18 +152,22 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
             return log
         for i in gpus:
             if opts.dry_run:
-                log(f"would reset GPU {i} (nvidia-smi -r -i {i}) if no process holds it")
+                log.would(ssh_line(opts, node.address, reset_command(opts, i)),
+                          f"if `{holders_command(i)}` there prints no process")
                 continue
-            rc, out = remote(node.address, f"nvidia-smi --query-compute-apps=pid --format=csv,noheader -i {i}")
+            rc, out = remote(node.address, holders_command(i))
             if rc != 0:
-                log(f"cannot tell whether a process holds GPU {i} (exit {rc}: {out}): not reset")
+                log.fail(f"cannot tell whether a process holds GPU {i} (exit {rc}: {out}): not reset")
                 return log
             if out.strip():
                 log(f"GPU {i} is held by pid {', '.join(out.split())}: not reset")
                 return log
-            rc, out = remote(node.address, f"nvidia-smi -r -i {i}")
+            # nvidia-smi -r -i N through the node's ccrhost, which keeps the reset's time: the check
+            # after it judges the GPU on what the driver logged since, not on the XID it repaired
+            rc, out = remote(node.address, reset_command(opts, i))
             if rc != 0:
-                log(f"nvidia-smi -r -i {i} failed (exit {rc}): {out.splitlines()[0] if out else ''}")
+                log.fail(f"reset of GPU {i} (ccrhost reset-gpu: nvidia-smi -r -i {i}) failed (exit {rc}): "
+                         f"{out.splitlines()[0] if out else ''}")
                 return log
             log(f"reset GPU {i}: {out.splitlines()[0] if out else 'done'}")
     elif action == REBOOT:
@@ -137,20 +178,19 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
         if booted:
             log(f"booted at {booted}, after its drain at {since}: the reboot is done")
             if opts.dry_run:
-                log(_would_check(opts))
-                log.outcome = "dry run"
-                return log
+                return _would_check(node, opts, log)
             return check_and_resume(node, opts, remote, slurm, log)
         if len(rebooting) >= opts.max_reboots:
             log(f"not rebooted: {len(rebooting)} node(s) rebooting already (--max-reboots {opts.max_reboots})")
             return log
         if opts.dry_run:
-            log(f"would reboot (scontrol reboot {node.name}), then check it on a later run")
+            log.would(shlex.join(("scontrol", "reboot", node.name)), "a later run checks it and resumes it if it passes")
             rebooting.append(node.name)
+            log.outcome = "dry run"
             return log
         rc, out = slurm("scontrol", "reboot", node.name)
         if rc != 0:
-            log(f"scontrol reboot failed: {out}")
+            log.fail(f"scontrol reboot failed: {out}")
             return log
         rebooting.append(node.name)
         log("rebooting (scontrol reboot); a later run checks it and resumes it if it passes")
@@ -160,15 +200,18 @@ def remediate_node(node, opts: RemediateOptions, remote, slurm, rebooting: list[
         log(f"action {action} cannot be automated: left drained for a person")
         return log
     if opts.dry_run:
-        log(_would_check(opts))
-        log.outcome = "dry run"
-        return log
+        return _would_check(node, opts, log)
     return check_and_resume(node, opts, remote, slurm, log)
 
 
-def _would_check(opts: RemediateOptions) -> str:
-    diag = f"DCGM's diag level {opts.dcgm_level} and " if opts.dcgm_level else ""
-    return f"would run {diag}the node's check and resume it if it passes"
+def _would_check(node, opts: RemediateOptions, log: NodeLog) -> NodeLog:
+    """A dry run's check and resume: the commands :func:`check_and_resume` would run."""
+    if opts.dcgm_level:
+        log.would(ssh_line(opts, node.address, dcgm_command(opts)))
+    log.would(ssh_line(opts, node.address, check_command(opts)))
+    log.would(shlex.join(resume_args(node.name)), "if the check says OK or WARN and the drain reason is unchanged")
+    log.outcome = "dry run"
+    return log
 
 
 def rebooted_since_drain(name: str, slurm) -> tuple[str | None, str | None]:
@@ -188,18 +231,16 @@ def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) 
     With ``dcgm_level``, DCGM's diag runs first on the node (drained, so idle) and stores its result,
     which the check then judges like every stored active result (where the node's settings judge it)."""
     if opts.dcgm_level:
-        rc, out = remote(node.address, f"{shlex.quote(opts.ccrhost)} dcgm --config {shlex.quote(opts.config)} "
-                                       f"--level {opts.dcgm_level}")
+        rc, out = remote(node.address, dcgm_command(opts))
         log(f"dcgm diag level {opts.dcgm_level} (exit {rc}): {out.splitlines()[-1] if out else 'no output'}")
-    rc, out = remote(node.address, f"{shlex.quote(opts.ccrhost)} check --config {shlex.quote(opts.config)} "
-                                   "--format json")
+    rc, out = remote(node.address, check_command(opts))
     verdict = _verdict(out)
     if verdict is None:
-        log(f"the check gave no verdict (exit {rc}): {out[-200:]}")
+        log.fail(f"the check gave no verdict (exit {rc}): {out[-200:]}")
         return log
     log(f"check: {verdict.status}" + (f" ({verdict.summary()})" if verdict.status not in (OK,) else ""))
     if verdict.status not in (OK, WARN):
-        log(f"stays drained: action now {verdict.action}")
+        log.fail(f"stays drained: action now {verdict.action}")
         return log
     rc, now = slurm("sinfo", "-h", "-n", node.name, "-o", "%T|%E")
     state, _, reason = now.strip().partition("|")
@@ -210,17 +251,18 @@ def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) 
     if reason != node.reason:
         log(f"not resumed: the reason changed meanwhile to {reason!r}")
         return log
-    rc, out = slurm("scontrol", "update", f"NodeName={node.name}", "State=RESUME")
+    rc, out = slurm(*resume_args(node.name))
     if rc != 0:
-        log(f"scontrol update State=RESUME failed: {out}")
+        log.fail(f"scontrol update State=RESUME failed: {out}")
         return log
     log("resumed")
     log.outcome = "resumed"
     return log
 
 
-def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None) -> list[NodeLog]:
-    """Every drained node of ``nodes`` (``fleet.slurm_client.SlurmNode`` by name), in name order."""
+def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None, done=None) -> list[NodeLog]:
+    """Every drained node of ``nodes`` (``fleet.slurm_client.SlurmNode`` by name), in name order;
+    ``done(log)`` as each node finishes (a reboot or a check takes minutes: the operator sees each)."""
     remote = remote or Remote(opts.ssh, opts.timeout)
 
     def default_slurm(*args):
@@ -235,4 +277,6 @@ def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None) -> l
         if "drain" not in node.state or node.state.startswith("draining"):
             continue  # a draining node still runs a job: nothing may be reset under it
         logs.append(remediate_node(node, opts, remote, slurm, rebooting))
+        if done is not None:
+            done(logs[-1])
     return logs

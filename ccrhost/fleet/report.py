@@ -17,6 +17,7 @@ from typing import Callable
 from xml.etree import ElementTree as ET
 
 from ccrhost import failures
+from ccrhost.model import mfu as mfumod
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
 from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, scope_detail, scope_text, unjudged
 from ccrhost.output import write_atomic
@@ -39,14 +40,16 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
     model = next((v.ccr.model for v in verdicts.values() if v.ccr), "bottleneck")
     lines = [f"CCR per host (B = {model} bandwidth, F = peak dense compute, CCR = B / (beta x F); measured: "
              "B from the two-node all-reduce):",
-             f"{'host':24} {'status':8} {'CCR':>10} {'band':17} {'MFU':>6} {'expected':>10} {'B Gb/s':>8} "
+             f"{'host':24} {'status':8} {'CCR':>10} {'band':17} {'MFU':>8} {'expected':>10} {'B Gb/s':>8} "
              f"{'F TFLOPS':>9} {'beta':>8} {'measured':>10}  reasons"]
     for host, v in rows:
         c = v.ccr
-        mfu = c.workload["mfu_end_to_end"]["causal"] if c and c.workload else None
+        w = c.workload if c else None
+        # a node's JSON from a ccrhost before issue 45 has no mfu_kind: not claimed a prediction
+        mfu = mfumod.cell(w["mfu_end_to_end"]["causal"], w.get("mfu_kind", mfumod.CEILING)) if w else "-"
         lines.append(
             f"{host:24} {v.status:8} {_cell(c and c.ccr, '10.3e')} {(c.band if c else None) or '-':17} "
-            f"{_cell(mfu, '6.1%')} {_cell(v.expected_ccr or None, '10.3e')} "
+            f"{mfu:>8} {_cell(v.expected_ccr or None, '10.3e')} "
             f"{_cell(c and c.bandwidth_gbps, '8.0f')} {_cell(c and c.tflops, '9.1f')} "
             f"{_cell(c and c.beta, '8.3g')} {_cell(v.measured_ccr and v.measured_ccr.ccr, '10.3e')}  {v.summary()}"
         )
@@ -59,9 +62,11 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
         lines.append(f"{who}: workload model: {statement}")
     if models:
         lines.append("workload model assumptions: " + "; ".join(models[0][1]["assumptions"]))
-        lines.append("MFU: the end-to-end model FLOPs utilisation the workload model predicts on each host (model "
+        lines.append("MFU: the end-to-end model FLOPs utilisation the workload model gives each host (model "
                      "FLOPs / step time / peak F, attention counted causal, 6 x layers x seq_len x attention width "
-                     "per token; counted full, 12 x ..., as PaLM and Megatron-LM publish, it is in the JSON)")
+                     "per token; counted full, 12 x ..., as PaLM and Megatron-LM publish, it is in the JSON): a "
+                     "prediction where the kernel share is calibrated (a preset's source, kernel_share or mfu "
+                     "given); '<=' marks a ceiling (kernels at peak), not a prediction")
     bands = {v.ccr.band for v in verdicts.values() if v.ccr}
     if bands == {None}:
         lines.append("beta is the CCR guide's literal 4 bytes/FLOP, so the 0.5/2 bands do not apply; "

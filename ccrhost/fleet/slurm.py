@@ -10,9 +10,11 @@ module back but ccrhost.cli, lazily. What each node gets so that Slurm runs
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from ccrhost.fleet.slurm_client import SlurmError, list_nodes
+from ccrhost.fleet.slurm_client import Remote, SlurmError, list_nodes
 from ccrhost.fleet.slurm_job import Progress, VerifyError, VerifyOptions
 from ccrhost.fleet.slurm_verify import run_verify
 from ccrhost.model.managed import CHECK_CONFIG
@@ -64,12 +66,17 @@ def slurm():
 @click.option("--nccl-max-bytes", help="The size judged [default: verify_allreduce_max_bytes].")
 @click.option("--nccl-iters", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--nccl-retries", type=click.IntRange(0, 10), help="[default: verify_allreduce_retries]")
-@click.option("--nccl-timeout", type=click.IntRange(10, 7200), help="[default: verify_allreduce_timeout]")
+@click.option("--nccl-timeout", type=click.IntRange(10, 7200),
+              help="Seconds one run may take [default: verify_allreduce_timeout; unset: each run's expected time "
+              "at its busbw figure, x3, + 60 s].")
 @click.option("--nccl-max-nodes", type=click.IntRange(2), default=64, show_default=True,
               help="With --nccl, at most this many nodes of the partition held at once: each batch its own "
               "job on idle nodes, released before the next (inside an allocation: steps on at most this many).")
 @click.option("--nccl-port", type=click.IntRange(1024, 60000), default=29500, show_default=True,
               help="NCCL_COMM_ID port of the first pair; each pair takes the next four.")
+@click.option("--nccl-profile", metavar="PLATFORM",
+              help="The platform whose figures judge the gate, as verify_profile names one: a built-in or a site "
+              "platform file here (docs/platforms.md) [default: the built-in for each node's GPU model].")
 @click.option("--nccl-srun-option", "nccl_srun_options", multiple=True, metavar="OPT",
               help="Passed to each all-reduce srun step, e.g. --nccl-srun-option=--mpi=pmix (repeatable).")
 @click.option("--dcgm", is_flag=True, help="Also run DCGM's diagnostics (dcgmi diag) on every idle node, by the "
@@ -80,18 +87,25 @@ def slurm():
               help="With --dcgm, at most this many nodes held at once (each batch its own exclusive job).")
 @click.option("--dcgm-timeout", type=click.IntRange(10, 6 * 3600),
               help="Seconds the diag step may take [default: the level's deadline + 70].")
+@click.option("--include-busy", is_flag=True,
+              help="Also check nodes running a job: the check's job waits for them (up to --wait) [default: only "
+                   "idle nodes are checked, the others are listed as not checked]. Not with --nccl or --dcgm, "
+                   "which take idle nodes only.")
 @click.option("--evidence-max-mb", type=click.IntRange(0, 4096), default=32, show_default=True,
               help="Copy each FAIL node's evidence bundle (verify_evidence_dir) into <report-dir>/evidence/<node>/ "
               "when it is at most this size; a larger one stays on the node, named in the report (0: copy none).")
+@click.option("--dry-run", is_flag=True, help="Check as ever, but drain and resume nothing: print the scontrol "
+              "lines it would run (a node whose settings say slurm_mode: observe is always so).")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
-           nccl_port, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout,
-           evidence_max_mb):
-    """Check every node in one Slurm job; drain the ones that FAIL.
+           nccl_port, nccl_profile, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout,
+           include_busy, evidence_max_mb, dry_run):
+    """Check every idle node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
-    submits a job for the usable nodes and cancels it at the end. Exit code:
+    submits a job for the idle nodes and cancels it at the end; a node
+    running a job is listed as not checked (--include-busy waits for it). Exit code:
     the worst verdict (0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN).
     """
     try:  # the measurement keys validate as in inventory data
@@ -106,21 +120,23 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
                          check_timeout, tuple(sbatch_options))
     opts.refresh_nic = refresh_nic
     opts.evidence_max_bytes = evidence_max_mb << 20
+    opts.include_busy = include_busy
+    opts.dry_run = dry_run
     if nccl:
         opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
-                                 nccl_max_nodes, nccl_port, nccl_srun_options)
+                                 nccl_max_nodes, nccl_port, nccl_srun_options, nccl_profile)
     if dcgm:
         from ccrhost.fleet.slurm_dcgm import DcgmOptions
 
         opts.dcgm = DcgmOptions(dcgm_level, dcgm_max_nodes, dcgm_timeout)
     try:
-        code, _, _ = run_verify(opts)
+        code, verdicts, paths = run_verify(opts)
     except SlurmError as exc:
         raise VerifyError(str(exc)) from None
     return code
 
 
-def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, port, srun_options):
+def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, port, srun_options, profile=None):
     """The gate's options, each validated as its inventory key is (defaults: the keys' own)."""
     from ccrhost.fleet.slurm_nccl import NcclOptions
     from ccrhost.model.allreduce import MODES
@@ -130,7 +146,8 @@ def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, p
     if bad or not picked:
         raise click.UsageError(f"--nccl-modes {modes!r}: allowed a comma-separated list of {', '.join(MODES)}")
     given = {k: v for k, v in {"verify_allreduce_binary": binary, "verify_allreduce_max_bytes": max_bytes,
-                               "verify_allreduce_retries": retries, "verify_allreduce_timeout": timeout}.items()
+                               "verify_allreduce_retries": retries, "verify_allreduce_timeout": timeout,
+                               "verify_profile": profile}.items()
              if v is not None}
     try:
         s = validate_host("ccrhost slurm verify", given)
@@ -139,7 +156,8 @@ def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, p
     return NcclOptions(modes=picked, binary=s.verify_allreduce_binary, max_bytes=s.verify_allreduce_max_bytes,
                        iters=iters, retries=s.verify_allreduce_retries, timeout=s.verify_allreduce_timeout,
                        valid_for=s.verify_allreduce_valid_for, max_nodes=max_nodes, port=port,
-                       min_busbw=s.verify_allreduce_min_busbw, srun_options=tuple(srun_options))
+                       min_busbw=s.verify_allreduce_min_busbw, srun_options=tuple(srun_options),
+                       platform=s.platform())
 
 
 @slurm.command()
@@ -156,29 +174,57 @@ def nccl_options(modes, binary, max_bytes, iters, retries, timeout, max_nodes, p
 @click.option("--wait", "wait_s", type=click.FloatRange(1), default=3600, show_default=True,
               help="Seconds a batch may take: its jobs ending, then the reboot.")
 @click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
-def rollout(partition, nodelist, max_nodes, max_failures, reason, ccrhost_cmd, config, wait_s, check_timeout):
-    """Reboot nodes a batch at a time so firmware written for the next boot
-    takes effect (deploys/nic_firmware.py writes it; docs/nic-firmware.md).
+@click.option("--ssh", default="ssh -o BatchMode=yes -o ConnectTimeout=10", show_default=True,
+              help="How to ask a node whether it owes a reboot (its NodeAddr is appended, then the command).")
+@click.option("--force", is_flag=True, help="Reboot every node of --nodes that may be taken, owed or not "
+              "(an operator's drain, a DOWN node are still skipped).")
+@click.option("--dry-run", is_flag=True, help="Ask the nodes, print the commands each batch would run; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="The outcome per node as JSON on stdout (progress: stderr).")
+def rollout(partition, nodelist, max_nodes, max_failures, reason, ccrhost_cmd, config, wait_s, check_timeout, ssh,
+            force, dry_run, as_json):
+    """Reboot, a batch at a time, the nodes that owe a reboot, so firmware
+    written for the next boot takes effect (deploys/nic_firmware.py writes
+    it; docs/nic-firmware.md).
 
-    Slurm drains each node (jobs finish), reboots it when idle and brings it
-    back DOWN; each node's own check then runs in a reservation of its own:
-    OK resumes it, anything else leaves it drained with the check's reason.
-    Exit 0 when every node verified OK, 2 otherwise.
+    A node owes one when its own check (over --ssh, read-only) names a NIC
+    firmware setting pending the next boot; --force takes the --nodes
+    list instead. A node drained or down for a reason that is not
+    ccrhost's, or DOWN, is skipped and said so. Slurm drains each node
+    (jobs finish), reboots it when idle and brings it back DOWN; each
+    node's own check then runs in a reservation of its own: OK resumes it,
+    anything else (a timeout too) leaves it drained with the reason.
+    Exit 0 when every rebooted node verified OK, 2 otherwise.
     """
     from ccrhost.fleet import rollout as ro
 
     if not (partition or nodelist):
         raise click.UsageError("name the nodes: --partition or --nodes")
+    if force and not nodelist:
+        raise click.UsageError("--force takes an explicit list of nodes: --nodes")
+    say = Progress()
     try:
-        nodes = sorted(list_nodes(partition, nodelist))
+        nodes = list_nodes(partition, nodelist)
         if not nodes:
             raise click.UsageError("no such nodes")
-        outcomes = ro.rollout(nodes, max_nodes, max_failures, reason, ccrhost_cmd, config, wait_s, check_timeout,
-                              say=Progress())
+        query = ro.pending_query(Remote(ssh, check_timeout), ccrhost_cmd, config)
+        take, skipped, owed = ro.select(nodes, query, force)
+        for o in skipped:
+            say(f"{o.node}: skipped: {o.note}")
+        plan = click.echo if dry_run and not as_json else say  # a dry run's commands: on stdout
+        outcomes = ro.rollout(take, max_nodes, max_failures, reason, ccrhost_cmd, config, wait_s, check_timeout,
+                              say=plan, dry_run=dry_run, owed=owed) if take else []
     except SlurmError as exc:
         raise RolloutError(str(exc)) from None
-    for o in outcomes:
-        click.echo(f"{o.node}: {o.status}: {o.note}")
+    outcomes = sorted(outcomes + skipped, key=lambda o: o.node)
+    if as_json:
+        click.echo(ro.to_json(outcomes, dry_run), nl=False)
+    else:
+        for o in outcomes:
+            click.echo(f"{o.node}: {o.status}: {o.note}")
+        if dry_run:
+            click.echo("dry run: nothing was changed")
+        if not take:
+            click.echo("no node to reboot")
     return ro.exit_code(outcomes)
 
 
@@ -190,7 +236,8 @@ def rollout(partition, nodelist, max_nodes, max_failures, reason, ccrhost_cmd, c
                    "each drained node needs.")
 @click.option("--max-reboots", type=click.IntRange(0), default=1, show_default=True,
               help="Nodes rebooting at once, at most (those Slurm shows rebooting count).")
-@click.option("--dry-run", is_flag=True, help="Say what would be done on each node; change nothing.")
+@click.option("--dry-run", is_flag=True, help="Print each command it would run, exactly, one a line (`NODE: would "
+              "run: ssh ... ADDRESS '...'`, `NODE: would run: scontrol ...`); run none of them, change nothing.")
 @click.option("--ssh", default="ssh -o BatchMode=yes -o ConnectTimeout=10", show_default=True,
               help="How to run a command on a node (its NodeAddr is appended, then the command).")
 @click.option("--ccrhost", "ccrhost_cmd", default="/usr/local/bin/ccrhost", show_default=True,
@@ -200,7 +247,10 @@ def rollout(partition, nodelist, max_nodes, max_failures, reason, ccrhost_cmd, c
               help="After a repair, run DCGM's diag at this level on the node (`ccrhost dcgm`; it is drained, so "
                    "idle) before its check, which judges the stored result where the node's settings set "
                    "verify_dcgm (0: none).")
-def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_cmd, config, dcgm_level):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document of every node's steps and outcome on stdout (the per-node lines go "
+                   "to stderr).")
+def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_cmd, config, dcgm_level, as_json):
     """Repair drained nodes and return the ones that pass their check.
 
     For each drained node with a ccrhost drain reason, the action the reason
@@ -208,23 +258,35 @@ def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_c
     idle GPU (nvidia-smi -r -i N), or reboot (scontrol reboot, within
     --max-reboots); then the node's check, and RESUME only when it passes.
     An operator's reason, a replace or a measured drain is never touched.
-    Every step is printed per node.
+    Every step is printed per node as the node finishes. Exit 0 when
+    nothing failed, 2 when a repair or the check after it failed on a node
+    (it stays drained), 3 when Slurm could not be asked.
     """
-    from ccrhost.fleet.remediate import RemediateOptions
-    from ccrhost.fleet.remediate import remediate as run
+    import json
 
-    opts = RemediateOptions(tuple(allowed), max_reboots, dry_run, ssh, ccrhost_cmd, config, dcgm_level=dcgm_level)
+    from ccrhost.fleet import remediate as rem
+
+    opts = rem.RemediateOptions(tuple(allowed), max_reboots, dry_run, ssh, ccrhost_cmd, config,
+                                dcgm_level=dcgm_level)
+
+    def done(log):
+        for step in log.steps:
+            click.echo(f"{log.node}: {step}", err=as_json)
+        click.echo(f"{log.node}: {'dry run' if dry_run else log.outcome}" + (": FAILED" if log.failed else ""),
+                   err=as_json)
+
     try:
         nodes = list_nodes(partition, nodelist)
-        logs = run(nodes, opts)
+        logs = rem.remediate(nodes, opts, done=done)
     except SlurmError as exc:
         raise click.ClickException(f"ccrhost slurm remediate: {exc}") from None
-    for log in logs:
-        for step in log.steps:
-            click.echo(f"{log.node}: {step}")
-        click.echo(f"{log.node}: {'dry run' if dry_run else log.outcome}")
     if not logs:
-        click.echo("no drained node")
+        click.echo("no drained node", err=as_json)
+    code = rem.exit_code(logs)
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, "exit_code": code, "nodes": [log.to_dict() for log in logs]},
+                              indent=2))
+    return code
 
 
 @slurm.command()
@@ -239,6 +301,9 @@ def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_c
 @click.option("--dcgm-level", type=click.IntRange(0, 4), default=2, show_default=True,
               help="DCGM diag level (0: no diag).")
 @click.option("--nccl", is_flag=True, help="Also run the single-node all-reduce modes (nvlink, loopback).")
+@click.option("--nccl-profile", metavar="PLATFORM",
+              help="With --nccl, the platform whose figures judge the modes (verify_profile: a built-in or a site "
+              "platform file here) [default: the built-in for each node's GPU model].")
 @click.option("--ccrhost", "ccrhost_cmd", default="/usr/local/bin/ccrhost", show_default=True)
 @click.option("--config", default=CHECK_CONFIG, show_default=True)
 @click.option("--report-dir", default="ccrhost-sweep", show_default=True)
@@ -247,8 +312,14 @@ def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_c
 @click.option("--wait", "wait_s", type=click.FloatRange(1), default=600, show_default=True)
 @click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
 @click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="OPT")
-def sweep(partition, nodelist, max_nodes, max_percent, nice, dcgm_level, nccl, ccrhost_cmd, config, report_dir,
-          drain, wait_s, check_timeout, sbatch_options):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document of every node's verdict (status, codes, action) and the report paths "
+                   "on stdout (the progress stays on stderr).")
+@click.option("--dry-run", is_flag=True, help="Submit, run, drain and resume nothing: print every command the "
+              "sweep would run, one a line (each batch's sbatch, srun steps and scancel, with its nodes; the scontrol "
+              "drain for a node that FAILs), on stdout. Slurm is only read.")
+def sweep(partition, nodelist, max_nodes, max_percent, nice, dcgm_level, nccl, nccl_profile, ccrhost_cmd, config,
+          report_dir, drain, wait_s, check_timeout, sbatch_options, as_json, dry_run):
     """Run the active checks on the partition's idle nodes only, a few at a time.
 
     Each batch is an exclusive job of the lowest priority (--nice) on nodes
@@ -257,6 +328,8 @@ def sweep(partition, nodelist, max_nodes, max_percent, nice, dcgm_level, nccl, c
     running a job is never touched. Each node stores its results with their
     time and validity, where its prolog and health check read them (a
     result past its validity is UNKNOWN as stale). Run it from cron.
+    Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN: the worst node's verdict
+    (--dry-run: 0, having run nothing).
     """
     import math
 
@@ -268,16 +341,40 @@ def sweep(partition, nodelist, max_nodes, max_percent, nice, dcgm_level, nccl, c
     cap = max(1, min(max_nodes, math.ceil(len(nodes) * max_percent / 100)))
     opts = VerifyOptions(partition, nodelist, False, ccrhost_cmd, config, report_dir, drain, None, wait=wait_s,
                          check_timeout=check_timeout,
-                         sbatch_options=(f"--nice={nice}", *sbatch_options), idle_only=True, max_nodes=cap)
+                         sbatch_options=(f"--nice={nice}", *sbatch_options), idle_only=True, max_nodes=cap,
+                         dry_run=dry_run)
     if dcgm_level:
         opts.dcgm = DcgmOptions(dcgm_level, cap)
     if nccl:
         if cap < 2:
             raise click.UsageError(f"--nccl: the cap is {cap} node(s) of {len(nodes)}; raise --max-nodes or --max-percent")
-        opts.nccl = nccl_options("nvlink,loopback", None, None, 20, None, None, cap, 29500, ())
+        opts.nccl = nccl_options("nvlink,loopback", None, None, 20, None, None, cap, 29500, (), nccl_profile)
     Progress()(f"sweep of {partition}: {len(nodes)} nodes, at most {cap} held at once, nice {nice}")
+    if dry_run:
+        from ccrhost.fleet.sweep_plan import plan
+
+        lines = plan(nodes, opts, cap)
+        if as_json:
+            click.echo(json.dumps({"partition": partition, "dry_run": True, "exit_code": 0, "would_run": lines},
+                                  indent=2))
+        else:
+            click.echo("\n".join(lines))
+            click.echo("dry run: no job submitted, nothing drained or resumed")
+        return 0
     try:
-        code, _, _ = run_verify(opts)
+        code, verdicts, paths = run_verify(opts)
     except SlurmError as exc:
         raise VerifyError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(sweep_document(partition, code, verdicts, paths), indent=2))
     return code
+
+
+def sweep_document(partition: str, code: int, verdicts: dict, paths: dict) -> dict:
+    """`sweep --json`: each node's verdict in a line's worth (the reports hold the rest)."""
+    from ccrhost.model.verdict_line import reason_codes
+
+    return {"partition": partition, "exit_code": code,
+            "nodes": {name: {"status": v.status, "codes": reason_codes(v), "action": v.action,
+                             "summary": v.summary()} for name, v in sorted(verdicts.items())},
+            "reports": {kind: str(path) for kind, path in paths.items()}}

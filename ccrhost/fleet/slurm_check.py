@@ -109,6 +109,8 @@ def judge(out: CheckOutput, measured=None, allreduce=None, dcgm=None) -> tuple[V
         settings = validate_host(out.node, yaml.safe_load(out.config or "") or {})
     except (InventoryDataError, yaml.YAMLError, ValueError) as exc:
         return _unknown("check_config", f"{out.node}: {CHECK_CONFIG}: {exc}"), None
+    except RecursionError:  # the YAML loader recurses per level: "[[[[..." thousands deep
+        return _unknown("check_config", f"{out.node}: {CHECK_CONFIG}: nested too deep to read"), None
     if (measured is None and allreduce is None and dcgm is None) or not verdict.evaluated:
         return verdict, settings
     readings = with_measurement(verdict.readings, measured) if measured is not None else verdict.readings
@@ -165,5 +167,5 @@ def held_verdict(node: SlurmNode) -> Verdict:
 
 
 def busy_verdict(node: SlurmNode) -> Verdict:
-    return _unknown("not_checked", f"not checked: {node.state}: running another job when its batch came "
-                                   "(--nccl-max-nodes allocates only idle nodes)")
+    return _unknown("not_checked", f"not checked: {node.state}: running another job (only idle nodes are "
+                                   "checked; --include-busy waits for them)")

@@ -104,6 +104,22 @@ def expand_hostlist(expression: str) -> list[str]:
     return run_slurm("scontrol", "show", "hostnames", expression).stdout.split()
 
 
+# -- a command on a node, over the operator's ssh --------------------------
+
+class Remote:
+    """A command on a node over the operator's ssh; (exit code, output)."""
+
+    def __init__(self, ssh: str, timeout: float):
+        self.ssh, self.timeout = shlex.split(ssh), timeout
+
+    def __call__(self, address: str, command: str) -> tuple[int, str]:
+        try:
+            out = subprocess.run([*self.ssh, address, command], capture_output=True, text=True, timeout=self.timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 255, f"ssh {address}: {exc}"
+        return out.returncode, (out.stdout + out.stderr).strip()
+
+
 # -- job steps: a script per node, its output by node ----------------------
 
 STEP_LABEL = re.compile(r"^\s*([0-9]{1,9}): ?(.*)$")  # ASCII digits: int() takes any Unicode one
@@ -151,12 +167,15 @@ def _by_node(tasks: dict[int, list[str]]) -> dict[str, list[str]]:
     return out
 
 
+def step_argvs(job: str, branches: dict[str, str], name: str) -> list[list[str]]:
+    """The srun commands that run each node's script of ``branches`` (one per step)."""
+    return [[*srun_args(job, nodes, name), "/bin/sh", "-c", script] for nodes, script in _case_steps(branches)]
+
+
 def run_steps(job: str, branches: dict[str, str], name: str, timeout: float):
     """Start the steps for ``branches``; return a function that waits and gives {node: lines}."""
-    procs = []
-    for nodes, script in _case_steps(branches):
-        procs.append(subprocess.Popen([*srun_args(job, nodes, name), "/bin/sh", "-c", script],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv in step_argvs(job, branches, name)]
 
     def collect() -> tuple[dict[str, list[str]], str]:
         tasks: dict[int, list[str]] = {}

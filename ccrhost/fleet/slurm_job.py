@@ -50,6 +50,8 @@ class VerifyOptions:
     idle_only: bool = False            # ccrhost slurm sweep: only idle nodes, in capped batches, even without a gate
     max_nodes: int | None = None       # ccrhost slurm sweep: the cap on nodes held at once (else the gates' own)
     evidence_max_bytes: int = 32 << 20  # --evidence-max-mb: the cap on each evidence bundle fetched; 0: none fetched
+    dry_run: bool = False              # --dry-run: the drains and resumes are said, not done
+    include_busy: bool = False         # --include-busy: also ask for nodes running a job (wait for them)
 
 
 class Progress:
@@ -74,12 +76,17 @@ class NodesLost(Exception):
         self.nodes = nodes
 
 
-def submit(nodes: list[str], opts: VerifyOptions, say) -> str:
+def sbatch_args(nodes: list[str], opts: VerifyOptions) -> list[str]:
+    """The fleet job's sbatch: an exclusive job on exactly ``nodes`` that holds them until cancelled."""
     args = ["sbatch", "--parsable", "-J", "ccrhost-verify", "-N", str(len(nodes)), "-w", ",".join(nodes),
             "--exclusive", "-o", "/dev/null", "-e", "/dev/null", *opts.sbatch_options]
     if opts.partition:
         args += ["-p", opts.partition]
-    job = run_slurm(*args, "--wrap", "exec sleep 86400").stdout.strip().split(";")[0]
+    return [*args, "--wrap", "exec sleep 86400"]
+
+
+def submit(nodes: list[str], opts: VerifyOptions, say) -> str:
+    job = run_slurm(*sbatch_args(nodes, opts)).stdout.strip().split(";")[0]
     say(f"submitted job {job} for {len(nodes)} nodes")
     deadline, last, next_look = time.monotonic() + opts.wait, None, time.monotonic()
     while True:

@@ -19,6 +19,7 @@ from ccrhost.fleet.allreduce import AllReducePair, pair_fleet, pair_figure
 from ccrhost.fleet.slurm_job import busy_note, round_line, run_pair_batches
 from ccrhost.model.active import ActiveResult
 from ccrhost.model.allreduce import (
+    ENDS_THE_RUN,
     LOOPBACK,
     NVLINK,
     PAIR,
@@ -26,7 +27,9 @@ from ccrhost.model.allreduce import (
     RunResult,
     RunVerdict,
     judge_run,
-    threshold,
+    run_timeout,
+    skipped,
+    thresholds,
     with_retries,
 )
 from ccrhost.node.active import run_tool
@@ -40,12 +43,13 @@ class NcclOptions:
     max_bytes: str = "16G"
     iters: int = 20
     retries: int = 2
-    timeout: int = 300
+    timeout: int | None = None   # None: each run's own, from its expected time (model.allreduce.run_timeout)
     valid_for: int = 86400
     max_nodes: int = 64          # nodes running steps at once
     port: int = 29500            # NCCL_COMM_ID port of the first pair (each pair its own, two more per pair)
     min_busbw: dict | None = None
     srun_options: tuple[str, ...] = ()
+    platform: object = None      # the resolved platform (model/platform.py); None: the built-in for the GPU
 
 
 @dataclass(frozen=True)
@@ -117,16 +121,20 @@ def _parallel(jobs, slots: _Slots):
     return out
 
 
+def single_argv(job: str, node: str, gpus: int, mode: str, opts: NcclOptions) -> list[str]:
+    """A single-node mode's step on ``node``: all its ``gpus`` in one process."""
+    return [*_step(job, [node], 1, f"ccrhost-nccl-{mode}", opts), *_env_args(environment(mode)),
+            *command(opts.binary, mode, gpus, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes, iters=opts.iters)]
+
+
 def single_node(job: str, info: NodeInfo, mode: str, opts: NcclOptions, run=run_tool, clock=time.time) -> ActiveResult:
-    figure = threshold(mode, info.gpu_name, list(info.nic_gbps), opts.min_busbw)
-    argv = [*_step(job, [info.name], 1, f"ccrhost-nccl-{mode}", opts),
-            *_env_args(environment(mode)),
-            *command(opts.binary, mode, info.gpus, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,
-                     iters=opts.iters)]
+    figure = thresholds(mode, info.gpu_name, list(info.nic_gbps), opts.min_busbw, opts.platform)
+    argv = single_argv(job, info.name, info.gpus, mode, opts)
+    timeout = run_timeout(figure, info.gpus, opts.max_bytes, opts.iters, opts.timeout)
     tail = {}
 
     def once():
-        tool = run(argv, opts.timeout, None)
+        tool = run(argv, timeout, None)
         tail["t"] = tool.tail
         return judge_run(run_result(tool.output, tool.rc, tool.timed_out, tool.missing), mode, figure, info.name)
 
@@ -149,14 +157,28 @@ def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
     slots = _Slots(max(opts.max_nodes, 2))
     results: dict[str, dict] = {n: {} for n in infos}
     singles = [m for m in opts.modes if m != PAIR]
+
+    def ended(name):
+        """The earlier mode that hung, found no binary or moved wrong data on the node: not run again."""
+        return next((r for r in results[name].values() if r["code"] in ENDS_THE_RUN), None)
+
+    def skip(name, mode):
+        e = ended(name)
+        v = skipped(mode, e["mode"], e["code"], name)
+        results[name][mode] = ActiveResult("allreduce", mode, v.status, v.code, v.message, clock(), opts.valid_for,
+                                           None, 0).to_dict()
+
     if singles and batches is not None:
         for chunk in batches.chunks(list(infos)):
             with batches.hold(chunk) as (held, taken):
                 for mode in singles:
-                    say(f"all-reduce {mode}: {len(taken)} node(s) of {len(chunk)} in this batch")
+                    for name in [n for n in taken if ended(n)]:
+                        skip(name, mode)
+                    go = [n for n in taken if mode not in results[n]]
+                    say(f"all-reduce {mode}: {len(go)} node(s) of {len(chunk)} in this batch")
                     done = _parallel([(1, lambda i=infos[n]: single_node(held, i, mode, opts, run, clock))
-                                      for n in taken], slots)
-                    for name, result in zip(taken, done):
+                                      for n in go], slots)
+                    for name, result in zip(go, done):
                         results[name][mode] = result.to_dict()
                     for name in chunk:
                         if name not in taken:
@@ -164,11 +186,13 @@ def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
                             results[name][mode] = ActiveResult("allreduce", mode, v.status, v.code, v.message,
                                                                clock(), opts.valid_for).to_dict()
     for mode in singles if batches is None else ():
-        say(f"all-reduce {mode}: {len(infos)} node(s), at most {opts.max_nodes} at once")
-        done = _parallel([(1, lambda i=i: single_node(job, i, mode, opts, run, clock)) for i in infos.values()],
-                         slots)
-        for info, result in zip(infos.values(), done):
-            results[info.name][mode] = result.to_dict()
+        for name in [n for n in infos if ended(n)]:
+            skip(name, mode)
+        go = [n for n in infos if mode not in results[n]]
+        say(f"all-reduce {mode}: {len(go)} node(s), at most {opts.max_nodes} at once")
+        done = _parallel([(1, lambda i=infos[n]: single_node(job, i, mode, opts, run, clock)) for n in go], slots)
+        for name, result in zip(go, done):
+            results[name][mode] = result.to_dict()
     if PAIR in opts.modes:
         rounds = [0]
 
@@ -184,7 +208,10 @@ def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
                                             for k, (a, b) in ok], slots),
                 lambda a, b, why: AllReducePair(a, b, _not_run(PAIR, f"{a}+{b}", why)))
 
-        for name, result in pair_fleet(list(infos), run_pairs, opts.retries, opts.valid_for, clock).items():
+        for name in [n for n in infos if ended(n)]:
+            skip(name, PAIR)
+        paired = [n for n in infos if PAIR not in results[n]]
+        for name, result in pair_fleet(paired, run_pairs, opts.retries, opts.valid_for, clock).items():
             results[name][PAIR] = result.to_dict()
     now = clock()
     return {n: AllReduceReading(now, r) for n, r in results.items()}
@@ -196,7 +223,7 @@ def _natural(name: str) -> list:
 
 def pair_run(job: str, a: NodeInfo, b: NodeInfo, opts: NcclOptions, index: int, run=run_tool) -> AllReducePair:
     tasks = min(a.gpus, b.gpus)
-    figure = pair_figure(list(a.nic_gbps), list(b.nic_gbps), a.gpu_name, opts.min_busbw)
+    figure = pair_figure(list(a.nic_gbps), list(b.nic_gbps), a.gpu_name, opts.min_busbw, opts.platform)
     port = opts.port + 4 * index
     # task 0 lands on the node Slurm lists first (its node order, by name on most sites): the root is there
     first = min((a, b), key=lambda n: _natural(n.name))
@@ -204,7 +231,7 @@ def pair_run(job: str, a: NodeInfo, b: NodeInfo, opts: NcclOptions, index: int, 
     argv = [*_step(job, [a.name, b.name], max(tasks, 1), "ccrhost-nccl-pair", opts), *_env_args(env),
             *command(opts.binary, PAIR, tasks, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,
                      iters=opts.iters, per_process=True)]
-    tool = run(argv, opts.timeout, None)
-    verdict = judge_run(run_result(tool.output, tool.rc, tool.timed_out, tool.missing), PAIR, figure,
-                        f"{a.name}+{b.name}")
-    return AllReducePair(a.name, b.name, verdict)
+    tool = run(argv, run_timeout(figure, 2 * tasks, opts.max_bytes, opts.iters, opts.timeout), None)
+    result = run_result(tool.output, tool.rc, tool.timed_out, tool.missing)
+    verdict = judge_run(result, PAIR, figure, f"{a.name}+{b.name}")
+    return AllReducePair(a.name, b.name, verdict, tuple(n for n in result.missing_on if n in (a.name, b.name)))

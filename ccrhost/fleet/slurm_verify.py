@@ -76,10 +76,15 @@ def slurm_round(job: str, pairs: list[tuple[str, str]], plan) -> list:
     return results
 
 
+def check_step_args(job: str, nodes: list[str], opts: VerifyOptions) -> list[str]:
+    """The check step: each node's own ``ccrhost check`` (ccrhost.fleet.slurm_check.check_script)."""
+    return [*srun_args(job, nodes, "ccrhost-check"), "/bin/sh", "-c",
+            check_script(opts.ccrhost, opts.config, opts.refresh_nic)]
+
+
 def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[str, CheckOutput]:
-    proc = subprocess.Popen([*srun_args(job, nodes, "ccrhost-check"), "/bin/sh", "-c",
-                             check_script(opts.ccrhost, opts.config, opts.refresh_nic)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(check_step_args(job, nodes, opts), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
     reader.start()
@@ -196,7 +201,9 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
         raise VerifyError(f"no nodes{f' in partition {opts.partition}' if opts.partition else ''}"
                           f"{f' matching {opts.nodelist}' if opts.nodelist else ''}")
     capped = (opts.nccl is not None or opts.dcgm is not None or opts.idle_only) and not inside
-    if capped:  # only idle nodes, in batches of at most the cap
+    if (capped or not opts.include_busy) and not inside:
+        # only idle nodes (in batches of at most the cap where capped): a job for a node that runs
+        # another would wait for it (up to --wait), and the check would run beside that job
         usable = [n for n in usable if nodes[n].state == "idle"]
     batch_cap = opts.max_nodes or min((o.max_nodes for o in (opts.nccl, opts.dcgm) if o is not None), default=64)
     verdicts: dict[str, Verdict] = {n: drained_verdict(v) if not v.usable or inside else busy_verdict(v)
@@ -206,6 +213,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
     job = inside
     batches = None
     evidence: dict = {}  # node -> slurm_evidence.Fetched: the bundles its check named
+    would: dict[str, list[str]] = {}  # node -> the scontrol lines a dry run or an observing node did not run
     try:
         if inside:
             say(f"running in the existing allocation of job {inside}")
@@ -260,6 +268,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                 judged = [n for n in usable if n in settings and verdicts[n].evaluated]
                 diag = run_diag(job, judged, opts.dcgm, opts.ccrhost, opts.config, say, batches)
                 for name, reading in diag.items():
+                    reading.required = settings[name].verify_dcgm  # judged as the node's own check judges it
                     verdicts[name] = judge(outputs[name], measured.get(name), allreduce.get(name), reading)[0]
             if batches is not None:
                 for name, node in batches.lost.items():
@@ -279,11 +288,15 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                         cap = settings[name].drain_cap() if name in settings else None
                         if cap is not None:
                             cap = replace(cap, textfile=None)  # the node's own file, not the controller's
+                        # --dry-run, or the node's own settings observe only (slurm_mode): say, do not act
+                        dry = opts.dry_run or getattr(settings.get(name), "slurm_mode", None) == "observe"
                         note = node_drain.drain(v, node=name, scontrol="scontrol",
                                                 measured=opts.measure or opts.nccl is not None,
-                                                cap=cap)
+                                                cap=cap, dry_run=dry)
                         say(note)
-                        if note.held:
+                        if note.actions:
+                            would[name] = list(note.actions)
+                        if note.held and not dry:
                             v.reasons.append(Reason(WARN, "drain_capped",
                                                     f"the drain cap held: not drained ({note.held.text()})"))
     finally:
@@ -293,9 +306,12 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                           meta={"engine": "slurm", "job": job, "partition": opts.partition,
                                 "addresses": {n: v.address for n, v in nodes.items()},
                                 **({"evidence": {n: f.to_dict() for n, f in sorted(evidence.items())}}
-                                   if evidence else {})},
+                                   if evidence else {}),
+                                **({"would_run": dict(sorted(would.items()))} if would else {})},
                           addresses={n: v.address for n, v in nodes.items()})
     stream = stream if stream is not None else sys.stderr
     stream.write("\n" + text_table(verdicts))
+    for name, lines in sorted(would.items()):
+        stream.write("".join(f"{name}: not done (dry run or slurm_mode observe): {line}\n" for line in lines))
     stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")
     return EXIT_CODES[worst(v.status for v in verdicts.values())], verdicts, paths

@@ -58,6 +58,9 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 MAX_NODES = 256
+# tbf's bucket on each shaped link (KiB): after idle this much passes at once, so a timed transfer of
+# a few MB must not start on a full bucket unawares (the all_reduce_perf shim sends it ahead, untimed)
+LINK_BURST_KB = 256
 NODES_PER_24 = 245  # 198.18.<subnet>.11 to .255; more take the next /24 too
 
 
@@ -154,7 +157,8 @@ class Lab:
     # -- lifecycle -------------------------------------------------------
     def up(self, nodes: int, profile: str, faults: dict[str, list[Fault]] | None = None,
            name: str = "lab", subnet: int = 0, profiles: dict[str, str] | None = None,
-           link_mbit: int = 200, slurm: bool = False) -> LabState:
+           link_mbit: int = 200, slurm: bool = False,
+           healthcheck_interval: int = lab_slurm.HEALTHCHECK_INTERVAL) -> LabState:
         """Start ``nodes`` emulated nodes, and with ``slurm`` a Slurm cluster
         over them. A running lab of the same shape is reused."""
         preflight()
@@ -219,7 +223,7 @@ class Lab:
             for node in state.nodes:
                 self._wait_ssh(node)
             if slurm:
-                lab_slurm.start(self, state)
+                lab_slurm.start(self, state, interval=healthcheck_interval)
         except BaseException:
             self.down()
             raise
@@ -336,7 +340,7 @@ class Lab:
             mgmt = node.mgmt
         for prefix, dev in (((), f"ccr{state.name}{node.index}h"), (("ip", "netns", "exec", node.netns), mgmt)):
             _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate}mbit",
-                 "burst", "256kb", "latency", "100ms")
+                 "burst", f"{LINK_BURST_KB}kb", "latency", "100ms")
 
     @staticmethod
     def _multipath(state: LabState, node: Node, profile, dev: str | None, carrier: str) -> None:
@@ -392,12 +396,16 @@ class Lab:
         (ndir / "boot" / "python").write_text(shim_python())
         # /proc files the node shows instead of the machine's
         (ndir / "boot" / "cmdline").write_text(kernel_cmdline(profile))
+        from ccrhost.lab import host  # CPUs, memory, swap, mounts, clocksource: the host baseline's files
+
+        host.render(ndir, faults)
         driver = effective_driver(profile, faults)
         if driver is not None:
             (ndir / "boot" / "nvidia_version").write_text(nvidia_proc_version(driver))
         shims = self.dir / "shims"
         gone = (["ib_write_bw"] if "perftest_missing" in kinds else []) + \
-            (list(MLX_TOOLS) if "mlx_tools_missing" in kinds else [])
+            (list(MLX_TOOLS) if "mlx_tools_missing" in kinds else []) + \
+            ([] if profile.ofed else ["ofed_info"])  # the upstream stack has no ofed_info
         if gone:
             shims = ndir / "shims"
             shutil.copytree(self.dir / "shims", shims, dirs_exist_ok=True)
@@ -431,6 +439,7 @@ class Lab:
         _write_node_record(ndir, {
             "name": node.name, "dir": str(ndir), "profile": profile.name,
             "link_mbit": self.load().link_mbit,  # nominal: a link_slow node measures slow
+            "link_burst_bytes": LINK_BURST_KB * 1024,  # what the shaper lets through at once after idle
             "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
             "nics": built["nics"],
             "gpus": profile.gpus.model_dump(),
@@ -574,18 +583,23 @@ class Lab:
         self.save(state)
         self._wait_ssh(node)
 
-    def down(self) -> list[str]:
-        """Remove everything the lab created. Safe to run twice and after a crash."""
+    def down(self, name: str | None = None) -> list[str]:
+        """Remove everything the lab created. Safe to run twice and after a crash.
+        ``name``: also the namespaces and links of a lab of that name whose
+        state file is gone (a lab started elsewhere under the same name, or
+        one whose folder was removed before it was taken down)."""
         removed = []
         state = self.load()
         if state is not None and state.slurm:
             lab_slurm.stop(self, state)
         nodes = state.nodes if state else []
         names = {n.netns for n in nodes}
-        prefix = f"ccr{state.name}-" if state else None
-        if prefix:
-            listed = _run("ip", "netns", "list", check=False).stdout.split("\n")
-            names |= {line.split()[0] for line in listed if line.startswith(prefix)}
+        lab_names = {state.name} if state else set()
+        if name:
+            lab_names.add(name)
+        listed = _run("ip", "netns", "list", check=False).stdout.split("\n") if lab_names else []
+        for lab_name in lab_names:
+            names |= {line.split()[0] for line in listed if line.startswith(f"ccr{lab_name}-")}
         for node in nodes:
             self._stop_node(node)
         for netns in sorted(names):
@@ -596,8 +610,17 @@ class Lab:
         if state:
             for node in nodes:
                 _run("ip", "link", "del", f"ccr{state.name}{node.index}h", check=False)
-            if _run("ip", "link", "del", state.bridge, check=False).returncode == 0:
-                removed.append(state.bridge)
+        if lab_names:
+            links = _run("ip", "-o", "link", "show", check=False).stdout.split("\n")
+            for lab_name in sorted(lab_names):
+                # host ends of the node links (ccr<name><i>h) first, then the bridge
+                for line in links:
+                    dev = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
+                    if re.fullmatch(f"ccr{lab_name}[0-9]+h", dev):
+                        _run("ip", "link", "del", dev, check=False)
+                bridge = f"ccr{lab_name}br"
+                if _run("ip", "link", "del", bridge, check=False).returncode == 0:
+                    removed.append(bridge)
         if self.dir.exists() and (self.state_file.exists() or (self.dir / "shims").exists()):
             shutil.rmtree(self.dir)
             removed.append(str(self.dir))

@@ -30,6 +30,12 @@ PARAMS: dict[str, tuple[dict | None, int, int, int]] = {
     "ATS_ENABLED": (BOOL, 0, 1, 0),
     "ADVANCED_PCI_SETTINGS": (BOOL, 0, 1, 0),
     "MAX_ACC_OUT_READ": (None, 0, 255, 0),  # listed only while ADVANCED_PCI_SETTINGS is on
+    # wider than mlxconfig's value column: printed with a single space before the next (mlxconfig_host.db)
+    "PCI_ATOMIC_MODE": ({"PCI_ATOMIC_DISABLED_EXT_ATOMIC_ENABLED": 0,
+                         "PCI_ATOMICS_ENABLED_EXT_ATOMICS_ENABLED_SERIALIZED": 1,
+                         "PCI_ATOMICS_ENABLED_EXT_ATOMICS_DISABLED": 2,
+                         "PCI_ATOMICS_ENABLED_EXT_ATOMICS_ENABLED_NONCOHERENT": 3,
+                         "PCI_ATOMICS_ENABLED_EXT_ATOMICS_ENABLED": 4}, 0, 4, 0),
 }
 # A lab node's NICs were configured at install the way the operator's profile
 # wants (ADVANCED_PCI_SETTINGS on); every other value is the factory default.

@@ -10,6 +10,11 @@ mount -t tmpfs -o mode=0755 lab-sysfs /sys
 cp -a "$N/image/sys/." /sys/
 # The node's kernel command line and NVIDIA driver, not the machine's.
 mount --bind "$N/boot/cmdline" /proc/cmdline
+# The host baseline's files (lab/host.py): CPUs, memory and swap, and a data mount of its own.
+for f in cpuinfo meminfo swaps; do mount --bind "$N/boot/$f" "/proc/$f"; done
+mount -t tmpfs -o mode=0755 lab-mnt /mnt
+mkdir /mnt/scratch
+mount -t tmpfs -o "size=64m$([ -e "$N/boot/scratch_readonly" ] && echo ,ro)" scratch /mnt/scratch
 if [ -e "$N/boot/nvidia_version" ]; then
     mount -t tmpfs -o mode=0755 lab-procdriver /proc/driver
     mkdir /proc/driver/nvidia

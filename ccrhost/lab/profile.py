@@ -20,6 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ccrhost.lab import host_health as lab_host_health
 from ccrhost.lab import pcie
 
 
@@ -408,7 +409,8 @@ FAULT_KINDS = {
     "allreduce_wrong": "the node corrupts data in a collective: all_reduce_perf counts wrong elements",
     "allreduce_hang": "the node's all_reduce_perf ranks stop after start-up: the run never ends",
     "allreduce_missing": "all_reduce_perf is not installed on the node: the launcher cannot exec it",
-    "gpu_busy": "the node's GPUs are held (another process, exclusive mode): CUDA refuses them to all_reduce_perf",
+    "gpu_busy": "a job's process holds each of the node's GPUs (nvidia-smi --query-compute-apps lists it): CUDA "
+                "refuses them to all_reduce_perf",
     # NIC firmware (lab/nicfw.py, shims/labfw.py: mlxconfig, mstconfig; docs/nic-firmware.md)
     "nicfw_wrong": "[DEV[:PARAM=VALUE]]: that NIC's firmware (default: the first NIC's) runs PARAM=VALUE, Current "
                    "and Next Boot (default MAX_ACC_OUT_READ=64)",
@@ -428,7 +430,15 @@ FAULT_KINDS = {
     "dcgm_missing": "dcgmi is not installed on the node",
     "gpu_pcie_slow": "INDEX[:WIDTH]: GPU INDEX copies as if its PCIe link had WIDTH lanes (default 4) while "
                      "nvidia-smi reads the full width (shims/nvbandwidth)",
+    # the host baseline (lab/host.py; docs/host-baseline.md)
+    "cpu_offline": "[CPU]: that CPU (default: the last) is offline: /sys/devices/system/cpu/online skips it and "
+                   "/proc/cpuinfo lacks it",
+    "memory_short": "[KIB]: MemTotal is KIB kB (default: an eighth short, a DIMM gone)",
+    "swap_on": "[KIB]: a swap file of KIB kB (default 8388604) is in use: /proc/swaps lists it, SwapTotal counts it",
+    "mount_readonly": "the node's data mount /mnt/scratch is mounted read-only",
+    "cmdline_wrong": "[WORD]: the kernel command line ends with WORD (default iommu=nopt, which overrides iommu=pt)",
 }
+FAULT_KINDS.update(lab_host_health.FAULTS)  # host health (lab/host_health.py; docs/host-health.md)
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay", "gpu_serial")
 # The six error counters the data-path check reads, plus one more the
@@ -591,7 +601,8 @@ FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
               "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy",
               "dcgm_hostengine_hung", "dcgm_diag_hang", "dcgm_stress_fail", "dcgm_missing", "gpu_pcie_slow",
-              *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal", "module_fault", "ddm_out_of_range", "high_ber")
+              *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal", "module_fault", "ddm_out_of_range", "high_ber",
+              *lab_host_health.LIVE)
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -1009,6 +1020,10 @@ def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
         files[f"{port}/state"] = "1: DOWN\n" if is_down and not efa else "4: ACTIVE\n"
         files[f"{port}/phys_state"] = "3: Disabled\n" if is_down and not efa else "5: LinkUp\n"
         files[f"{port}/rate"] = (RATE_STRINGS[rates[nic.name]] if nic.name in rates else nd.rate_text()) + "\n"
+    why = lab_host_health.refused(faults)
+    if why:
+        raise ProfileError(why)
+    files.update(lab_host_health.sys_files(faults))
     return files
 
 
@@ -1168,4 +1183,6 @@ def render_sysfs(profile: Profile, faults: list[Fault], root: Path, node_index: 
                 _write(root / "kernel" / "mm" / "memory_peers" / client / "version", versions[name] + "\n")
     (root / "kernel" / "config").mkdir(parents=True, exist_ok=True)
     (root / "kernel" / "debug").mkdir(parents=True, exist_ok=True)
+    for rel, text in lab_host_health.sys_files(faults).items():  # the EDAC counters (validated by link_files)
+        _write(root / rel, text)
     return built

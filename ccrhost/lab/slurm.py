@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from ccrhost.lab.inventory import LAB_PLATFORM
 from ccrhost.lab.procs import NODE_CLOCK
 from ccrhost.lab.procs import alive as _alive
 from ccrhost.lab.procs import descendants as _descendants
@@ -52,7 +53,10 @@ def ports(state: LabState) -> tuple[int, int]:
     """(SlurmctldPort, SlurmdPort) of this lab's cluster."""
     ctld = CTLD_PORT + 2 * (state.subnet % 256)
     return ctld, ctld + 1
-HEALTHCHECK_INTERVAL = 2
+
+
+# seconds between a lab node's health checks: each costs ~0.3 CPU seconds (bench/suite-time.md)
+HEALTHCHECK_INTERVAL = 5
 TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "scontrol", "srun", "sbatch", "squeue", "scancel")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # the node's /usr/local/sbin holds the shims
 
@@ -98,8 +102,12 @@ def integration_data(lab: Lab, interval: int) -> dict:
     (the prolog tests, ``slurm verify`` in an allocation) sees a fault
     before the health check does.
     """
+    from ccrhost.lab.host_health import lab_memlock_kib
+
+    memlock = lab_memlock_kib()
     return {
-        "verify_profile": "hgx-h100-8x400",
+        **({"host_health_memlock_kib": memlock} if memlock is not None else {}),  # what the machine can give
+        "verify_profile": LAB_PLATFORM,
         "slurm_ccrhost": ccrhost_command(),
         "slurm_conf": str(conf_path(lab)),
         "slurm_healthcheck_interval": interval,
@@ -230,7 +238,13 @@ def start_slurmd(lab: Lab, state: LabState, node: Node) -> None:
     proctrack/linuxproc and task/none)."""
     ndir = folder(lab) / "nodes" / node.name
     (ndir / "spool").mkdir(parents=True, exist_ok=True)  # slurmd does not create it
+    from ccrhost.lab.host_health import slurmd_memlock_kib
+
+    # the emulated unit's LimitMEMLOCK (lab systemctl), which the prolog and jobs inherit; unlimited
+    # only where the machine allows it (lab_memlock_kib)
+    kib = slurmd_memlock_kib(node.faults)
     script = (
+        f"ulimit -l {'unlimited' if kib is None else kib} 2>/dev/null; "
         "/bin/mountpoint -q /sys/fs/cgroup/systemd || { /bin/mkdir -p /sys/fs/cgroup && "
         "/bin/mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup && /bin/mkdir -p /sys/fs/cgroup/systemd && "
         "/bin/mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd; } && "
@@ -274,28 +288,30 @@ def wait_idle(lab: Lab, state: LabState, names: list[str], timeout: float = 30) 
         time.sleep(0.1)
 
 
-def _terminate(pid: int | None, grace: float) -> None:
-    if not _alive(pid):
-        return
-    children = _descendants(pid)  # slurmctld's slurmscriptd, before they are orphaned
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+def _terminate(pids: list[int | None], grace: float) -> None:
+    """SIGTERM to all at once, then SIGKILL whatever outlives the grace:
+    one after another, nine slurmd waited up to 18 s on a busy machine."""
+    alive = [pid for pid in pids if _alive(pid)]
+    children = [c for pid in alive for c in _descendants(pid)]  # slurmctld's slurmscriptd, before they are orphaned
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + grace
-    while _alive(pid) and time.monotonic() < deadline:
+    while any(_alive(pid) for pid in alive) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for p in [pid, *children]:
+    for p in [*alive, *children]:
         _kill(p)
 
 
 def stop(lab: Lab, state: LabState) -> None:
     """Stop slurmd, slurmctld and munged by their recorded PIDs."""
+    _terminate([node.slurmd_pid for node in state.nodes], 2)
     for node in state.nodes:
-        _terminate(node.slurmd_pid, 2)
         node.slurmd_pid = None
     slurm = state.slurm or {}
-    _terminate(slurm.get("bmc_pid"), 2)
-    _terminate(slurm.get("slurmctld_pid"), 10)  # it saves its state first: more than 2 s
-    _terminate(slurm.get("munged_pid"), 5)
+    _terminate([slurm.get("bmc_pid")], 2)
+    _terminate([slurm.get("slurmctld_pid")], 10)  # it saves its state first: more than 2 s
+    _terminate([slurm.get("munged_pid")], 5)
     lab.save(state)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ccrhost.model.status import EXIT_CODES, OK, UNKNOWN, Reason
+from ccrhost.model.status import OK, UNKNOWN, WARN, Reason
 
 
 @dataclass(frozen=True)
@@ -39,16 +39,41 @@ class ActiveResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> ActiveResult:
-        """A stored result; one that is not one raises ``ValueError``."""
-        try:
-            result = cls(**{k: tuple(data[k]) if k == "reasons" else data[k]
-                            for k in cls.__dataclass_fields__ if k in data})
-        except TypeError as exc:
-            raise ValueError(f"not a stored active-check result: {exc}") from None
-        if result.status not in EXIT_CODES or not isinstance(result.measured_at, (int, float)) \
-                or not isinstance(result.valid_for, (int, float)):
-            raise ValueError(f"not a stored active-check result: status {result.status!r}")
-        return result
+        """A stored result; one that is not one (its reasons included) raises ``ValueError``."""
+        problem = entry_problem(data)
+        if problem:
+            raise ValueError(f"not a stored active-check result: {problem}")
+        return cls(**{k: tuple(data[k]) if k == "reasons" else data[k]
+                      for k in cls.__dataclass_fields__ if k in data})
+
+
+def entry_problem(data) -> str | None:
+    """Why ``data`` is not a stored result (None: it is one). Standard
+    library only: the remote store (node/active.py ``store_script``) runs
+    this very function on the node to drop what it cannot keep."""
+    levels = ("OK", "WARN", "FAIL", "UNKNOWN")
+    if not isinstance(data, dict):
+        return f"a {type(data).__name__}, not an object"
+    for key, kinds in (("check", str), ("mode", str), ("status", str), ("message", str),
+                       ("measured_at", (int, float)), ("valid_for", (int, float))):
+        if not isinstance(data.get(key), kinds) or isinstance(data.get(key), bool):
+            return f"{key} {data.get(key)!r}"
+    if data["status"] not in levels:
+        return f"status {data['status']!r}"
+    for key, kinds in (("code", str), ("value", (int, float)), ("runs", int), ("tail", str), ("data", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kinds):
+            return f"{key} {data[key]!r}"
+    reasons = data.get("reasons", ())
+    if not isinstance(reasons, (list, tuple)):
+        return f"reasons {type(reasons).__name__}, not a list"
+    for r in reasons:
+        if not isinstance(r, dict) or r.get("level") not in levels or not isinstance(r.get("code"), str) \
+                or not isinstance(r.get("message"), str) \
+                or not all(r.get(k) is None or (isinstance(r[k], int) and not isinstance(r[k], bool))
+                           for k in ("gpu", "port")) \
+                or not all(r.get(k) is None or isinstance(r[k], str) for k in ("nic", "action")):
+            return f"a malformed reason {str(r)[:80]!r}"
+    return None
 
 
 @dataclass
@@ -58,6 +83,8 @@ class ActiveReading:
     read_at: float                                           # seconds since the epoch
     results: dict[str, dict] = field(default_factory=dict)  # "check/mode" -> ActiveResult.to_dict()
     error: str | None = None                                 # the state file could not be read
+    required: bool = True    # False: the node's settings do not ask for this check (verify_dcgm off), yet
+                             # what another path stored is judged; only a stale pass then says nothing
 
 
 def results_of(reading: ActiveReading) -> tuple[list[tuple[str, ActiveResult]], list[tuple[str, str]]]:
@@ -81,12 +108,14 @@ def stale_message(what: str, result: ActiveResult, now: float, stored: str = "th
 
 def readable_results(reading: ActiveReading, code: str, what: str) -> tuple[list, list[tuple[str, ActiveResult]]]:
     """The reading's results that can be read, and an UNKNOWN ``code`` reason
-    for a state file or each stored entry that cannot (the check's
-    "unreadable" code): one way for every active check."""
+    for a state file that cannot (the check's "unreadable" code); a stored
+    entry that is not a result is dropped with a WARN note (the next store
+    drops it from the file too: never sticky). One way for every active check."""
     if reading.error:
         return [Reason(UNKNOWN, code, f"{what} results: {reading.error}")], []
     good, bad = results_of(reading)
-    return [Reason(UNKNOWN, code, f"{what} result {key}: {why}") for key, why in bad], good
+    return [Reason(WARN, "active_result_dropped", f"{what} result {key}: {why}: dropped, not judged")
+            for key, why in bad], good
 
 
 def fresh_reasons(result: ActiveResult, now: float, code: str, what: str) -> list:

@@ -4,7 +4,7 @@ record, the three modes, their thresholds, and the verdict of a run.
 Pure: the probe (``ccrhost.probes.nccl_tests``) fills :class:`AllReduceOutput`
 from the tool's stdout; :func:`judge_run` decides one run; :func:`with_retries`
 runs again below threshold only. Figures and sources: shared/reference/
-active-checks.md §2 (each row of :data:`PLATFORMS` names its own).
+active-checks.md §2; the figures are the platform files' (model/platform.py).
 """
 
 from __future__ import annotations
@@ -86,44 +86,93 @@ MODE_TEXT = {NVLINK: "single-node all-reduce over NVLink",
 @dataclass(frozen=True)
 class Figure:
     busbw: float   # GB/s: FAIL below
-    source: str
+    source: str    # which figure and its source, as a reason names it
+    fleet: bool = False  # the platform's fleet figure (fleet:), not the published one
 
 
-# GPU model (as NVML names it, matched by substring) -> mode -> FAIL-below figure.
-PLATFORMS: dict[str, dict[str, Figure]] = {
-    "H100": {NVLINK: Figure(460, "Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf (all_reduce 16G)"),
-             LOOPBACK: Figure(40, "Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf (NVLink disabled)")},
-    "H200": {NVLINK: Figure(431, "Azure azurehpc-health-checks conf/nd96isr_h200_v5.conf (all_reduce 16G)")},
-    "GB200": {NVLINK: Figure(432, "Azure azurehpc-health-checks conf/nd128isr_ndr_gb200_v6.conf (4 GPUs)"),
-              LOOPBACK: Figure(48, "Azure azurehpc-health-checks conf/nd128isr_ndr_gb200_v6.conf (NVLink disabled)")},
-}
 # Ring busbw per NIC: "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (nccl-tests #290, maintainer);
-# the low end, scaled by the NIC's rate.
+# the low end, scaled by the NIC's rate. A rule per NIC rate, not a platform's figure: a platform file's
+# allreduce.pair replaces it.
 RING_GBS_PER_400G = 46.0
 RING_SOURCE = "nccl-tests #290 (maintainer): 46-48 GB/s per 400G NIC on ring; the low end, scaled by rate"
 
 
-def platform_of(gpu_name: str | None) -> str | None:
-    """The table's platform for an NVML GPU name; GB200 before H100/H200 (its name has neither)."""
-    if not gpu_name:
-        return None
-    name = gpu_name.upper()
-    return next((p for p in sorted(PLATFORMS, key=len, reverse=True) if p in name), None)
+def thresholds(mode: str, gpu_name: str | None, nic_gbps: list[float], overrides: dict[str, float] | None = None,
+               platform=None) -> list[Figure]:
+    """The FAIL-below busbw figures for ``mode``: the published one (a
+    setting's override first, then the platform file's, then for the pair
+    mode the figure from the node's own NICs), then the platform's fleet
+    figure. ``platform``: the resolved platform (settings.platform()); None:
+    the built-in for ``gpu_name`` (model/platform.py for_gpu). Empty: no figure."""
+    from ccrhost.model.platform import for_gpu
+
+    platform = platform if platform is not None else for_gpu(gpu_name)
+    key = f"allreduce.{mode}"
+    published = platform.figure(key) if platform is not None else None
+    if overrides and overrides.get(mode) is not None:
+        out = [Figure(float(overrides[mode]), f"setting verify_allreduce_min_busbw.{mode}")]
+    elif published is not None:
+        out = [Figure(published.value, published.text())]
+    elif mode == PAIR and nic_gbps:
+        busbw = sum(RING_GBS_PER_400G * g / 400 for g in nic_gbps)
+        out = [Figure(round(busbw, 1), f"{len(nic_gbps)} NICs, {sum(nic_gbps):g} Gb/s in all; {RING_SOURCE}")]
+    else:
+        out = []
+    fleet = platform.fleet_figure(key) if platform is not None else None
+    return out + ([Figure(fleet.value, fleet.text(), True)] if fleet is not None else [])
 
 
 def threshold(mode: str, gpu_name: str | None, nic_gbps: list[float],
-              overrides: dict[str, float] | None = None) -> Figure | None:
-    """The FAIL-below busbw for ``mode``: a setting's override first, then the
-    pair figure from the node's own NICs, then the platform table. None: no figure."""
-    if overrides and overrides.get(mode) is not None:
-        return Figure(float(overrides[mode]), f"setting verify_allreduce_min_busbw.{mode}")
-    if mode == PAIR:
-        if not nic_gbps:
-            return None
-        busbw = sum(RING_GBS_PER_400G * g / 400 for g in nic_gbps)
-        return Figure(round(busbw, 1), f"{len(nic_gbps)} NICs, {sum(nic_gbps):g} Gb/s in all; {RING_SOURCE}")
-    platform = platform_of(gpu_name)
-    return PLATFORMS.get(platform, {}).get(mode) if platform else None
+              overrides: dict[str, float] | None = None, platform=None) -> Figure | None:
+    """The first of :func:`thresholds` (the published figure where there is one); None: no figure."""
+    return next(iter(thresholds(mode, gpu_name, nic_gbps, overrides, platform)), None)
+
+
+def _figures(figure) -> list[Figure]:
+    if figure is None:
+        return []
+    return [figure] if isinstance(figure, Figure) else list(figure)
+
+
+# -- how long one run may take ---------------------------------------------------------
+
+WARMUP_ITERS = 5         # nccl-tests' -w default
+FALLBACK_TIMEOUT = 300   # seconds, when no figure says how fast the run should be
+STARTUP_S = 60           # CUDA contexts, NCCL's bootstrap and buffers before the first collective
+TIMEOUT_MARGIN = 3       # a run this many times slower than the figure is a hang, not a slow pass
+TIMEOUT_MAX = 7200
+
+
+def size_bytes(text: str) -> int | None:
+    """A -b/-e size as nccl-tests' parsesize reads it (K, M, G: powers of 1024)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    digits, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+    return int(digits) * unit if digits.isascii() and digits.isdigit() else None
+
+
+def expected_seconds(figure, ranks: int, max_bytes: str, iters: int) -> float | None:
+    """The collectives of one run at ``figure``'s busbw (the lowest of a
+    list): warm-up and timed iterations plus the validation pass,
+    out-of-place and in-place; each moves size x 2(n-1)/n bytes per rank.
+    None without a figure."""
+    figure = min(_figures(figure), key=lambda f: f.busbw, default=None)
+    size = size_bytes(max_bytes)
+    if figure is None or size is None or figure.busbw <= 0:
+        return None
+    n = max(ranks, 2)
+    return size * 2 * (n - 1) / n / (figure.busbw * 1e9) * 2 * (WARMUP_ITERS + iters + 1)
+
+
+def run_timeout(figure, ranks: int, max_bytes: str, iters: int, setting: int | None = None) -> int:
+    """Seconds one run may take before it counts as a hang: the setting when
+    given, else start-up plus ``TIMEOUT_MARGIN`` times the expected run at
+    the platform's figure; ``FALLBACK_TIMEOUT`` where no figure is known."""
+    if setting is not None:
+        return int(setting)
+    expected = expected_seconds(figure, ranks, max_bytes, iters)
+    if expected is None:
+        return FALLBACK_TIMEOUT
+    return min(TIMEOUT_MAX, int(STARTUP_S + TIMEOUT_MARGIN * expected + 0.999))
 
 
 # -- one run's verdict -------------------------------------------------------------
@@ -138,6 +187,7 @@ class RunResult:
     missing: str | None = None          # the binary or launcher was not found: what was looked for
     error: str | None = None            # the launch failed before the tool ran: what was said
     tail: str = ""                      # the output's last lines, for the message
+    missing_on: tuple[str, ...] = ()    # the nodes the launcher said lack the program (where it says)
 
 
 @dataclass(frozen=True)
@@ -160,10 +210,12 @@ class RunVerdict:
         return self.reason.message if self.reason else self.passed
 
 
-def judge_run(run: RunResult, mode: str, figure: Figure | None, what: str = "") -> RunVerdict:
+def judge_run(run: RunResult, mode: str, figure, what: str = "") -> RunVerdict:
     """One run: wrong results FAIL before anything else (never retried);
     a run that could not measure is UNKNOWN naming why; then the busbw at
-    the largest size against ``figure``."""
+    the largest size against ``figure`` (a Figure, or a list: the published
+    and the fleet's), FAIL below any, naming each figure missed."""
+    figures = _figures(figure)
     label = f"{MODE_TEXT[mode]}{f' ({what})' if what else ''}"
     out = run.output
     if run.missing:
@@ -178,23 +230,43 @@ def judge_run(run: RunResult, mode: str, figure: Figure | None, what: str = "") 
         return RunVerdict(Reason(UNKNOWN, "allreduce_failed", f"{label}: could not launch: {run.error}"))
     if out is not None and out.failures:
         return RunVerdict(Reason(UNKNOWN, "allreduce_failed", f"{label}: {out.failures[0]}"))
-    if out is not None and out.warnings:
-        return RunVerdict(Reason(UNKNOWN, "allreduce_nccl_warn", f"{label}: {out.warnings[0]}"))
     if out is None or out.largest is None or run.rc not in (0, None):
+        if out is not None and out.warnings:  # no measurement: the warning is the best account of why
+            return RunVerdict(Reason(UNKNOWN, "allreduce_nccl_warn", f"{label}: {out.warnings[0]}"))
         said = run.tail.strip().splitlines()[-1:] or ["no output"]
         return RunVerdict(Reason(UNKNOWN, "allreduce_failed",
                                  f"{label}: no result rows (exit {run.rc}): {said[0][:200]}"))
     row = out.largest
-    if figure is None:
+    # a warning does not undo a measurement: a slow run is judged slow, and says what NCCL warned
+    warned = f" (NCCL warned: {out.warnings[0][:200]})" if out.warnings else ""
+    if not figures:
         return RunVerdict(Reason(UNKNOWN, "allreduce_no_threshold",
                                  f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, but no threshold is known "
-                                 "for this platform: set verify_allreduce_min_busbw"), row.busbw)
-    if row.busbw < figure.busbw:
+                                 f"for this platform: set verify_allreduce_min_busbw{warned}"), row.busbw)
+    missed = [f for f in figures if row.busbw < f.busbw]
+    if missed:
+        below = " and below ".join(f"{f.busbw:g} GB/s ({f.source})" for f in missed)
         return RunVerdict(Reason(FAIL, "allreduce_slow",
-                                 f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, below {figure.busbw:g} GB/s "
-                                 f"({figure.source})"), row.busbw, retry=True)
+                                 f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, below {below}{warned}"),
+                          row.busbw, retry=True)
+    if out.warnings:  # fast enough, but NCCL took a path it warned about: not a clean pass
+        return RunVerdict(Reason(UNKNOWN, "allreduce_nccl_warn",
+                                 f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, but {out.warnings[0]}"),
+                          row.busbw)
     return RunVerdict(None, row.busbw, passed=f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B "
-                      f"(threshold {figure.busbw:g} GB/s)")
+                      f"(threshold {max(f.busbw for f in figures):g} GB/s)")
+
+
+# An earlier mode of the same run that ended so is not followed by the later modes on that node:
+# a hang would wait out another deadline, a missing binary stays missing, wrong data poisons a pair.
+ENDS_THE_RUN = ("allreduce_hang", "allreduce_missing", "allreduce_wrong")
+
+
+def skipped(mode: str, earlier: str, code: str, what: str = "") -> RunVerdict:
+    """A later mode not run on a node whose ``earlier`` mode ended ``code`` (one of ENDS_THE_RUN)."""
+    label = f"{MODE_TEXT[mode]}{f' ({what})' if what else ''}"
+    return RunVerdict(Reason(UNKNOWN, "allreduce_skipped",
+                             f"{label}: not run: the {earlier} mode of this run ended {code}"))
 
 
 def with_retries(run_once, retries: int) -> tuple[RunVerdict, int]:

@@ -34,6 +34,10 @@ class CheckSettings:
     verify_evidence_keep: int = 10          # verify_evidence_keep
     verify_evidence_bug_report: bool = False  # verify_evidence_bug_report
     dcgm_state: str | None = None          # HostSettings.dcgm_state: the stored DCGM diag results, if judged
+    verify_dcgm: bool = False              # verify_dcgm: the diag is asked for (else a stale pass says nothing)
+    verify_active_when_busy: bool = False  # verify_active_when_busy: --refresh-nic queries a busy node's NICs too
+    host_health_state: str = "/run/ccrhost/host-health.json"  # host_health_state: the units' last reading
+    slurm_conf: str | None = None          # slurm_conf: where squeue and scontrol find Slurm (busy read, idle node)
 
     def expectation(self) -> Expectation:
         return self.expected

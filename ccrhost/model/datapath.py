@@ -546,9 +546,18 @@ class GpuDirectBandwidth:
                 "expected_gbps": dict(self.expected), "errors": list(self.errors)}
 
 
-def check_gpudirect_bandwidth(bw: GpuDirectBandwidth, min_fraction: float) -> list[Reason]:
+@dataclass(frozen=True)
+class GdrFigure:
+    """A platform's ``ib_write_bw.gpudirect`` figure (model/platform.py): FAIL below, per GPU-NIC pair."""
+    gbps: float
+    source: str    # which figure (published or fleet) and its source
+
+
+def check_gpudirect_bandwidth(bw: GpuDirectBandwidth, min_fraction: float,
+                              figures: tuple[GdrFigure, ...] = ()) -> list[Reason]:
     """UNKNOWN when it cannot be measured (never OK: nothing was proven),
-    FAIL each pair below ``min_fraction`` of its NIC's rate."""
+    FAIL each pair below ``min_fraction`` of its NIC's rate, and each pair
+    below a platform figure (the published and the fleet's, each named)."""
     if not bw.measurable:
         return [Reason(UNKNOWN, "gpudirect_unmeasurable", f"{GPUDIRECT_UNMEASURABLE}: {bw.why}")]
     reasons = [Reason(UNKNOWN, "gpudirect_measure_failed", e) for e in bw.errors]
@@ -558,6 +567,12 @@ def check_gpudirect_bandwidth(bw: GpuDirectBandwidth, min_fraction: float) -> li
         text = ", ".join(f"{name} {g:.0f} of {want:.0f} Gb/s" for name, g, want in slow)
         reasons.append(Reason(FAIL, "gpudirect_slow", f"GPUDirect RDMA through GPU memory below "
                                                       f"{min_fraction:.0%} of the NIC rate: {text}"))
+    for figure in figures:
+        below = [(name, g) for name, g in bw.gbps.items() if g < figure.gbps]
+        if below:
+            text = ", ".join(f"{name} {g:.0f} Gb/s" for name, g in below)
+            reasons.append(Reason(FAIL, "gpudirect_slow", f"GPUDirect RDMA through GPU memory below "
+                                                          f"{figure.gbps:g} Gb/s ({figure.source}): {text}"))
     return reasons
 
 
@@ -618,6 +633,7 @@ class DatapathPolicy:
     thresholds: LinkThresholds = LinkThresholds()
     required: RequiredVersions = RequiredVersions()
     measure_min_fraction: float = 0.9
+    gpudirect_figures: tuple[GdrFigure, ...] = ()     # the platform's ib_write_bw.gpudirect figures
 
 
 def check_datapath(reading: DatapathReading, policy: DatapathPolicy = DatapathPolicy()) -> list[Reason]:
@@ -637,5 +653,6 @@ def check_datapath(reading: DatapathReading, policy: DatapathPolicy = DatapathPo
             reasons.append(Reason(WARN, "link_state_unwritable", reading.link.warning))
     reasons += [r for r in check_fleet_versions({"": reading.versions}, policy.required)[""]]
     if reading.gpudirect_bw is not None:
-        reasons += check_gpudirect_bandwidth(reading.gpudirect_bw, policy.measure_min_fraction)
+        reasons += check_gpudirect_bandwidth(reading.gpudirect_bw, policy.measure_min_fraction,
+                                             policy.gpudirect_figures)
     return reasons

@@ -10,6 +10,7 @@ Formats and figures: shared/reference/active-checks.md, docs/dcgm.md.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason
@@ -46,6 +47,25 @@ class DiagResult:
                                   # where "entity_group" is GPU; None: the result is for no one GPU
     warnings: tuple[str, ...] = ()  # "warnings"[].warning (3.x level-one results: .warnings), the tool's words
     error_ids: tuple[int, ...] = ()  # "warnings"[].error_id: DCGM's dcgmError_t code
+    severities: tuple[int, ...] = ()  # "warnings"[].error_severity: DCGM's dcgmErrorSeverity_t, where given
+
+
+# dcgmErrorSeverity_t (NVIDIA/DCGM dcgmlib/dcgm_errors.h): 0 NONE, 1 MONITOR "can perform workload, but
+# needs to be monitored", 2 ISOLATE "cannot perform workload", 3 UNKNOWN, 4 TRIAGE, 5 CONFIG "can be
+# configured", 6 RESET "drain and reset GPU". DCGM 4.x reports a MONITOR warning (a thermal violation,
+# testing/python3/tests/test_dcgm_diag.py) as "Fail"; judged by severity, a result whose every error only
+# asks to be monitored is a WARN, so the same warning is the same level on 3.x and 4.x. CONFIG stays a
+# failure: persistence mode off is CONFIG on 4.x and "Fail" without a severity on 3.x.
+SEVERITY_TEXT = {0: "none", 1: "monitor", 2: "isolate", 3: "unknown", 4: "triage", 5: "config", 6: "reset"}
+WARN_SEVERITIES = frozenset({1})
+
+
+def judged_status(result: DiagResult) -> str:
+    """The result's status as judged: a Fail whose errors all carry the
+    monitor severity is a Warn; any other stays as DCGM said."""
+    if result.status == "Fail" and result.severities and all(s in WARN_SEVERITIES for s in result.severities):
+        return "Warn"
+    return result.status
 
 
 @dataclass(frozen=True)
@@ -85,6 +105,23 @@ class ToolAnswer:
     missing: str | None = None        # dcgmi was not found
 
 
+# dcgmi discovery's GPU line: "8 GPUs found." (3.x), "8 GPUs found (Active)." (4.6; dcgmi/Query.cpp)
+_GPUS_FOUND = re.compile(r"^\s*([0-9]+) GPUs? found\b", re.M)
+
+
+def engine_answered(engine: ToolAnswer) -> bool:
+    """Whether the host engine answered ``dcgmi discovery -l``: exit 0, or
+    its GPU list printed before a later section failed (dcgmi exits with
+    the DCGM status, e.g. 223 for DCGM_ST_MODULE_NOT_LOADED, -33, when a
+    module is denylisted): the engine is up and the diag can run."""
+    if engine.missing or engine.timed_out:
+        return False
+    if engine.rc == 0:
+        return True
+    listed = _GPUS_FOUND.search(engine.output or "")
+    return listed is not None and int(listed.group(1)) > 0
+
+
 def judge_engine(engine: ToolAnswer, deadline: float) -> Reason | None:
     """The host engine's answer to ``dcgmi discovery -l``: a reason when it
     did not answer. Never a FAIL: a hung engine says nothing of the GPUs."""
@@ -93,7 +130,7 @@ def judge_engine(engine: ToolAnswer, deadline: float) -> Reason | None:
     if engine.timed_out:
         return Reason(UNKNOWN, "dcgm_hostengine",
                       f"DCGM host engine not responding: `dcgmi discovery -l` gave no answer in {deadline:g} s")
-    if engine.rc != 0:
+    if not engine_answered(engine):
         said = (engine.output.strip().splitlines() or ["no output"])[-1][:200]
         return Reason(UNKNOWN, "dcgm_hostengine", f"DCGM host engine not responding: `dcgmi discovery -l` "
                       f"exited {engine.rc}: {said}")
@@ -112,16 +149,21 @@ def judge_output(out: DiagOutput, level: int, gpus: dict[int, GpuId], exclude=()
     skipped = {e.lower() for e in exclude}
     reasons = []
     for r in out.results:
-        if r.test.lower() in skipped or r.category.lower() in skipped or r.status not in ("Fail", "Warn"):
+        status = judged_status(r)
+        if r.test.lower() in skipped or r.category.lower() in skipped or status not in ("Fail", "Warn"):
             continue
         said = f": {r.warnings[0][:300]}" if r.warnings else ""
         codes = f" (DCGM error {', '.join(str(c) for c in r.error_ids)})" if r.error_ids else ""
-        text = f"DCGM diag level {level}: {r.category} test {r.test!r} {r.status.lower()}ed on " \
+        if status != r.status:
+            codes += f" (DCGM said {r.status}, severity " \
+                     f"{', '.join(f'{s} {SEVERITY_TEXT.get(s, s)}' for s in r.severities)})"
+        text = f"DCGM diag level {level}: {r.category} test {r.test!r} {status.lower()}ed on " \
                f"{_gpu_text(r.gpu, gpus)}{said}{codes}"
-        if r.status == "Fail":
-            reasons.append(Reason(FAIL, "dcgm_test_failed", text))
+        # the GPU's index: the history finds its serial, and a GPU that keeps failing is a lemon
+        if status == "Fail":
+            reasons.append(Reason(FAIL, "dcgm_test_failed", text, gpu=r.gpu))
         else:
-            reasons.append(Reason(WARN, "dcgm_test_warn", text))
+            reasons.append(Reason(WARN, "dcgm_test_warn", text, gpu=r.gpu))
     return reasons
 
 
@@ -172,24 +214,54 @@ def judge_diag(engine: ToolAnswer | None, diag: ToolAnswer | None, parsed: DiagO
 # -- the node's stored result and its reasons ------------------------------------------
 
 
+def level_of(result) -> int:
+    """A stored diag result's level, from its mode ("level 3"); 0 when it names none."""
+    tail = result.mode.rsplit(" ", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
 def check_dcgm(reading) -> list[Reason]:
     """Reasons from the stored diag results (an ``ActiveReading``): a result
     past its validity is UNKNOWN as stale, never its old pass; otherwise the
-    reasons the run gave, as it gave them (never judged again)."""
+    reasons the run gave, as it gave them (never judged again). The newest
+    run speaks for the GPUs, and a FAIL at level N stands beside it until a
+    later run at level N or above passes: a quick level 1 (the prolog's) or
+    a host engine that did not answer never hides a level 3 FAIL. Where the
+    node's settings do not ask for the diag (``reading.required`` False), a
+    stale pass says nothing; what another path stored is still judged."""
+    from dataclasses import replace
+
     from ccrhost.model.active import fresh_reasons, readable_results
 
     if reading is None:
         return []
     now = reading.read_at
+    required = getattr(reading, "required", True)
     reasons, good = readable_results(reading, "dcgm_unreadable", "DCGM diag")
+
+    def passed(result) -> bool:
+        return result.status in (OK, WARN)
+
+    def judged(result, code, what) -> list[Reason]:
+        if not required and passed(result) and result.stale(now):
+            return []
+        return fresh_reasons(result, now, code, what)
+
     results = []
     for _, result in good:
         if result.check == CHECK:
             results.append(result)
         elif result.check == "nvbandwidth":  # stored beside the diag, by the same runs (node/nvbandwidth.py)
-            reasons += fresh_reasons(result, now, "nvbandwidth_stale", f"{result.check} ({result.mode})")
-    # the newest run speaks for the GPUs now (a level 2 sweep after an operator's level 4, or before it)
-    result = max(results, key=lambda r: r.measured_at, default=None)
-    if result is None:
+            reasons += judged(result, "nvbandwidth_stale", f"{result.check} ({result.mode})")
+    results.sort(key=lambda r: r.measured_at)
+    if not results:
         return reasons
-    return reasons + fresh_reasons(result, now, "dcgm_stale", f"DCGM diag {result.mode}")
+    newest = results[-1]
+    for result in results[:-1]:
+        if result.status == FAIL and not any(
+                passed(p) and level_of(p) >= level_of(result) and p.measured_at > result.measured_at
+                for p in results):
+            stands = f" (stands until a level {level_of(result)} or higher diag passes)"
+            reasons += [replace(r, message=r.message + stands)
+                        for r in judged(result, "dcgm_stale", f"DCGM diag {result.mode}")]
+    return reasons + judged(newest, "dcgm_stale", f"DCGM diag {newest.mode}")

@@ -33,6 +33,38 @@ COMMENT_FIELD = re.compile(r"\bComment=(.*?)(?=\s+[A-Z][A-Za-z]*=|\s*$)")
 # jobs without draining it; the health check clears it once the node is fit.
 HELD_PREFIX = "ccrhost: held:"
 
+# `ccrhost slurm rollout`'s reboot reason (its own constant, fleet/rollout.py;
+# a test holds the two alike).
+ROLLOUT_PREFIX = "ccrhost rollout:"
+
+# Every prefix ccrhost writes into a node's reason or comment, and what it
+# means: `ccrhost explain` prints it for a line that carries one (a test
+# enumerates the prefixes the code writes against this table).
+WRITTEN_PREFIXES = {
+    DRAIN_PREFIX: "a drain ccrhost check set (the prolog, the health check or `ccrhost slurm verify`): the reason "
+    "codes follow, then what was found, then [action ...]. The health check lifts it once the node is OK or WARN; "
+    "an operator's reason is never changed.",
+    MEASURED_PREFIX: "a drain an older ccrhost set for a fleet measurement (ib_write_bw between nodes): the "
+    "node-local check cannot repeat it, so only another measurement (`ccrhost slurm verify --measure`) or an "
+    "operator (`scontrol update NodeName=N State=RESUME`) lifts it.",
+    HELD_PREFIX: "a node comment, not a drain: the drain cap (slurm_drain_cap_*) kept this failing node from "
+    "jobs without draining it, because too many nodes were drained for the same code at once. The codes follow; "
+    "the health check clears the comment once the node is fit. Look for a fleet-wide cause first.",
+    ROLLOUT_PREFIX: "`ccrhost slurm rollout` asked Slurm to reboot this node (scontrol reboot ASAP nextstate=DOWN) "
+    "with the rollout's reason after the prefix. After the reboot the rollout checks the node and resumes it on "
+    "OK, or drains it with the check's own reason. A node still carrying this reason after the rollout ended did "
+    "not come back within --wait, or the rollout stopped: see its boot (scontrol show node N: BootTime), run "
+    "`ccrhost check` on it, and resume it (scontrol update NodeName=N State=RESUME) once the check is OK.",
+}
+
+
+def written_prefix(line: str) -> str | None:
+    """The longest prefix of :data:`WRITTEN_PREFIXES` that ``line`` (a
+    reason, a line of `sinfo -R`, a pasted comment) carries; None for none."""
+    found = [p for p in WRITTEN_PREFIXES if re.search(rf"(?:^|[\s\[\"'=]){re.escape(p)}", line)]
+    return max(found, key=len) if found else None
+
+
 # Slurm keeps a node's reason whole in slurmctld, but its accounting database
 # (slurmdbd) stores it as a MySQL TINYTEXT, 255 bytes (the event table's
 # "reason" column, src/plugins/accounting_storage/mysql/accounting_storage_mysql.c),
@@ -95,6 +127,21 @@ def parse_drain_reason(reason: str | None) -> DrainReason | None:
         return None
     return DrainReason(UNKNOWN if match.group("unknown") else FAIL, tuple(match.group("codes").split(",")),
                        match.group("text"), int(match.group("more") or 0))
+
+
+_EVIDENCE = " [evidence "
+
+
+def same_drain(reason: str | None, text: str) -> bool:
+    """Whether the drain ``reason`` (as Slurm shows it) says what ``text``
+    would: the same status, codes and action, whatever its messages (an
+    XID's age, an evidence name). Rewriting it would only restamp its time,
+    and its time is what the drain cap and remediate read."""
+    old, new = parse_drain_reason(reason), parse_drain_reason(text)
+    return (old is not None and new is not None and (old.status, old.codes, old.more) == (new.status, new.codes, new.more)
+            and parse_drain_action(reason or "") == parse_drain_action(text)
+            # a bundle kept after the drain (the prolog keeps none) is named once
+            and (_EVIDENCE in (reason or "") or _EVIDENCE not in text))
 
 
 def measured_drain(reason: str) -> bool:

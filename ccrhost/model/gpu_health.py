@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from ccrhost.model.fabric import LinkDown
+from ccrhost.model.host_health import KernelEvent
 from ccrhost.model.nic_log import NicLogEvent
 from ccrhost.model.status import FAIL, UNKNOWN, WARN, Reason
 
@@ -77,9 +78,36 @@ class Xid:
     pci: str                  # as logged: "0000:18:00" (bus, no function)
     age_s: float | None       # seconds before the reading of the latest such line (None: it had no time)
     text: str                 # the rest of the latest such line, as logged
-    count: int = 1            # lines of this code for this device (and MIG instance) since boot
+    count: int = 1            # lines of this code for this device (and MIG instance) since boot (an SXid's
+                              # detail lines not counted: one per event)
     instance: str | None = None  # "GPU-I:01 GPU-CI:00": the MIG instance the driver attributed it to
     sxid: bool = False        # an NVSwitch SXid (nvidia-nvswitchN: SXid ...), not a GPU's Xid
+
+
+# An SXid prints a head line ("<code>, Fatal, Link 12 ...") and then lines
+# of the same code with the raw data ("<code>, Severity 5 Engine instance
+# ...", "<code>, Data {0x...}"; Fabric Manager user guide, SXid reporting).
+_SXID_DETAIL = ("Severity ", "Data {")
+
+
+def sxid_rank(text: str) -> int:
+    """2 a fatal SXid's head line, 1 another head line, 0 a detail line."""
+    if text.split(",")[0].strip().lower() == "fatal":
+        return 2
+    return 0 if text.lstrip().startswith(_SXID_DETAIL) else 1
+
+
+def merge_line(have: Xid, x: Xid, newer: bool) -> None:
+    """Fold ``x`` (the same device, instance and code) into ``have``: the
+    count is of events (an SXid's detail lines add none); the text and age
+    kept are the latest line's, but an SXid keeps its most severe head line
+    (a fatal one is never replaced by a non-fatal line, a head never by a
+    detail line)."""
+    r_have, r_new = (sxid_rank(have.text), sxid_rank(x.text)) if have.sxid else (1, 1)
+    if r_new:
+        have.count = have.count + x.count if r_have else x.count
+    if r_new > r_have or (r_new == r_have and newer):
+        have.age_s, have.text = x.age_s, x.text
 
 
 @dataclass
@@ -111,6 +139,10 @@ class GpuHealthReading:
     link_downs: list[LinkDown] = field(default_factory=list)
     # and mlx5_core's fatal lines (model/nic_log.py), by NIC PCI function
     nic_events: list[NicLogEvent] = field(default_factory=list)
+    # and the host's fatal lines (model/host_health.py PATTERNS), by kind
+    host_events: list[KernelEvent] = field(default_factory=list)
+    # PCI key -> seconds since the GPU's reset this boot (node/gpu_reset.py): its XIDs before it are repaired
+    resets: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -159,7 +191,7 @@ def check_gpu_health(reading: GpuHealthReading, gpus: list, policy: GpuHealthPol
                               f"cannot read XIDs from the kernel log: {reading.log_error}"))
     index_of = {pci_key(g.pci): g.index for g in reading.gpus}
     fell: set = set()
-    reasons += _xid_reasons(reading.xids, index_of, policy, fell)
+    reasons += _xid_reasons(reading.xids, index_of, policy, fell, reading.resets)
     reasons += _lost_reasons(reading, fell)
     fabric_seen = False
     for g in reading.gpus:
@@ -214,9 +246,12 @@ def _when(age_s: float | None) -> str:
     return f"{age_s / 60:.0f} min ago" if age_s is not None else "since boot"
 
 
-def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell: set) -> list[Reason]:
+def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell: set,
+                 resets: dict[str, float] | None = None) -> list[Reason]:
     """One reason per device and code (and MIG instance): its level and
-    action from the XID table, how many lines since boot and the latest."""
+    action from the XID table, how many lines since boot and the latest.
+    ``resets``: PCI key -> seconds since that GPU's reset; a line logged
+    before it is what the reset repaired (one that asks for a reboot is not)."""
     if not xids:  # the table is loaded only when a node logged one (each check would pay its import)
         return []
     from ccrhost.model.xids import SXID_LEVELS, XID_RECOVERY, xid154_action, xid_entry
@@ -228,9 +263,7 @@ def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell:
         if have is None:
             merged[key] = Xid(x.code, x.pci, x.age_s, x.text, x.count, x.instance, x.sxid)
         else:
-            have.count += x.count
-            if x.age_s is None or (have.age_s is not None and x.age_s <= have.age_s):
-                have.age_s, have.text = x.age_s, x.text
+            merge_line(have, x, x.age_s is None or (have.age_s is not None and x.age_s <= have.age_s))
     reasons = []
     for (sxid, key, instance, code), x in merged.items():
         text = " ".join(x.text.split())
@@ -251,6 +284,8 @@ def _xid_reasons(xids: list[Xid], index_of: dict, policy: GpuHealthPolicy, fell:
         whole_boot = action in _WHOLE_BOOT_ACTIONS or code == XID_FELL_OFF
         if code in policy.xid_ignore or (not whole_boot and x.age_s is not None and x.age_s > policy.xid_lookback_s):
             continue
+        if not whole_boot and x.age_s is not None and key in (resets or {}) and x.age_s > resets[key]:
+            continue  # the latest such line is older than the GPU's reset
         gpu = f"GPU {index_of[key]} ({x.pci})" if key in index_of else f"GPU at {x.pci}"
         if instance:
             gpu += f" {instance}"

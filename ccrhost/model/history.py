@@ -6,7 +6,9 @@ The node keeps a bounded list of failure episodes in its state directory
 (``verify_history``, read and written by ``ccrhost check``). An episode opens
 with a FAIL verdict after a check that did not fail, so a failure seen by
 every health-check run while the node stays drained counts once, and a fault
-that comes back after each repair counts each time. Pure: the check reads
+that comes back after each repair counts each time. A reboot closes the open
+episode: a fault still there after the boot (the repair a reboot is) is a
+return, so a node that fails after every reboot reaches ``replace``. Pure: the check reads
 the file, :func:`check_history` judges, :func:`record` gives the next file.
 """
 
@@ -32,6 +34,7 @@ class History:
     failing: bool = False       # the last check failed: its episode is still open
     now: float = 0.0            # when this check reads it
     error: str | None = None    # why the stored history could not be read (then it starts afresh)
+    boot: str | None = None     # the boot (boot_id) of the last check that kept it; None: not known
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,26 @@ def from_dict(data: dict) -> History:
             raise ValueError(f"episode {e!r} has no time or action")
         episodes.append(Episode(float(e["time"]), texts(e.get("codes"), "codes"), e["action"],
                                 texts(e.get("gpus", []), "gpus"), texts(e.get("nics", []), "nics")))
-    return History(episodes, bool(data.get("failing")))
+    boot = data.get("boot")
+    return History(episodes, bool(data.get("failing")), boot=boot if isinstance(boot, str) else None)
+
+
+def after_boot(history: History, boot: str | None) -> History:
+    """``history`` as a check in boot ``boot`` reads it: an episode left open
+    by another boot is closed (the reboot was a repair; a fault still there
+    returned). A history that names no boot (an older ccrhost's) stays as it
+    is: its episode may be this boot's."""
+    if history.failing and boot is not None and history.boot is not None and history.boot != boot:
+        history.failing = False
+    history.boot = boot
+    return history
+
+
+def opened_now(history: History | None) -> bool:
+    """Whether the check that kept ``history`` opened its newest episode
+    (a failure started, or returned after a reboot)."""
+    return (history is not None and history.failing and bool(history.episodes)
+            and history.episodes[-1].time == history.now)
 
 
 def serials(reasons: list[Reason], gpu_serials: dict[int, str]) -> list[str]:
@@ -109,7 +131,8 @@ def record(history: History, status: str, reasons: list[Reason], action: str, gp
         nics = [nic_serials[n] for n in failing_nics(reasons) if (nic_serials or {}).get(n)]
         episodes.append(Episode(history.now, sorted({r.code for r in reasons if r.level == FAIL}), action,
                                 serials(reasons, gpu_serials), list(dict.fromkeys(nics))))
-    return History(episodes[-policy.entries:] if policy.entries else [], status == FAIL, history.now)
+    return History(episodes[-policy.entries:] if policy.entries else [], status == FAIL, history.now,
+                   boot=history.boot)
 
 
 def lemons(histories: dict[str, History]) -> dict[str, set[str]]:

@@ -21,6 +21,9 @@ FILES = (MODULES_FILE, NCCL_CONF, NCCL_PROFILE, BOOT_SCRIPT, UNIT_PATH, QOS_INTE
 CHECK_CONFIG = "/etc/ccrhost/check.yaml"
 SLURM_PROLOG = "/etc/ccrhost/slurm-prolog.sh"
 SLURM_HEALTHCHECK = "/etc/ccrhost/slurm-healthcheck.sh"
+# slurm_healthcheck: nhc. NHC sources every $INCDIR/*.nhc (default /etc/nhc/scripts);
+# nhc.conf, the site's own file, names the check: `* || check_ccrhost`.
+NHC_CHECK = "/etc/nhc/scripts/ccrhost.nhc"
 
 # Each file above and what it is, for messages that refuse a setting naming one.
 WHAT = {
@@ -35,6 +38,7 @@ WHAT = {
     CHECK_CONFIG: "the check's settings (check.yaml)",
     SLURM_PROLOG: "ccrhost's Slurm prolog",
     SLURM_HEALTHCHECK: "ccrhost's Slurm health check",
+    NHC_CHECK: "ccrhost's check for LBNL NHC",
 }
 # Every drain reason ccrhost sets starts with this; others' reasons are never touched.
 DRAIN_PREFIX = "ccrhost:"

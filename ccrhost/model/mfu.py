@@ -62,6 +62,25 @@ def end_to_end_mfu(model_flops: float, attention_flops: float, step_s: float, tf
     return flops / (step_s * tflops * 1e12)
 
 
+# What an MFU figure is: a prediction needs a kernel share measured somewhere
+# (a preset's source run, a given kernel_share, a solved mfu); with the
+# kernels at peak it is only the most the step allows.
+PREDICTION = "prediction"
+CEILING = "ceiling (kernels at peak)"
+
+
+def shown(value: float) -> str:
+    """An MFU for people, never above 100%: attention counted full (12 L s a)
+    can put the model FLOPs above what the GPUs computed, and that is no
+    utilisation; the figure is capped and says so."""
+    return f"100.0% (capped: {value:.1%} by this count, above peak F)" if value > 1 else f"{value:.1%}"
+
+
+def cell(value: float, kind: str) -> str:
+    """An MFU table cell: capped at 100%, a ceiling marked ``<=``."""
+    return ("<=" if kind == CEILING else "") + f"{min(value, 1.0):.1%}"
+
+
 def solve_kernel_share(spec: WorkloadSpec, mfu_at: Callable[[float], float]) -> float:
     """The kernel share at which the node's predicted end-to-end MFU (in
     spec.mfu_attention's count), ``mfu_at(share)``, is spec.mfu. The step

@@ -6,7 +6,8 @@ Pure: the probe (``ccrhost.probes.nicfw``) parses the tool's table into
 NIC as an active-check result (``ccrhost.model.active``) with their time,
 because the tool takes seconds per device; :func:`check_nic_firmware`,
 called once from ``verdict.evaluate``, judges the stored readings and their
-age on every path. Profile defaults and sources: docs/nic-firmware.md and
+age on every path. The profile's parameters and sources: the platform
+files' ``nic_firmware`` (ccrhost/platforms/connectx.yaml; docs/nic-firmware.md,
 shared/reference/active-checks.md §3 (NVIDIA's NIC configuration operator,
 pkg/host/configvalidation.go and pkg/consts/consts.go).
 """
@@ -63,22 +64,27 @@ class Want:
     source: str = ""
 
 
-def default_profile(cnp_dscp: int = 48, cnp_prio: int = 6, max_acc_out_read: tuple[int, ...] = (0, 44, 128),
-                    link_type: int | None = None, ats: bool = False) -> dict[str, Want]:
-    """The profile's parameters (``_P1``: the NIC's first port, the one a
-    single-port PF's RDMA device has). Defaults are the NIC configuration
-    operator's; CNP values are ccrhost's own QoS settings (qos_cnp_dscp,
-    qos_cnp_priority) so the firmware's CNPs match what the QoS stage maps."""
+def default_profile(cnp_dscp: int = 48, cnp_prio: int = 6, max_acc_out_read: tuple[int, ...] | None = None,
+                    link_type: int | None = None, ats: bool | None = None, params: dict | None = None) -> dict[str, Want]:
+    """The profile's parameters (``_P1``: named for the NIC's first port;
+    a second port's PF is judged by ``_P2``, :func:`port_of`): ``params``, a
+    platform file's ``nic_firmware`` (the built-in connectx one when None),
+    with the settings that override it (``None``: the platform's); the CNP
+    values are ccrhost's own QoS settings (qos_cnp_dscp, qos_cnp_priority) so
+    the firmware's CNPs match what the QoS stage maps."""
+    if params is None:
+        from ccrhost.model.platform import resolve
+
+        params = resolve("connectx").nic_firmware
+    wants = {name: Want(tuple(p["values"]), p["level"], bool(p.get("ethernet_only")), p["source"])
+             for name, p in params.items()}
     op = "Mellanox/nic-configuration-operator pkg/host/configvalidation.go"
-    wants = {
-        "ADVANCED_PCI_SETTINGS": Want((1,), FAIL, source=f"{op} (pciPerformanceOptimized); OCI and DGX Max ACC checks"),
-        "MAX_ACC_OUT_READ": Want(tuple(max_acc_out_read), FAIL,
-                                 source=f"{op}: 0 = auto, 44 or 128; OCI and DGX Max ACC checks fail other values"),
-        "ATS_ENABLED": Want((1,) if ats else (0,), WARN, source=f"{op} (gpuDirectOptimized, bare metal)"),
-        "ROCE_CC_PRIO_MASK_P1": Want((255,), WARN, True, source=f"{op} (roceOptimized)"),
-        "CNP_DSCP_P1": Want((cnp_dscp,), WARN, True, source="qos_cnp_dscp (ccrhost's QoS)"),
-        "CNP_802P_PRIO_P1": Want((cnp_prio,), WARN, True, source="qos_cnp_priority (ccrhost's QoS)"),
-    }
+    if max_acc_out_read is not None:
+        wants["MAX_ACC_OUT_READ"] = Want(tuple(max_acc_out_read), FAIL, source="setting verify_nic_max_acc_out_read")
+    if ats is not None:
+        wants["ATS_ENABLED"] = Want((1,) if ats else (0,), WARN, source="setting verify_nic_ats_enabled")
+    wants["CNP_DSCP_P1"] = Want((cnp_dscp,), WARN, True, source="qos_cnp_dscp (ccrhost's QoS)")
+    wants["CNP_802P_PRIO_P1"] = Want((cnp_prio,), WARN, True, source="qos_cnp_priority (ccrhost's QoS)")
     if link_type is not None:
         wants["LINK_TYPE_P1"] = Want((link_type,), FAIL, source=f"{op} (linkType: 1 IB, 2 ETH)")
     return wants
@@ -149,14 +155,31 @@ def _judge_firmware(where: str, nic: NicFirmware, wants: dict[str, Want], ethern
     return reasons
 
 
+def port_of(bdf: str | None) -> int:
+    """The NIC port an RDMA device's PCI function drives: function N is port
+    N + 1 (a dual-port ConnectX has one PF per port; the NIC configuration
+    operator sets ``_P2`` "if second PCI function is present",
+    network-operator-docs configuration-details.rst). Port 1 when unknown."""
+    function = (bdf or "").rpartition(".")[2]
+    return int(function) + 1 if function.isascii() and function.isdigit() and len(function) == 1 else 1
+
+
+def port_name(name: str, port: int) -> str:
+    """A profile parameter (named for port 1, ``CNP_DSCP_P1``) as ``port`` has it."""
+    return f"{name[:-3]}_P{port}" if port != 1 and name.endswith("_P1") else name
+
+
 def _rows(nic: NicFirmware, wants: dict[str, Want], ethernet: bool):
     """(name, want, the NIC's row or None, hidden) for each wanted parameter
-    that applies to this port; ``hidden``: MAX_ACC_OUT_READ left out because
+    that applies to this port (a per-port one by this port's name: the
+    query lists every port's); ``hidden``: MAX_ACC_OUT_READ left out because
     ADVANCED_PCI_SETTINGS is off (mlxconfig lists it only once that is on,
     the operator's configvalidation.go)."""
+    port = port_of(nic.bdf)
     for name, want in wants.items():
         if want.ethernet_only and not ethernet:
             continue
+        name = port_name(name, port)
         p = nic.params.get(name)
         advanced = nic.params.get("ADVANCED_PCI_SETTINGS")
         hidden = (p is None and name == "MAX_ACC_OUT_READ" and advanced is not None

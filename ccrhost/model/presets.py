@@ -4,7 +4,8 @@
 given next to it overrides the preset's value. Pure data, no I/O.
 
 tokens_per_gpu_step is the reported global batch in tokens / the reported
-GPU count. What a source does not report is listed in ``assumed``.
+GPU count. What a source does not report is listed in ``assumed``; a figure
+computed from a source's figure (not reported as such) in ``derived``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ class Preset:
     values: dict  # verify_workload keys
     sources: tuple[str, ...]  # where each figure comes from
     assumed: tuple[str, ...] = ()  # figures no source gives: ours, override them
+    derived: tuple[str, ...] = ()  # figures computed from a source's figure, each with its computation
+    kernel_share_from: str = "from its source run"  # where values["kernel_share"] comes from
 
     def to_dict(self) -> dict:
         return {"name": self.name, "values": dict(self.values), "sources": list(self.sources),
-                "assumed": list(self.assumed)}
+                "assumed": list(self.assumed), "derived": list(self.derived),
+                "kernel_share_from": self.kernel_share_from if "kernel_share" in self.values else None}
 
 
 LLAMA3 = ("Llama 3 sizes: Grattafiori et al. 2024, 'The Llama 3 Herd of Models', arXiv:2407.21783, "
@@ -60,9 +64,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         # Float8 on the linear layers (torchtitan's Float8: bf16 master weights, so gathers stay bf16)
         "dp_size": 32, "tp_size": 8, "sharding": "full", "tokens_per_gpu_step": 512 * 8192 / 256,
         "recompute": "full", "framework": "torchtitan", "precision": "fp8", "overlap": 1.0,
+        # Table 4's "2D" row: 829 TPS/GPU; solved on 8 x 989.5 TFLOPS bf16 and 8 x 400 Gb/s (its Grand Teton
+        # hosts), against the bf16 peak as torchtitan's Float8 runs are quoted (tests/test_workload_reality.py
+        # checks the round trip)
+        "kernel_share": 0.509,
     }, (LLAMA3, TORCHTITAN + ", Table 4: 256 GPUs, FSDP 32, TP 8, global batch 512, full activation "
-                             "checkpointing, torch.compile + Float8", FSDP_OVERLAP),
-        ("parameter gathers in bf16: Table 4 does not say enable_fsdp_float8_all_gather",)),
+                             "checkpointing, torch.compile + Float8; its '2D' row: 829 TPS/GPU", FSDP_OVERLAP),
+        ("parameter gathers in bf16: Table 4 does not say enable_fsdp_float8_all_gather",),
+        kernel_share_from="solved from its source run's 829 tokens/s/GPU (torchtitan Table 4)"),
     Preset("llama3-405b", {
         "params": 405e9, "layers": 126, "hidden_size": 16384, "kv_size": 1024, "seq_len": 8192,
         # Table 4 there, 16,384 GPUs: TP 8, CP 1, PP 16, DP 128, 16 sequences per DP rank, 16M tokens a batch
@@ -137,6 +146,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         # 1F1B's (PP-1)(F+B), about interleaving's (PP-1)/(2M); "both all-to-all and PP communication can
         # be fully hidden during execution"
         "virtual_stages": 2, "micro_batches": 120, "a2a_overlap": 1.0, "pipeline_overlap": 1.0,
+        # derived, not published: no DeepSeek MFU is reported. Sec. 1 and Table 1: 180K H800 GPU hours per
+        # trillion tokens (pre-training 2,664K GPU hours / 14.8T tokens; the 2,788K total adds context
+        # extension and post-training). A step of 15360 x 4096 tokens on 2048 GPUs then takes
+        # 180e3 x 3600 / 1e12 x 62.9e6 / 2048 = 19.9 s; the model gives that step on 8 x 989.5 TFLOPS bf16
+        # (the H800 computes as the H100 SXM) and 8 x 400 Gb/s at kernel share 0.425 (peak: 8.5 s).
+        # tests/test_workload_reality.py checks the round trip.
+        "kernel_share": 0.425,
     }, ("DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report', arXiv:2412.19437: sec. 4.2 (61 layers, hidden 7168, "
         "first 3 layers dense, 256 routed experts of intermediate 2048, 8 per token, 128 heads of query-key "
         "dim 192 and value dim 128), sec. 3.2 (2048 H800, 16-way PP, 64-way EP over 8 nodes, ZeRO-1 DP), "
@@ -147,20 +163,33 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         "Comparison'"),
         ("micro_batches 120: one sequence per micro-batch (15360 sequences / 128 replicas)",
          "virtual_stages 2: DualPipe's two chunks a rank, its bubble as interleaving's",
-         "gradient reduce at fp32 and not overlapped: the report does not say")),
+         "gradient reduce at fp32 and not overlapped: the report does not say"),
+        ("kernel_share 0.425: derived from the report's 180K H800 GPU hours per trillion tokens (sec. 1, "
+         "Table 1: 2,664K pre-training GPU hours / 14.8T tokens), a 19.9 s step of 15360 x 4096 tokens on "
+         "2048 GPUs, against the bf16 peak; the report gives no MFU",),
+        kernel_share_from="derived from its published 180K H800 GPU hours per trillion tokens"),
 )}
 NAMES = tuple(PRESETS)
 
 
 def expand(data: dict) -> dict:
     """verify_workload keys with the preset's values under the given ones.
-    An unknown name is left for the schema to refuse."""
+    An unknown name is left for the schema to refuse. A null (YAML ``~``)
+    over a value the preset sets is refused, not taken as "the default": it
+    would silently undo the preset (``kernel_share: null`` would put the
+    kernels at peak). Raises ValueError("[key] ...")."""
     name = data.get("preset")
     if not isinstance(name, str) or name not in PRESETS:  # a list or mapping: the schema names it
         return dict(data)
     values = dict(PRESETS[name].values)
     # the two efficiencies exclude each other: the one given replaces the preset's
     for given, dropped in (("mfu", "kernel_share"), ("kernel_share", "mfu")):
-        if given in data and dropped not in data:
+        if data.get(given) is not None and data.get(dropped) is None:
             values.pop(dropped, None)
+    for key in sorted(data):
+        if data[key] is None and values.get(key) is not None:
+            shown = f"{values[key]:g}" if isinstance(values[key], float) else values[key]
+            raise ValueError(f"[{key}] null beside preset {name} would drop its {key} ({shown}) "
+                             f"and fall back to the default; allowed: a value, or leave {key} out to keep the "
+                             f"preset's")
     return {**values, **data}

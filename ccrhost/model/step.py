@@ -166,8 +166,14 @@ class NodeModel:
             return "peak: the mfu is unreachable here (notes)" if unreachable else "solved from mfu"
         preset = presets.PRESETS.get(s.preset) if isinstance(s.preset, str) else None
         if preset and preset.values.get("kernel_share") == s.kernel_share:
-            return f"{s.preset}'s, from its source run"
+            return f"{s.preset}'s, {preset.kernel_share_from}"
         return "given"
+
+    @property
+    def mfu_kind(self) -> str:
+        """mfu.PREDICTION where the kernel share is calibrated (a preset's
+        source, given, solved from an mfu), mfu.CEILING with kernels at peak."""
+        return mfumod.PREDICTION if self.kernel_share < 1 else mfumod.CEILING
 
     def mfu(self, attention: str = "causal") -> float:
         """The end-to-end MFU the model predicts: model FLOPs (no recompute)
@@ -208,7 +214,8 @@ class NodeModel:
                    f"CCR {self.ccr:.4g} ({self.band}), exposed communication {self.exposed_comm_fraction:.1%} "
                    f"of the step, slowdown x{self.slowdown:.3f}")
                 + (f", pipeline bubble {self.bubble_fraction:.1%}" if self.bubble_s else "")
-                + f"; end-to-end MFU {self.mfu('causal'):.1%} (causal attention) / {self.mfu('full'):.1%} (full)"
+                + f"; end-to-end MFU {self.mfu_kind}: causal attention {mfumod.shown(self.mfu('causal'))} / "
+                + f"full attention {mfumod.shown(self.mfu('full'))}"
                 + f" [the CCR guide's literal beta 4: CCR {literal:.4g}, no band]")
 
     def to_dict(self) -> dict:
@@ -242,7 +249,9 @@ class NodeModel:
             "literal_beta_ccr": ccrmod.ccr(self.bandwidth_gbps, self.tflops) if self.tflops > 0 else None,
             "kernel_share": self.kernel_share,
             "kernel_share_source": self.kernel_share_source,
+            # as computed: the full count may exceed 1 (text shows it capped, mfu.shown)
             "mfu_end_to_end": {"causal": self.mfu("causal"), "full": self.mfu("full")},
+            "mfu_kind": self.mfu_kind,
             "compute_s": self.compute_s,
             "bubble_s": self.bubble_s,
             "bubble_fraction": self.bubble_fraction,
@@ -330,6 +339,7 @@ def _notes(spec: WorkloadSpec, attention: float) -> tuple[str, ...]:
         notes.append(batch)
     if spec.preset in presets.PRESETS:
         notes += [f"{spec.preset} assumes {a}" for a in presets.PRESETS[spec.preset].assumed]
+        notes += [f"{spec.preset} derives {d}" for d in presets.PRESETS[spec.preset].derived]
     return tuple(notes)
 
 

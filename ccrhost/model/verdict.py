@@ -12,12 +12,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ccrhost.model import allreduce as ar
+from ccrhost.model import baseline as hb
+from ccrhost.model import busy as gpu_work
 from ccrhost.model import dcgm
 from ccrhost.model.active import ActiveReading
 from ccrhost.model import ccr as ccrmod
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
 from ccrhost.model import history as hist
+from ccrhost.model import host_health as hh
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model.gpus import GpuReading
@@ -53,6 +56,9 @@ class Readings:
     nic_fw: nicfw.NicFwReading | None = None      # None: no NIC firmware reading was read (not judged)
     dcgm: ActiveReading | None = None             # None: no DCGM diag result was read (not judged)
     history: hist.History | None = None          # None: the node's failure history is not kept (or not here)
+    busy: gpu_work.SkippedTests | None = None       # None: no active test was skipped for running GPU work
+    baseline: hb.BaselineReading | None = None    # None: the host baseline was not read (not judged)
+    host_health: hh.HostHealthReading | None = None  # None: the host's health was not read (not judged)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -103,7 +109,10 @@ class Policy:
     fabric: fab.FabricPolicy = fab.FabricPolicy()
     window_max_age: float | None = 3600  # verify_window_max_age: the oldest stored reading a rate starts from
     nic_fw: nicfw.NicFwPolicy | None = None  # None: neither the NIC firmware audit nor the optics is on
+    baseline: hb.BaselinePolicy | None = None  # None: no baseline_* key is set (the host baseline is not judged)
     history: hist.HistoryPolicy = hist.HistoryPolicy()
+    gpudirect_figures: tuple[dp.GdrFigure, ...] = ()  # the platform's ib_write_bw.gpudirect, published and fleet
+    host_health: hh.HostHealthPolicy = hh.HostHealthPolicy()
 
 
 @dataclass
@@ -397,7 +406,7 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
     if readings.datapath is not None:
         reasons += dp.check_datapath(readings.datapath, dp.DatapathPolicy(
             rail_local=expect.rail_local, thresholds=policy.link_thresholds, required=policy.required_versions,
-            measure_min_fraction=policy.measure_min_fraction))
+            measure_min_fraction=policy.measure_min_fraction, gpudirect_figures=policy.gpudirect_figures))
     # the kernel log's link-down lines come with the XIDs: one read of the log
     downs = readings.gpu_health.link_downs if readings.gpu_health is not None else None
     reasons += fab.check_fabric(readings.fabric, policy.fabric, policy.link_thresholds, downs)
@@ -419,9 +428,17 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
 
         reasons += check_nic_firmware(readings.nic_fw, policy.nic_fw, ethernet)
     reasons += dcgm.check_dcgm(readings.dcgm)
+    reasons += hb.check_baseline(readings.baseline, policy.baseline)
+    reasons += gpu_work.check_skipped(readings.busy)
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))
+    if readings.host_health is not None:  # its kernel-log lines come from the GPU health probe's one read
+        health = readings.gpu_health
+        fabric_gpus = health is not None and any(g.fabric_state is not None for g in health.gpus)
+        reasons += hh.check_host_health(readings.host_health, policy.host_health,
+                                        health.host_events if health is not None else None,
+                                        health.log_error if health is not None else None, fabric_gpus)
 
     result = None
     tflops, gpu_reasons = (None, []) if readings.gpu_error or not gpus else gpu_tflops(gpus, policy)

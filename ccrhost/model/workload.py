@@ -236,8 +236,10 @@ def spec_problems(spec: WorkloadSpec) -> list[Problem]:
         bad("micro_batches", f"allowed: at most the {s.replica_tokens:g} tokens a replica handles a step")
     if not 1 <= s.capacity_factor <= 64:
         bad("capacity_factor", "allowed: 1 to 64 (expert buffer / the even share of routed tokens)")
-    if s.pp_size > 1 and (s.hidden_size is None or s.params is None):
-        bad("pp_size", "pipeline stages send activations: give hidden_size and params with pp_size > 1")
+    if s.pp_size > 1 and (s.hidden_size is None or s.params is None or s.layers is None):
+        # layers too: without them nothing bounds the stages (pp_size 4096 of a model of unknown depth)
+        bad("pp_size", "pipeline stages hold layers and send activations: give layers, hidden_size and params "
+                       "with pp_size > 1")
     if s.virtual_stages > 1 and s.pp_size == 1:
         bad("virtual_stages", "allowed: 1 without a pipeline (pp_size 1); interleaving splits pipeline stages")
     # Llama 3 (arXiv:2407.21783 sec. 3.3.2) gives the first chunk only the embedding and the last only the
@@ -267,6 +269,10 @@ def spec_problems(spec: WorkloadSpec) -> list[Problem]:
             bad("ep_size", f"allowed: a divisor of experts ({s.experts}), so every rank holds as many")
         if s.top_k > s.experts:
             bad("top_k", f"allowed: 1 to experts ({s.experts})")
+        if s.moe_max_nodes is not None and s.moe_max_nodes > s.top_k:
+            # a token's top_k experts sit on at most top_k nodes: a larger limit limits nothing
+            bad("moe_max_nodes", f"allowed: 1 to top_k ({s.top_k}): a token reaches at most one node per expert "
+                                 "it is routed to")
         if s.dp_size * s.cp_size % s.ep_size:
             bad("ep_size", f"allowed: a divisor of dp_size x cp_size ({s.dp_size * s.cp_size}): "
                            "expert parallelism splits the data-parallel ranks")

@@ -278,26 +278,42 @@ def xid_entry(code: int) -> XidEntry:
 
 
 # Xid 154's text: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU
-# Reset Required)"; the catalogue lists None, Drain P2P, Drain and Reset,
-# GPU Reset Required, Node Reboot Required.
-_RECOVERY_TEXT = re.compile(r"\bto (?:0x[0-9a-fA-F]+ )?\(([^()]{1,40})\)")
+# Reset Required)"; drivers word the same number differently ("0x1 (PF FLR)",
+# "0x2 (OS Reboot)"), so the number decides. Numbers: nvml.h
+# nvmlDeviceGpuRecoveryAction_t, 0-4 alike in every version (5 on is
+# GPU_RESET_BUS in some, RECOVER_IMEX_DOMAIN in others: its words decide).
+_RECOVERY_TEXT = re.compile(r"\bto (?:0x([0-9a-fA-F]{1,8})\b ?)?(?:\(([^()]{1,40})\))?")
+_RECOVERY_NUMBERS = {
+    0: (WARN, "none"),         # NVML_GPU_RECOVERY_ACTION_NONE
+    1: (FAIL, "reset_gpu"),    # _GPU_RESET
+    2: (FAIL, "reboot"),       # _NODE_REBOOT
+    3: (FAIL, "reset_gpu"),    # _DRAIN_P2P
+    4: (FAIL, "reset_gpu"),    # _DRAIN_AND_RESET
+}
 _RECOVERY = {
     "none": (WARN, "none"),
     "drain p2p": (FAIL, "reset_gpu"),
     "drain and reset": (FAIL, "reset_gpu"),
     "gpu reset required": (FAIL, "reset_gpu"),
+    "pf flr": (FAIL, "reset_gpu"),
     "node reboot required": (FAIL, "reboot"),
     "os reboot": (FAIL, "reboot"),
 }
 
 
 def xid154_action(text: str) -> tuple[str, str, str | None]:
-    """(level, action, the action's words) Xid 154's text asks for; text
-    that names none it lists WARNs to investigate."""
-    m = _RECOVERY_TEXT.search(text)
-    words = m.group(1).strip() if m else None
-    level, action = _RECOVERY.get((words or "").lower(), (WARN, "investigate"))
-    return level, action, words
+    """(level, action, the action as logged) Xid 154's text asks for: by
+    its number, else by its words; text that names neither WARNs to
+    investigate."""
+    m = next((m for m in _RECOVERY_TEXT.finditer(text) if m.group(1) or m.group(2)), None)
+    if m is None:
+        return WARN, "investigate", None
+    number = int(m.group(1), 16) if m.group(1) else None
+    words = m.group(2).strip() if m.group(2) else None
+    shown = " ".join(x for x in (m.group(1) and f"0x{m.group(1)}", words and f"({words})") if x)
+    if number in _RECOVERY_NUMBERS:
+        return (*_RECOVERY_NUMBERS[number], shown)
+    return (*_RECOVERY.get((words or "").lower(), (WARN, "investigate")), shown)
 
 
 # NVSwitch SXids (nvidia-nvswitchN: SXid (PCI:...): NNNNN, Fatal|Non-fatal, ...):
@@ -321,8 +337,9 @@ def _source(e: XidEntry) -> str:
 def entry_line(e: XidEntry) -> str:
     """One code on one line (``ccrhost explain xid-95``)."""
     resolution = e.resolution or "none given"
-    extra = "; its text names the action: GPU Reset Required, Drain and Reset, Drain P2P FAIL (reset_gpu), " \
-            "Node Reboot Required FAIL (reboot), None WARN" if e.code == XID_RECOVERY else ""
+    extra = "; its text names the action, by number: 0x1 GPU Reset Required (or PF FLR), 0x3 Drain P2P, " \
+            "0x4 Drain and Reset FAIL (reset_gpu), 0x2 Node Reboot Required FAIL (reboot), 0x0 None WARN" \
+        if e.code == XID_RECOVERY else ""
     return (f"Xid {e.code}: {e.name} - {e.level}, action {e.action} (NVIDIA: {resolution}; level from "
             f"{_source(e)}){extra}")
 

@@ -19,13 +19,16 @@ from ccrhost.model.fabric import FabricReading, window_from_state
 from ccrhost.model.status import FAIL, UNKNOWN, Reason
 from ccrhost.model.verdict import Verdict, evaluate, readings_from_facts, unjudged
 from ccrhost.node.history_file import keep_history, locked, read_history
+from ccrhost.node.stored import boot_id, read_stored  # boot_id named here: tests stand in for it
 
 if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without the settings model
     from ccrhost.settings import HostSettings
 
 
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
-              gather_health=None, gather_fabric=None, refresh_nic: bool = False, query_nic=None) -> Verdict:
+              gather_health=None, gather_fabric=None, refresh_nic: bool = False, query_nic=None,
+              deadline: float | None = None, skipped: list[str] | None = None, read_busy=None,
+              gather_baseline=None, gather_host=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``started``: the reads
     already under way (:class:`ccrhost.node.gather.Started`), else they
     start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
@@ -33,13 +36,29 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     GPU health only with ``gather_health`` and the lossless-fabric counters
     only with ``gather_fabric``. ``refresh_nic`` (the health check, never the
     prolog): query the compute NICs' firmware settings first and store them
-    (``query_nic``: the runner, for tests).
+    (``query_nic``: the runner, for tests) while ``deadline`` (a
+    ``time.monotonic`` time, the whole run's budget) leaves room; the NICs
+    it left are added to ``skipped``. On a busy node (GPU processes, a Slurm
+    job: ``node.busy.read_local``, or ``read_busy()`` in tests) the queries are
+    not made, unless ``verify_active_when_busy``: the verdict says so with a
+    proof-missing UNKNOWN ``node_busy`` and the stored readings stay. The host
+    baseline is read where a ``baseline_*`` key asks (``gather_baseline``: its
+    reader, for tests).
+    ``gather_host``: the host health reading (for tests; with ``gather``
+    alone it is not read).
 
     What could not be read is UNKNOWN, never a guess: an RDMA probe that
     hangs past ``timeout`` or prints what sysfs never prints gives the
     UNKNOWN verdict of :func:`unknown`; GPUs or a data path that cannot be
     read are UNKNOWN reasons of the verdict.
     """
+    asked = settings.policy().baseline
+    if gather is None and gather_baseline is None and asked is not None:
+        # its sysctls and mounts come from the settings: started now, beside the reads under way
+        from ccrhost.node.gather import _start
+        from ccrhost.probes import baseline as baseline_probe
+
+        gather_baseline = _start(baseline_probe.read_local, *asked.ask(), timeout=timeout).result
     if gather is None:
         from ccrhost.node.gather import Started
         from ccrhost.probes import fabric as fabric_probe
@@ -48,6 +67,9 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         # The probes are separate processes that only read: run at once,
         # the check waits for the slowest rather than their sum.
         reads = started or Started(timeout)
+        if gather_host is None and settings.policy().host_health.enabled:
+            # its units and state come from the settings: started once they are known
+            gather_host = reads.host_health(settings)
         if gather_fabric is None:  # the reading now, joined with the stored one the settings name
             def gather_fabric():
                 return fabric_probe.read_local(settings.verify_link_state, True, timeout, now=reads.fabric_now.result)
@@ -69,6 +91,11 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     readings = readings_from_facts(rdma_state, gpu_state, settings.rdma_exclude_devices, datapath=datapath,
                                    gpu_health=health)
     readings.fabric = local_fabric(settings, gather_fabric) if gather_fabric is not None else None
+    if asked is not None and gather_baseline is not None:
+        from ccrhost.model.baseline import kept
+
+        readings.baseline = kept(gather_baseline(), asked)
+    readings.host_health = gather_host() if gather_host is not None else None
     if settings.allreduce_state:  # the stored results and their age: the check never runs the test itself
         from ccrhost.node.allreduce import stored_reading
 
@@ -77,16 +104,23 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     if nic_state:  # the stored firmware readings and their age; the slow query only where asked
         from ccrhost.node import nicfw
 
-        if refresh_nic:
+        work = _busy_work(settings, read_busy) if refresh_nic else None
+        if work is not None and not work.idle:
+            from ccrhost.model.busy import SkippedTests
+
+            readings.busy = SkippedTests(work, ["the NIC firmware query (--refresh-nic)"])
+        elif refresh_nic:
             devices = sorted({p.device for p in readings.ports if not p.efa})
             nic = settings.policy().nic_fw  # not None: nic_fw_state is set only when one of them is on
             nicfw.run_and_store(nic_state, devices, settings.verify_nic_valid_for, run=query_nic,
-                                firmware=nic.enabled, optics=nic.optics)
+                                firmware=nic.enabled, optics=nic.optics, deadline=deadline, skipped=skipped)
         readings.nic_fw = nicfw.stored_reading(nic_state)
     if getattr(settings, "dcgm_state", None):  # likewise the stored DCGM diag result (node/dcgm.py)
         from ccrhost.node import dcgm as node_dcgm
 
-        readings.dcgm = node_dcgm.stored_reading(settings.dcgm_state)
+        # judged whoever stored it, verify_dcgm on or off: a sweep's FAIL holds its drain
+        readings.dcgm = node_dcgm.stored_reading(settings.dcgm_state,
+                                                 required=getattr(settings, "verify_dcgm", True))
     path = getattr(settings, "verify_history", None)
     if not path:
         verdict = evaluate(readings, settings.expectation(), settings.policy())
@@ -94,7 +128,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         # one check at a time reads and extends the history (a prolog beside
         # the health check would otherwise count one failure twice)
         with locked(path):
-            readings.history = read_history(path)
+            readings.history = read_history(path, boot=boot_id())
             verdict = evaluate(readings, settings.expectation(), settings.policy())
             keep_history(path, verdict, settings.policy().history)
     if getattr(settings, "verify_evidence_dir", None) and verdict.status == FAIL:
@@ -102,6 +136,18 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
 
         verdict.evidence = keep_evidence(settings, verdict)
     return verdict
+
+
+def _busy_work(settings: HostSettings, read_busy):
+    """The node's GPU work and Slurm jobs before the NIC queries; None where the settings run them
+    on a busy node anyway (verify_active_when_busy)."""
+    if getattr(settings, "verify_active_when_busy", False):
+        return None
+    if read_busy is None:
+        from ccrhost.node import busy
+
+        return busy.read_local(slurm_conf=getattr(settings, "slurm_conf", None))
+    return read_busy()
 
 
 def unknown(code: str, message: str, verdict: Verdict | None = None) -> Verdict:
@@ -141,37 +187,6 @@ def local_fabric(settings: HostSettings, gather_fabric) -> FabricReading:
     return fabric_reading(dump, None, settings.rdma_exclude_devices, settings.verify_window_max_age)
 
 
-def boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
-# a stored GPU reading is a few hundred bytes per GPU; a bigger file is no reading of ours
-_STATE_MAX_BYTES = 1 << 20
-
-
-def read_stored(path: Path) -> tuple[object, str | None]:
-    """The JSON a check stored at ``path`` (None: none), and why it was
-    discarded when it cannot be parsed (too big, not JSON, nested past the
-    parser's depth): never raises, so a corrupt file is replaced, not kept."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_STATE_MAX_BYTES + 1)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"cannot read {path} ({exc.strerror or exc})"
-    try:
-        if len(raw) > _STATE_MAX_BYTES:
-            raise ValueError(f"over {_STATE_MAX_BYTES} bytes")
-        return json.loads(raw), None
-    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[...", deeper than json can go
-        return None, f"it is not a reading ({str(exc)[:80] or type(exc).__name__})"
-
-
 def local_gpu_health(settings: HostSettings, gather_health, now=None):
     """Read GPU health here, with the rates' window since the last check's
     reading (``verify_gpu_state``, as the link window keeps its counters:
@@ -190,6 +205,10 @@ def local_gpu_health(settings: HostSettings, gather_health, now=None):
     previous, why = read_stored(path)
     boot = boot_id()
     link = window_from_state(previous, current, boot, now, settings.verify_window_max_age, reading.uptime_s)
+    if reading.xids:  # only a node that logged an XID asks when its GPUs were reset
+        from ccrhost.node.gpu_reset import reset_ages
+
+        reading.resets = reset_ages(str(path), reading.gpus, boot, now)
     then = "rates are judged since boot" if link.since_boot else "rates are judged from the next check on"
     if why is not None:
         note = f"{DISCARDED} in {path} ({why}): discarded and replaced by this reading; the GPU counters' {then}"

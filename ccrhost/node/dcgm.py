@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from ccrhost.model.active import ActiveReading, ActiveResult
-from ccrhost.model.dcgm import CHECK, ToolAnswer, judge_diag, mode
+from ccrhost.model.dcgm import CHECK, ToolAnswer, engine_answered, judge_diag, mode
 from ccrhost.node import active
 from ccrhost.probes.dcgmi import DcgmiFormatError, diag_command, engine_command, gpu_ids_command, parse_diag, \
     parse_gpu_ids
@@ -57,7 +57,7 @@ def run_level(settings, level: int, run=None, clock=time.time) -> ActiveResult:
     binary = settings.verify_dcgm_binary
     engine = _answer(run(engine_command(binary), settings.verify_dcgm_engine_timeout, None))
     diag, gpus = None, {}
-    if engine.rc == 0 and not engine.timed_out and not engine.missing:
+    if engine_answered(engine):
         gpus = parse_gpu_ids(run(gpu_ids_command(), GPU_IDS_DEADLINE, None).output)
         diag = _answer(run(diag_command(binary, level), deadline(settings, level), None))
     return result_of(engine, gpus, diag, level, settings, clock)
@@ -69,8 +69,10 @@ def run_and_store(settings, level: int, run=None, clock=time.time) -> ActiveResu
     return result
 
 
-def stored_reading(path: str, clock=time.time) -> ActiveReading:
-    """What ``ccrhost check`` and the prolog judge: the stored diag and nvbandwidth results and their age."""
+def stored_reading(path: str, clock=time.time, required: bool = True) -> ActiveReading:
+    """What ``ccrhost check`` and the prolog judge: the stored diag and
+    nvbandwidth results and their age (``required``: the node's settings
+    ask for them, verify_dcgm)."""
     now = clock()
     stored, error = active.read_stored(path, (CHECK, "nvbandwidth"), now)
-    return ActiveReading(now, {k: r.to_dict() for k, r in stored.items()}, error)
+    return ActiveReading(now, stored, error, required)

@@ -7,11 +7,13 @@ cap held (``--hold``). The reason's words: model/drain_reason.py.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import time
 
 from ccrhost.model.drain_reason import (COMMENT_FIELD, HELD_PREFIX, REASON_BYTES, REASON_FIELD, drain_reason, fit,
-                                        measured_drain, parse_drain_reason, replace_drain)
+                                        measured_drain, parse_drain_reason, replace_drain, same_drain)
+from ccrhost.model.history import opened_now
 from ccrhost.model.managed import DRAIN_PREFIX
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
 from ccrhost.model.verdict import Verdict, only_unproven
@@ -49,18 +51,44 @@ def current_reason(node: str, scontrol: str) -> str | None:
 
 class DrainNote(str):
     """What :func:`drain` did, in words; ``held``: the cap's decision when
-    the drain cap kept the node from being drained."""
+    the drain cap kept the node from being drained; ``actions``: a dry
+    run's scontrol lines, which it did not run."""
     held = None
+    actions: tuple[str, ...] = ()
 
 
-def _note(text: str, held=None) -> DrainNote:
+def _note(text: str, held=None, actions=()) -> DrainNote:
     note = DrainNote(text)
-    note.held = held
+    note.held, note.actions = held, tuple(actions)
     return note
 
 
+def would_drain(note: DrainNote) -> bool:
+    return any(" State=DRAIN " in f" {a} " for a in note.actions)
+
+
 def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None, measured: bool = False,
-          unknown_drains: bool = False, cap=None, sinfo: str | None = None) -> DrainNote:
+          unknown_drains: bool = False, cap=None, sinfo: str | None = None, dry_run: bool = False) -> DrainNote:
+    """:func:`_drain`; with ``dry_run`` it reads Slurm as ever but changes
+    nothing: the note says what it would have done and lists the scontrol
+    lines (``actions``)."""
+    actions: list[str] = []
+
+    def act(args: list[str]) -> str:
+        if dry_run:
+            actions.append(shlex.join([os.path.basename(args[0]), *args[1:]]))
+            return ""
+        return _scontrol(args)
+
+    note = _drain(verdict, node, scontrol, measured, unknown_drains, cap, sinfo, act, dry_run)
+    if not dry_run:
+        return note
+    return _note(f"dry run, nothing changed: {note}" + (f"; would run: {' ; '.join(actions)}" if actions else ""),
+                 note.held, actions)
+
+
+def _drain(verdict: Verdict, node: str | None, scontrol: str | None, measured: bool, unknown_drains: bool, cap,
+           sinfo: str | None, act, dry_run: bool) -> DrainNote:
     """Drain this node on FAIL, undrain it when OK or WARN, and never touch
     a reason someone else set (one that does not start with ``ccrhost:``).
     UNKNOWN changes nothing (the node's state is not known) unless
@@ -99,27 +127,30 @@ def drain(verdict: Verdict, node: str | None = None, scontrol: str | None = None
         return _note(f"{node} stays drained: {reason!r} is to be replaced; only an operator resumes it")
     if verdict.status == FAIL or (unknown_drains and verdict.status == UNKNOWN):
         text = drain_reason(verdict)
-        if reason == text:
-            return _note(f"{node} stays drained: {text}")  # no update: it would only restamp the reason
+        if ours and (reason == text or same_drain(reason, text)) and not opened_now(verdict.readings.history):
+            # stamped once per failure: the drain's time stays the failure's (the cap's window, remediate's
+            # "booted after its drain"); a failure that returns (a new episode) is stamped again
+            return _note(f"{node} stays drained: {reason}")
         if cap is not None and not ours:  # a new drain: only while the cap has room
             decision = capped(verdict, node, cap, scontrol, sinfo)
             if decision.held:
-                return _held(verdict, node, cap, scontrol, comment, decision, "not drained")
-        _scontrol([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"])
-        if cap is not None and not ours:
+                return _held(verdict, node, cap, scontrol, comment, decision, "not drained", act, dry_run)
+        act([scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"])
+        if cap is not None and not ours and not dry_run:
             # nodes that failed at the same moment all saw room: the first
             # ones by drain time stay drained, the others lift their own
             decision = capped(verdict, node, cap, scontrol, sinfo)
             if decision.held:
-                _scontrol([scontrol, "update", f"NodeName={node}", "State=RESUME"])
+                act([scontrol, "update", f"NodeName={node}", "State=RESUME"])
                 return _held(verdict, node, cap, scontrol, comment, decision,
-                             "drained, then lifted again (others drained first)")
+                             "drained, then lifted again (others drained first)", act, dry_run)
         return _note(f"drained {node}: {text}")
     if verdict.status in (OK, WARN) and comment is not None and comment.startswith(HELD_PREFIX):
-        _scontrol([scontrol, "update", f"NodeName={node}", "Comment="])
-        cap_textfile(cap, None)
+        act([scontrol, "update", f"NodeName={node}", "Comment="])
+        if not dry_run:
+            cap_textfile(cap, None)
     if ours and verdict.status in (OK, WARN):
-        _scontrol([scontrol, "update", f"NodeName={node}", "State=RESUME"])
+        act([scontrol, "update", f"NodeName={node}", "State=RESUME"])
         return _note(f"resumed {node} (its ccrhost drain reason no longer holds)")
     return _note("no drain change")
 
@@ -164,15 +195,20 @@ def capped(verdict: Verdict, node: str, cap, scontrol: str, sinfo: str | None = 
     return decide(node, drain_codes(verdict.reasons), drained, population, cap, time.time())
 
 
-def _held(verdict: Verdict, node: str, cap, scontrol: str, comment: str | None, decision, what: str) -> DrainNote:
+def _held(verdict: Verdict, node: str, cap, scontrol: str, comment: str | None, decision, what: str,
+          act=None, dry_run: bool = False) -> DrainNote:
     """Say loudly that the cap held: the node's comment (what `slurm
-    verify` and `scontrol show node` read), syslog, the textfile."""
+    verify` and `scontrol show node` read), syslog, the textfile (a dry
+    run: only the note)."""
     codes = ",".join(c.code for c in decision.counts)
     text = fit(f"{HELD_PREFIX} {codes}: drain cap reached: {decision.text()}", REASON_BYTES)
     if comment != text:
-        _scontrol([scontrol, "update", f"NodeName={node}", f"Comment={text}"])
+        (act or _scontrol)([scontrol, "update", f"NodeName={node}", f"Comment={text}"])
+    # "DRAIN CAP HELD": the NHC check (templates/ccrhost.nhc.j2) reads these words to leave the node undrained
     message = (f"{node} {what}: DRAIN CAP HELD for {codes} ({decision.text()}); "
                f"jobs are kept off it without a drain: {verdict.summary()}")
+    if dry_run:
+        return _note(message, decision)
     try:
         import syslog
 
@@ -210,11 +246,14 @@ def cap_textfile(cap, decision) -> None:
         pass  # the log and the node's comment still say it
 
 
-def hold_job(job: str, scontrol: str, scancel: str | None = None) -> str:
+def hold_job(job: str, scontrol: str, scancel: str | None = None, dry_run: bool = False) -> str:
     """Keep job ``job`` off this node without draining it (the prolog, past
     the cap): requeue it (a batch job goes back to the queue), else cancel
     it (Slurm cancels an srun or salloc whose prolog fails too). Raises
-    DrainError when neither works."""
+    DrainError when neither works. ``dry_run``: says so, touches nothing."""
+    if dry_run:
+        return (f"dry run, nothing changed: would hold job {job}: would run: {os.path.basename(scontrol)} requeue {job}"
+                f" (else scancel {job})")
     try:
         _scontrol([scontrol, "requeue", job])
         return f"requeued job {job}"

@@ -10,6 +10,12 @@ is cut at ``MAX_FILE`` bytes; bundles older than ``verify_evidence_max_age_days`
 and beyond the newest ``verify_evidence_keep`` are removed. One bundle per
 failure: a new one when a failure starts (the history says so), or, without
 a history, when the newest is over an hour old.
+
+Bounded in time: the ``nvidia-smi -q`` of the failing GPUs run at once,
+each under ``SMI_TIMEOUT``, all within ``SMI_BUDGET`` (one stuck in the
+driver is left behind, its file says so); and never in a Slurm prolog,
+whose job waits for it: the health check after it collects the bundle of
+the failure the prolog found (the history's open episode has none yet).
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+from ccrhost.model.history import opened_now
 from ccrhost.model.status import FAIL
 from ccrhost.output import write_state
 
 MAX_FILE = 1 << 20      # bytes per file of a bundle
 UNTIMED_GAP = 3600      # without a history: at most one bundle an hour
+SMI_TIMEOUT = 20        # s, one nvidia-smi -q (a healthy one answers in about 1 s per GPU)
+SMI_BUDGET = 30         # s, all of them together: the check never waits longer for its evidence
 _NAME = "%Y%m%dT%H%M%SZ"
 
 
@@ -36,6 +46,12 @@ def bundles(folder: str) -> list[Path]:
     except OSError:
         return []
     return entries
+
+
+def _until(folder: str, now: float) -> list[Path]:
+    """The bundles stamped no later than ``now``, oldest first: one stamped
+    while the clock ran ahead is no newer failure's."""
+    return [b for b in bundles(folder) if (_stamp(b.name) or 0) <= now]
 
 
 def is_bundle_name(name: str) -> bool:
@@ -57,10 +73,12 @@ def due(folder: str, verdict, now: float) -> bool:
     if verdict.status != FAIL:
         return False
     history = verdict.readings.history
-    if history is not None:
-        episodes = history.episodes
-        return bool(episodes) and episodes[-1].time == history.now  # this check opened it
-    newest = bundles(folder)[-1:]
+    if history is not None:  # the open failure, until a bundle of it is kept (a prolog keeps none)
+        if not history.failing or not history.episodes:
+            return False
+        started = int(history.episodes[-1].time)
+        return opened_now(history) or not any((_stamp(b.name) or 0) >= started for b in _until(folder, now))
+    newest = _until(folder, now)[-1:]
     return not newest or now - (_stamp(newest[0].name) or 0) >= UNTIMED_GAP
 
 
@@ -78,6 +96,26 @@ def _run(args: list[str], timeout: float) -> str:
         (f"\n[exit {out.returncode}]\n" if out.returncode else "")
 
 
+def _smi_queries(indexes: list[int], timeout: float, budget: float) -> dict[int, str]:
+    """``nvidia-smi -q -i N`` of each GPU, all at once, each within
+    ``timeout``: what each printed, or why it is missing once ``budget``
+    ran out (a query stuck in the driver outlives its kill: its thread is
+    a daemon, left behind, and the check goes on)."""
+    out: dict[int, str] = {}
+
+    def query(index: int) -> None:
+        out[index] = _run(["nvidia-smi", "-q", "-i", str(index)], timeout)
+
+    threads = [threading.Thread(target=query, args=(i,), daemon=True) for i in indexes]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + budget
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return {i: out.get(i, f"nvidia-smi -q -i {i}: not collected: no answer within the evidence's {budget:g} s\n")
+            for i in indexes}
+
+
 def collect(folder: str, verdict, now: float, bug_report: bool = False, timeout: float = 20) -> Path:
     """Write this verdict's bundle; returns its folder."""
     bundle = Path(folder) / time.strftime(_NAME, time.gmtime(now))
@@ -90,9 +128,9 @@ def collect(folder: str, verdict, now: float, bug_report: bool = False, timeout:
     lines = [f"Xid {x.code} (PCI:{x.pci}) {'%.0f s ago' % x.age_s if x.age_s is not None else 'since boot'}: "
              f"{x.text.strip()}" for x in (health.xids if health else [])]
     write_state(bundle / "kernel-log.txt", _cut("".join(line + "\n" for line in lines) or "no XID lines\n"))
-    for index in sorted({r.gpu for r in verdict.reasons if r.gpu is not None and r.level == FAIL}):
-        write_state(bundle / f"nvidia-smi-q-gpu{index}.txt", _cut(_run(["nvidia-smi", "-q", "-i", str(index)],
-                                                                         timeout)))
+    indexes = sorted({r.gpu for r in verdict.reasons if r.gpu is not None and r.level == FAIL})
+    for index, text in _smi_queries(indexes, min(timeout, SMI_TIMEOUT), SMI_BUDGET).items():
+        write_state(bundle / f"nvidia-smi-q-gpu{index}.txt", _cut(text))
     script = shutil.which("nvidia-bug-report.sh") if bug_report else None
     if script:  # minutes on a real node: only where the operator turned it on
         _run([script, "--output-file", str(bundle / "nvidia-bug-report.log")], 600)
@@ -100,9 +138,11 @@ def collect(folder: str, verdict, now: float, bug_report: bool = False, timeout:
 
 
 def prune(folder: str, now: float, max_age_s: float, keep: int) -> list[Path]:
-    """Remove bundles older than ``max_age_s`` and all but the newest ``keep``."""
+    """Remove bundles older than ``max_age_s``, those stamped after ``now``
+    (the clock ran ahead when they were kept: their age cannot be told) and
+    all but the newest ``keep``."""
     found = bundles(folder)
-    old = [b for b in found if now - (_stamp(b.name) or 0) > max_age_s]
+    old = [b for b in found if not 0 <= now - (_stamp(b.name) or 0) <= max_age_s]
     extra = [b for b in found if b not in old][:max(0, len(found) - len(old) - keep)]
     for b in old + extra:
         shutil.rmtree(b, ignore_errors=True)
@@ -111,9 +151,10 @@ def prune(folder: str, now: float, max_age_s: float, keep: int) -> list[Path]:
 
 def keep_evidence(settings, verdict, now: float | None = None) -> str | None:
     """After a check: collect when due, prune, and name the newest bundle
-    on a FAIL verdict (None when there is none or evidence is off)."""
+    on a FAIL verdict (None when there is none, evidence is off, or this is
+    a Slurm prolog: the next health check collects it)."""
     folder = getattr(settings, "verify_evidence_dir", None)
-    if not folder:
+    if not folder or os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd":  # a job waits on a prolog
         return None
     now = time.time() if now is None else now
     try:
@@ -123,5 +164,5 @@ def keep_evidence(settings, verdict, now: float | None = None) -> str | None:
               getattr(settings, "verify_evidence_keep", 10))
     except OSError:
         return None
-    newest = bundles(folder)[-1:]
+    newest = _until(folder, now)[-1:]
     return str(newest[0]) if newest and verdict.status == FAIL else None

@@ -88,6 +88,26 @@ class Started:
         self.gpus = _start(gpu.read_local, nvml, timeout=timeout)
         self.gpu_health = _start(gpu_health.read_gpus, nvml, timeout=timeout)
 
+    def host_health(self, settings):
+        """Start the host health probe (probes/host_health.py) with the units
+        and state ``settings`` name; returns its result's getter, bounded
+        like the others (the probe's own process group is killed at the timeout)."""
+        import time
+
+        from ccrhost.probes import host_health
+
+        pending = _start(host_health.read_local, host_health.args(settings), self.timeout)
+        deadline = time.monotonic() + self.timeout
+
+        def result():
+            from ccrhost.model.host_health import HostHealthReading
+
+            try:
+                return pending.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+            except TimeoutError:
+                return HostHealthReading(error=f"the host health probe did not answer within {self.timeout:g} s")
+        return result
+
     def gpu_health_result(self):
         """The GPU health probe's reading, or its error once the deadline
         (plus a second) has passed, as :meth:`gpus_result`."""

@@ -17,8 +17,9 @@ from ccrhost.output import write_state
 
 class locked:
     """An exclusive flock on ``<path>.lock`` while the block runs; a lock
-    that cannot be had (a read-only folder) is no lock, and the history's
-    own write says why."""
+    that cannot be had (a read-only folder, a link planted at its name: it
+    is never followed, whatever fs.protected_symlinks says) is no lock, and
+    the history's own write says why."""
 
     def __init__(self, path: str):
         self.path, self.fd = path + ".lock", None
@@ -28,7 +29,7 @@ class locked:
 
         try:
             os.makedirs(os.path.dirname(self.path) or "/", exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except OSError:
             self.fd = None
@@ -39,24 +40,25 @@ class locked:
             os.close(self.fd)
 
 
-def read_history(path: str, now: float | None = None):
+def read_history(path: str, now: float | None = None, boot: str | None = None):
     """The stored history (``verify_history``); none yet, or one that is not
-    ours, starts afresh, saying why in its ``error``."""
-    from ccrhost.model.history import History, from_dict
+    ours, starts afresh, saying why in its ``error``. ``boot``: this boot's
+    id (an episode another boot left open is closed: model.history.after_boot)."""
+    from ccrhost.model.history import History, after_boot, from_dict
 
     now = time.time() if now is None else now
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        return History(now=now)
+        return History(now=now, boot=boot)
     except OSError as exc:
-        return History(now=now, error=f"cannot read {path}: {exc.strerror or exc}")
+        return History(now=now, error=f"cannot read {path}: {exc.strerror or exc}", boot=boot)
     try:
         history = from_dict(json.loads(text))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        return History(now=now, error=f"{path} is not a ccrhost failure history ({exc}): started afresh")
+        return History(now=now, error=f"{path} is not a ccrhost failure history ({exc}): started afresh", boot=boot)
     history.now = now
-    return history
+    return after_boot(history, boot)
 
 
 def keep_history(path: str, verdict: Verdict, policy, read_nic_serials=None) -> None:

@@ -45,10 +45,20 @@ def bdf_of(device: str, sys: str = "/sys") -> str | None:
     return name if ":" in name else None
 
 
+# The budget (``ccrhost check --budget``): a NIC's query starts only with this
+# many seconds per tool left, beyond RESERVE for judging and the drain after it.
+PER_TOOL = 5
+RESERVE = 5
+
+
 def query(devices: list[str], run=None, which=None, firmware: bool = True,
-          optics: bool = False) -> list[NicFirmware]:
+          optics: bool = False, deadline: float | None = None, monotonic=time.monotonic,
+          skipped: list[str] | None = None) -> list[NicFirmware]:
     """Each RDMA device's firmware settings (and with ``optics`` its module
-    and BER), through the first tool found."""
+    and BER), through the first tool found. ``deadline`` (a ``monotonic``
+    time): a device whose tools cannot finish before it is not queried, nor
+    is one whose query the deadline cut short; both are added to ``skipped``
+    and left out, so their stored readings stay."""
     import shutil
 
     from ccrhost.model.nicfw import NicFirmware
@@ -60,32 +70,50 @@ def query(devices: list[str], run=None, which=None, firmware: bool = True,
     run = run or active.run_tool
     tool = next((t for t in probe.TOOLS if which(t)), None)
     link = next((t for t in mlxlink.TOOLS if which(t)), None)
+    tools = int(bool(firmware and tool)) + int(bool(optics and link))
     out = []
     for device in devices:
         bdf = bdf_of(device)
+        left = None if deadline is None else deadline - monotonic() - RESERVE
+        if left is not None and bdf is not None and tools and left < PER_TOOL * tools:
+            if skipped is not None:
+                skipped.append(device)
+            continue
+        limit = probe.DEADLINE if left is None else min(probe.DEADLINE, left)
+        cut = False  # the budget, not the tool's own deadline, ended a query
         if not firmware:
             nic = NicFirmware(device, bdf, tool)
         elif tool is None or bdf is None:
             nic = probe.reading(device, bdf, tool, "", None, missing=tool is None)
         else:
-            ran = run([tool, "-d", bdf, "-e", "q"], probe.DEADLINE)
+            ran = run([tool, "-d", bdf, "-e", "q"], limit)
+            cut = ran.timed_out and limit < probe.DEADLINE
             nic = probe.reading(device, bdf, tool, ran.output, ran.rc, missing=bool(ran.missing),
                                 timed_out=ran.timed_out)
-        if optics:
+        if optics and not cut:
             if link is None or bdf is None:
                 nic = probe.link_reading(nic, link, "", None, missing=link is None)
             else:
-                ran = run([link, "-d", bdf, "-m", "-c"], probe.DEADLINE)
+                if left is not None:
+                    limit = max(1.0, min(probe.DEADLINE, deadline - monotonic() - RESERVE))
+                ran = run([link, "-d", bdf, "-m", "-c"], limit)
+                cut = ran.timed_out and limit < probe.DEADLINE
                 nic = probe.link_reading(nic, link, ran.output, ran.rc, missing=bool(ran.missing),
                                          timed_out=ran.timed_out)
+        if cut:
+            if skipped is not None:
+                skipped.append(device)
+            continue
         out.append(nic)
     return out
 
 
 def run_and_store(path: str, devices: list[str], valid_for: float, run=None, clock=time.time,
-                  which=None, firmware: bool = True, optics: bool = False) -> list[ActiveResult]:
+                  which=None, firmware: bool = True, optics: bool = False, deadline: float | None = None,
+                  monotonic=time.monotonic, skipped: list[str] | None = None) -> list[ActiveResult]:
     now = clock()
-    results = [result(nic, valid_for, now) for nic in query(devices, run, which, firmware, optics)]
+    results = [result(nic, valid_for, now) for nic in query(devices, run, which, firmware, optics, deadline,
+                                                             monotonic, skipped)]
     active.store(path, results)
     return results
 
@@ -94,4 +122,4 @@ def stored_reading(path: str, clock=time.time) -> NicFwReading:
     """What every path judges: the stored results and their age, never a new query."""
     now = clock()
     stored, error = active.read_stored(path, (CHECK,), now)
-    return NicFwReading(now, {r.mode: r.to_dict() for r in stored.values()}, error)
+    return NicFwReading(now, {active.mode_of(k, d): d for k, d in stored.items()}, error)

@@ -38,10 +38,14 @@ def run(settings, run_tool=None, clock=time.time) -> ActiveResult:
         except NvbandwidthFormatError as exc:
             reasons = [Reason(UNKNOWN, "nvbandwidth_failed", f"nvbandwidth (exit {tool.rc}): {exc}")]
         else:
-            status, reasons, summary = nvb.judge(matrices, gpu_name, gpus, settings.verify_nvbandwidth_min_gbs)
+            status, reasons, summary = nvb.judge(matrices, gpu_name, gpus, settings.verify_nvbandwidth_min_gbs,
+                                                platform=settings.platform())
+            # each testcase's slowest GPU (or pair), kept for `ccrhost baseline calibrate`; never judged again
+            mins = {tc: min(matrices[tc].values.values()) for tc in nvb.TESTCASES
+                    if tc in matrices and matrices[tc].values}
             return ActiveResult(nvb.CHECK, MODE, status, reasons[0].code if reasons else None, summary, clock(),
                                 settings.verify_dcgm_valid_for, None, 1, tool.tail,
-                                tuple(r.to_dict() for r in reasons))
+                                tuple(r.to_dict() for r in reasons), {"min_gbs": mins})
     return ActiveResult(nvb.CHECK, MODE, UNKNOWN, reasons[0].code, reasons[0].message, clock(),
                         settings.verify_dcgm_valid_for, None, 1, tool.tail, tuple(r.to_dict() for r in reasons))
 

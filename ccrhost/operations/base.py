@@ -57,11 +57,12 @@ def batched(commands: list) -> list:
     return out
 
 
-def planned(stage):
+def planned(stage, hold=None):
     """The commands of one stage's generator, planned whole before any is
     yielded (pyinfra's change detection stops at the first; a stage that
     cannot read the node fails the host without writing anything), listed
-    under ``--dry`` and batched into one round trip."""
+    under ``--dry`` and batched into one round trip. ``hold(commands)``
+    true: none of them is listed or yielded (a disruptive stage on a busy node)."""
     try:
         commands = list(stage)
     except fact_cache.NodeReadError as exc:
@@ -70,6 +71,8 @@ def planned(stage):
     except Exception as exc:  # a bug meeting this node's data: this host's failure, not the fleet's
         logger.debug("planning failed", exc_info=True)
         commands = list(fail(f"internal error while planning: {type(exc).__name__}: {exc}"))
+    if commands and hold is not None and hold(commands):
+        return
     if commands:
         fact_cache.changed(host)
     if DRY:

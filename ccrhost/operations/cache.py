@@ -23,6 +23,8 @@ _ATTR = "_ccrhost_snapshot"
 _STALE = "_ccrhost_snapshot_stale"
 _AT = "_ccrhost_snapshot_at"  # time.monotonic() when it was read
 _STATE = "_ccrhost_fabric_state"  # (path, keep): the fabric probe's stored reading, and whether reads replace it
+_ASK = "_ccrhost_baseline_ask"  # (sysctls, mount points): what the host baseline probe reads beyond its fixed files
+_HOST = "_ccrhost_host_health"  # the host health probe's arguments (probes.host_health.args)
 _FIRST = "_ccrhost_fabric_first"  # the run's first fabric reading: the window the verification judges
 
 
@@ -44,17 +46,29 @@ def _real(host):
     return getter(host) if getter else host
 
 
-def configure(host, state: str, keep: bool) -> None:
+def configure(host, state: str, keep: bool, settings=None) -> None:
     """Where the node keeps its last counter reading (``verify_link_state``)
     and whether this run's reads replace it (a deploy that verifies does;
-    a dry run never writes). Unconfigured: the default path, read only."""
+    a dry run never writes). Unconfigured: the default path, read only, no
+    sysctl or mount asked for. ``settings``: the host's: the sysctls and
+    mount points the host baseline reads (``settings.baseline_ask()``) and
+    the host health probe's units and state."""
     _real(host).__dict__[_STATE] = (state, keep)
+    if settings is not None:
+        from ccrhost.probes.host_health import args
+
+        _real(host).__dict__[_ASK] = settings.baseline_ask()
+        _real(host).__dict__[_HOST] = args(settings, keep)
 
 
 def _state(host) -> tuple[str, bool]:
     from ccrhost.probes.node import DEFAULT_STATE
 
     return _real(host).__dict__.get(_STATE, (DEFAULT_STATE, False))
+
+
+def _ask(host):
+    return _real(host).__dict__.get(_ASK, ((), ()))
 
 
 def _first(host, snap) -> None:
@@ -73,7 +87,9 @@ def snapshot(host):
     host = _real(host)
     if _ATTR not in host.__dict__:
         state, keep = _state(host)
-        host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS, state=state, keep=keep)
+        health = {"host": host.__dict__[_HOST]} if _HOST in host.__dict__ else {}  # else the probe's defaults
+        host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS, state=state, keep=keep,
+                                             ask=_ask(host), **health)
         host.__dict__[_STALE] = False
         host.__dict__[_AT] = time.monotonic()
         _first(host, host.__dict__[_ATTR])
@@ -111,7 +127,8 @@ def read_command(host, probes) -> str:
     from ccrhost.probes.node import command
 
     state, keep = _state(host)
-    return command(list(FILES), UNIT_WANTS, probes, state=state, keep=keep)
+    return command(list(FILES), UNIT_WANTS, probes, state=state, keep=keep, ask=_ask(host),
+                   host=_real(host).__dict__.get(_HOST))
 
 
 def changed(host) -> None:

@@ -27,9 +27,11 @@ def integration(settings, version: str | None = None):
     as it was, since a prolog that cannot run drains the node at the first job.
 
     Writes /etc/ccrhost/check.yaml (what ``ccrhost check`` expects of this
-    node), /etc/ccrhost/slurm-prolog.sh, /etc/ccrhost/slurm-healthcheck.sh
-    and the fragment at ``slurm_fragment``. slurm.conf itself is never
-    written: the site adds ``Include <slurm_fragment>`` to it once. A file
+    node), /etc/ccrhost/slurm-prolog.sh, the health check per
+    ``slurm_healthcheck`` (/etc/ccrhost/slurm-healthcheck.sh; beside LBNL
+    NHC /etc/nhc/scripts/ccrhost.nhc; none) and the fragment at
+    ``slurm_fragment``. slurm.conf and nhc.conf are never written: the site
+    adds ``Include <slurm_fragment>`` (and ``* || check_ccrhost``) once. A file
     at one of these paths that ccrhost did not write is kept as
     ``<path>.ccrhost-bak.<unix time>``.
 

@@ -29,6 +29,50 @@ STAGE_LABELS = ("modules", "RoCE", "boot unit", "MTU", "QoS", "PFC headroom", "G
 # The stages whose writes change what the PCI probe reads (peer memory, ACS,
 # Device Control). No stage changes the GPUs.
 PCI_STAGES = {"GPUDirect", "PCIe ACS", "NIC PCIe"}
+# The stages whose writes can disturb running GPU work: a link toggle (MTU,
+# PFC, trust, buffers), PCIe routing or Device Control changed under live
+# DMA. The rest apply on a busy node too: the modules and GPUDirect stages
+# only load a module that is missing (never unload or reload one, so nothing
+# a running process uses changes), the rdma_cm defaults count for new
+# connections, and the boot unit, the headroom read and NCCL's files change
+# nothing that runs.
+DISRUPTIVE = {"MTU", "QoS", "PCIe ACS", "NIC PCIe"}
+
+
+class BusyHold:
+    """Whether a disruptive stage's planned commands are held back: read the
+    node's GPU work once, at the first disruptive stage that would change
+    something (a node already tuned costs no extra read), unless
+    ``rdma_tune_when_busy``. ``skipped``: the stages held."""
+
+    def __init__(self, settings):
+        self.allowed, self.work, self.skipped = settings.rdma_tune_when_busy, None, []
+        self.slurm_conf = getattr(settings, "slurm_conf", None)  # where squeue finds Slurm (facts.busy)
+
+    def __call__(self, label: str):
+        def hold(_commands) -> bool:
+            if label not in DISRUPTIVE or self.allowed:
+                return False
+            if self.work is None:
+                import time
+
+                from ccrhost.facts.busy import GpuWorkFact
+                from ccrhost.model.busy import GpuWork
+
+                # a read that failed (pyinfra gives None) is not an idle node
+                self.work = fact_cache._real(host).get_fact(GpuWorkFact, attempt=time.time(),
+                                                            slurm_conf=self.slurm_conf) or \
+                    GpuWork(error="the read failed")
+            if self.work.idle:
+                return False
+            self.skipped.append(label)
+            return True
+        return hold
+
+    def message(self) -> str | None:
+        from ccrhost.model.busy import skip_message
+
+        return skip_message(self.work, self.skipped, "rdma_tune_when_busy") if self.skipped else None
 
 
 def read_back(written: set[str]) -> tuple[str, ...]:
@@ -36,11 +80,11 @@ def read_back(written: set[str]) -> tuple[str, ...]:
     one a write can change, and the fabric counters (the node's stored
     reading then starts after the tuning, so the next window does not span
     it). The GPUs, and the PCI tree unless a data-path stage wrote to it,
-    stay as the run's first read saw them (GPU health too), which is all a no-op run judges
+    stay as the run's first read saw them (GPU and host health too), which is all a no-op run judges
     by: on a real node nvidia-smi alone can take longer than the rest."""
     from ccrhost.probes.node import PROBES
 
-    skip = {"gpus", "gpu_health"} | (set() if written & PCI_STAGES else {"pci"})
+    skip = {"gpus", "gpu_health", "host_health"} | (set() if written & PCI_STAGES else {"pci"})
     return tuple(p for p in PROBES if p not in skip)
 
 
@@ -80,7 +124,9 @@ def rdma(settings):
     A stage that fails
     fails the host and stops it there; each stage that changes something
     says so in one line. The writes of all stages planned from one read
-    of the node go to it as one command.
+    of the node go to it as one command. On a node whose GPUs hold compute
+    processes the disruptive stages (``DISRUPTIVE``) are skipped, and the
+    host says which, unless ``rdma_tune_when_busy``.
 
     + settings: the host's validated ``HostSettings``
 
@@ -90,10 +136,14 @@ def rdma(settings):
 
         tune.rdma(name="Tune RDMA", settings=settings)
     """
+    held = BusyHold(settings)
     if DRY:
         # nothing runs, and pyinfra's change detection stops at the first
-        # command: list every stage now
-        for commands in [list(planned(stage())) for _label, stage in _stages(settings)]:
+        # command: list every stage, and what is held back, now
+        every = [list(planned(stage(), held(label))) for label, stage in _stages(settings)]
+        if held.skipped:
+            host.log(f"would have {held.message()}")
+        for commands in every:
             yield from commands
         return
     # The stages plan from the node's one snapshot, which no stage's writes
@@ -117,9 +167,11 @@ def rdma(settings):
     for label, stage in _stages(settings):
         if not fact_cache.cached(host):
             yield from send()
-        commands = list(planned(stage()))
+        commands = list(planned(stage(), held(label)))
         if commands:
             pending.append((label, commands))
+    if held.skipped:
+        host.log(held.message())
     written = {label for label, _commands in pending}
     # what is sent last was planned from the snapshot held now (a dropped
     # one was read again before), so the read-back can complete it

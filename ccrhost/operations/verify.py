@@ -32,7 +32,7 @@ def fabric(snap, settings, first=None):
 
 
 def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allreduce=None,
-                 nic_fw=None, dcgm=None) -> Verdict:
+                 nic_fw=None, dcgm=None, skipped=None) -> Verdict:
     """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
     as ``ccrhost check`` makes it from the same output: RDMA ports that
     cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
@@ -52,6 +52,19 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
     readings.allreduce = allreduce
     readings.nic_fw = nic_fw
     readings.dcgm = dcgm
+    readings.busy = skipped
+    asked = settings.policy().baseline
+    if asked is not None:  # read in the same snapshot; judged only where a key asks
+        from ccrhost.model.baseline import BaselineReading, kept
+
+        readings.baseline = kept(snap.baseline, asked) if "baseline" not in snap.errors else BaselineReading(
+            error=snap.errors["baseline"])
+    if "host_health" in snap.errors:
+        from ccrhost.model.host_health import HostHealthReading
+
+        readings.host_health = HostHealthReading(error=snap.errors["host_health"])
+    else:
+        readings.host_health = snap.host_health  # None: not read (not judged)
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
@@ -70,7 +83,7 @@ def nic_firmware(snap, settings) -> list:
 
 
 @operation
-def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dcgm=None):
+def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dcgm=None, skipped=None):
     """
     Measure this node's CCR from its RDMA ports and GPUs, read its GPU-to-NIC
     data path (peer memory, ACS, IOMMU, topology, versions) and its lossless
@@ -85,6 +98,8 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
       and stored in ``verify_allreduce_state`` for the prolog and ``ccrhost check``
     + dcgm: this host's DCGM diag result (``ActiveResult``), if run: judged with the rest and
       stored in ``verify_dcgm_state``
+    + skipped: the active tests not run for the node's GPU work (``model.busy.SkippedTests``), if any:
+      a proof-missing UNKNOWN; nothing stored, so earlier results stay
 
     Read-only: yields nothing for OK, WARN and UNKNOWN (reasons are logged),
     and fails the host, naming the reasons, for FAIL.
@@ -108,13 +123,19 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
         from ccrhost.model.nicfw import NicFwReading
 
         nic_reading = NicFwReading(time.time(), {r.mode: r.to_dict() for r in nic_results})
-    diag = None
-    if dcgm is not None:
+    diag = dcgm_text = None
+    if dcgm is not None:  # judged with what the node stored (a sweep's level 3 FAIL stands), stored by merging
+        from ccrhost.facts.nicfw import ActiveStateText
         from ccrhost.model.active import ActiveReading
+        from ccrhost.node.active import merged
 
-        diag = ActiveReading(time.time(), {f"{dcgm.check}/{dcgm.mode}": dcgm.to_dict()})
+        dcgm_text = fact_cache._real(host).get_fact(ActiveStateText, path=settings.verify_dcgm_state,
+                                                    attempt=time.time())
+        diag = ActiveReading(time.time(), {f"{r.check}/{r.mode}": r.to_dict() for r in merged(dcgm_text, [dcgm])
+                                           if r.check in ("dcgm_diag", "nvbandwidth")},
+                             required=settings.verify_dcgm)
     verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading, nic_reading,
-                           diag)
+                           diag, skipped)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))
@@ -124,15 +145,15 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
     stored = (allreduce or []) + (nic_results or [])
     if stored:  # what the prolog and `ccrhost check` read later, with its age; other checks' results kept
         from ccrhost.facts.nicfw import ActiveStateText
-        from ccrhost.node.active import merged, store_script
+        from ccrhost.node.active import store_script
 
         text = fact_cache._real(host).get_fact(ActiveStateText, path=settings.verify_allreduce_state,
                                                attempt=time.time())
-        yield store_script(settings.verify_allreduce_state, merged(text, stored))
+        yield store_script(settings.verify_allreduce_state, stored, text)
     if dcgm is not None:
         from ccrhost.node.active import store_script
 
-        yield store_script(settings.verify_dcgm_state, [dcgm])
+        yield store_script(settings.verify_dcgm_state, [dcgm], dcgm_text)
     value = f"CCR {verdict.ccr.ccr:.3e}" if verdict.ccr else "CCR unknown"
     if verdict.status == FAIL:
         yield from fail(f"verification FAIL ({value}): {verdict.summary()}")

@@ -53,8 +53,9 @@ def _status(value) -> str:
     return _STATUS.get(text.lower(), text)
 
 
-def _warnings(entry: dict) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    texts, ids = [], []
+def _warnings(entry: dict) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+    """The messages, error ids and severities (``error_severity``, where DCGM gives one) of ``entry``'s warnings."""
+    texts, ids, severities = [], [], []
     for w in entry.get("warnings") or ():
         if isinstance(w, dict):
             # 3.x level-one results key the message "warnings" (NVVS_WARNINGS), the others "warning"
@@ -63,9 +64,11 @@ def _warnings(entry: dict) -> tuple[tuple[str, ...], tuple[int, ...]]:
                 texts.append(str(msg))
             if isinstance(w.get("error_id"), int):
                 ids.append(w["error_id"])
+            if isinstance(w.get("error_severity"), int) and not isinstance(w["error_severity"], bool):
+                severities.append(w["error_severity"])
         elif w:
             texts.append(str(w))
-    return tuple(texts), tuple(ids)
+    return tuple(texts), tuple(ids), tuple(severities)
 
 
 def _gpus(entry: dict) -> list[int | None]:
@@ -108,15 +111,15 @@ def parse_diag(text: str) -> DiagOutput:
             for entry in test.get("results") or ():
                 if not isinstance(entry, dict):
                     continue
-                texts, ids = _warnings(entry)
+                texts, ids, severities = _warnings(entry)
                 for gpu in _gpus(entry):
-                    mine.append(DiagResult(cat, name, _status(entry.get("status")), gpu, texts, ids))
+                    mine.append(DiagResult(cat, name, _status(entry.get("status")), gpu, texts, ids, severities))
             summary = test.get("test_summary")
             if isinstance(summary, dict) and _status(summary.get("status")) in ("Fail", "Warn"):
                 status = _status(summary["status"])
                 if not any(r.status == status for r in mine):  # the summary's verdict, on no one GPU
-                    texts, ids = _warnings(summary)
-                    mine.append(DiagResult(cat, name, status, None, texts, ids))
+                    texts, ids, severities = _warnings(summary)
+                    mine.append(DiagResult(cat, name, status, None, texts, ids, severities))
             results += mine
     serials = {}
     for group in doc.get("entity_groups") or ():
@@ -157,8 +160,11 @@ def run_script(binary: str, level: int, engine_timeout: int, timeout: int) -> st
     GPUs' names and the diag under the level's; each part in its section."""
     b = shlex.quote(binary)
     return (f"if ! command -v {b} >/dev/null 2>&1; then echo '@@missing'; exit 0; fi; "
-            f"echo '@@engine'; timeout -k 2 {int(engine_timeout)} {b} discovery -l 2>&1; rc=$?; echo \"@@rc $rc\"; "
-            f"[ \"$rc\" -eq 0 ] || exit 0; "
+            f"echo '@@engine'; out=$(timeout -k 2 {int(engine_timeout)} {b} discovery -l 2>&1); rc=$?; "
+            f"printf '%s\\n' \"$out\"; echo \"@@rc $rc\"; "
+            # exit 0, or the GPUs listed before a later section failed (model.dcgm.engine_answered)
+            f"{{ [ \"$rc\" -eq 0 ] || {{ [ \"$rc\" -ne 124 ] && [ \"$rc\" -ne 137 ] && printf '%s\\n' \"$out\" "
+            f"| grep -Eq '^[[:space:]]*[1-9][0-9]* GPUs? found'; }}; }} || exit 0; "
             f"echo '@@gpus'; timeout -k 2 20 {' '.join(gpu_ids_command())} 2>/dev/null; "
             f"echo '@@diag'; timeout -k 5 {int(timeout)} {' '.join(diag_command(b, level))} 2>&1; echo \"@@rc $?\"")
 

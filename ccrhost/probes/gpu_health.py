@@ -27,7 +27,8 @@ import re
 
 from ccrhost import numbers
 from ccrhost.model.fabric import LinkDown
-from ccrhost.model.gpu_health import GpuHealth, GpuHealthReading, NvLink, Xid
+from ccrhost.model.gpu_health import GpuHealth, GpuHealthReading, NvLink, Xid, merge_line
+from ccrhost.model.host_health import LOG_GREP, KernelEvent, match_kernel_line
 from ccrhost.model.nic_log import FATAL, NicLogEvent
 from ccrhost.probes import local
 from ccrhost.probes.sections import split
@@ -39,9 +40,9 @@ class GpuHealthFormatError(ValueError):
 
 _NVSMI = "timeout -k 5 20 nvidia-smi"
 # the kernel-log lines kept: NVIDIA's XIDs and SXids, mlx5e's carrier changes going down,
-# mlx5_core's fatal lines (model/nic_log.py FATAL)
+# mlx5_core's fatal lines (model/nic_log.py FATAL), the host's fatal lines (model/host_health.py PATTERNS)
 _LOG_LINES = ("NVRM: Xid|SXid \\(|mlx5_core .*: Link down|mlx5_core .*(Will cause a leak of a command resource"
-              "|health compromised - reached miss count|unrecoverable hardware error)")
+              "|health compromised - reached miss count|unrecoverable hardware error)|" + LOG_GREP)
 # Every part prints its own section; a part that fails says why in its own.
 COMMAND_LOG = (
     # read, a builtin: no process per PCI function
@@ -222,6 +223,14 @@ _SXID = re.compile(r"nvidia-nvswitch\d{0,4}: SXid \((?:PCI:)?(" + _HEX4 + r")(?:
 _DMESG_TIME = re.compile(r"^\[\s*(\d{1,12}\.\d{1,9})\]")
 _JOURNAL_TIME = re.compile(r"^(\d{1,12}\.\d{1,9}) ")
 _LOG_ERROR_MAX = 300
+# journalctl's warnings about one journal file it skips (systemd src/shared/journal-util.c
+# journal_access_check_and_warn, printed even with -q): it reads every other file, so they
+# are no failure of the read
+_JOURNAL_SKIPS = re.compile(
+    r"^(?:Journal file .+ (?:is truncated|uses an unsupported feature|corrupted), ignoring file\."
+    r"|Use SYSTEMD_LOG_LEVEL=debug journalctl --file=.+ to see the details\."
+    r"|Too many journal files \(limit is at \d+\) in scope, ignoring file '.+'\."
+    r"|An error was encountered while opening journal file or directory .+, ignoring file: .+)$")
 
 
 def parse_log(tag: str, arg: str, lines: list[str]) -> tuple[list[Xid], str | None]:
@@ -256,16 +265,16 @@ def parse_log(tag: str, arg: str, lines: list[str]) -> tuple[list[Xid], str | No
                 key = (True, s.group(1).lower(), None, int(s.group(2)))
                 text = s.group(3).strip()
             have = merged.get(key)
+            line = Xid(key[3], key[1], age, text, 1, key[2], key[0])
             if have is None:
-                merged[key] = Xid(key[3], key[1], age, text, 1, key[2], key[0])
-            else:
-                have.count += 1
-                if age is None or have.age_s is None or age <= have.age_s:  # the log runs oldest first
-                    have.age_s, have.text = age, text
+                merged[key] = line
+            else:  # the log runs oldest first
+                merge_line(have, line, age is None or have.age_s is None or age <= have.age_s)
         elif size < _LOG_ERROR_MAX and (
                 (tag == "dmesg" and line.startswith("dmesg:"))  # "dmesg: read kernel buffer failed: ..."
                 or (tag == "journal" and line.strip() and not stamp.match(line) and "NVRM" not in line
-                    and "SXid" not in line and not line.startswith("-- "))):  # "No journal files were found."
+                    and "SXid" not in line and not line.startswith("-- ")  # "No journal files were found."
+                    and not _JOURNAL_SKIPS.match(line.strip()))):
             errors.append(line.strip()[:_LOG_ERROR_MAX])
             size += len(errors[-1]) + 2
     return list(merged.values()), ("; ".join(errors)[:_LOG_ERROR_MAX] or None)
@@ -318,6 +327,31 @@ def parse_nic_events(tag: str, arg: str, lines: list[str]) -> list[NicLogEvent]:
     return list(merged.values())
 
 
+def parse_kernel_events(tag: str, arg: str, lines: list[str]) -> list[KernelEvent]:
+    """The host's fatal kernel-log lines (model/host_health.py PATTERNS) in
+    the same log as :func:`parse_log`, aged the same way; lines of one kind
+    merge into one record with their count and the latest line."""
+    now = numbers.decimal(arg)
+    stamp = _JOURNAL_TIME if tag == "journal" else _DMESG_TIME
+    merged: dict[str, KernelEvent] = {}
+    for line in lines:
+        kind = match_kernel_line(line)
+        if kind is None:
+            continue
+        t = stamp.match(line)
+        age = round(max(0.0, now - float(t.group(1))), 1) if t and now is not None else None
+        text = line[t.end():].strip() if t else line.strip()
+        if tag == "journal":  # "<host> kernel: text"
+            text = text.split(" kernel: ", 1)[-1]
+        have = merged.get(kind)
+        if have is None:
+            merged[kind] = KernelEvent(kind, 1, age, text[:300])
+        else:  # the log runs oldest first
+            have.count += 1
+            have.age_s, have.text = age, text[:300]
+    return list(merged.values())
+
+
 def parse_command_output(lines: list[str]) -> GpuHealthReading:
     """:data:`COMMAND`'s output (the deploy's snapshot and the check's fallback)."""
     reading = GpuHealthReading()
@@ -353,6 +387,7 @@ def parse_command_output(lines: list[str]) -> GpuHealthReading:
         reading.xids, error = parse_log(log.tag, log.arg, log.lines)
         reading.link_downs = parse_link_downs(log.tag, log.arg, log.lines)
         reading.nic_events = parse_nic_events(log.tag, log.arg, log.lines)
+        reading.host_events = parse_kernel_events(log.tag, log.arg, log.lines)
         if error:
             reading.log_error = f"{reading.log_source}: {error}"
     elif "logerror" in parts:

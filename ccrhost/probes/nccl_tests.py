@@ -10,7 +10,10 @@ per-iteration timing adds four columns after each ``#wrong`` and ``-Z`` a
 timestamp column (each half is read from its own ``time`` column); an
 unvalidated half prints ``N/A`` (older) or ``-1`` (newer) in ``#wrong``;
 NCCL's own log lines (``NCCL INFO``/``NCCL WARN``) and launcher noise come
-between header lines; ``srun -l`` prefixes each line with ``N: ``.
+between header lines; ``srun -l`` prefixes each line with ``N: ``; ``#wrong``
+is ``%g`` (``1e+06``), and from 2.17 time and bandwidths print ``%.1e`` when
+they outgrow their column (``1.7e+07``); builds before 2.13 print an ``error``
+column (the largest deviation, ``%le``: ``2e-07``) instead of ``#wrong``.
 """
 
 from __future__ import annotations
@@ -35,15 +38,20 @@ _FAILURE = re.compile(r"Test (?:CUDA |NCCL )?failure|Test timeout")
 _WARN = re.compile(r"\bNCCL WARN\b")
 
 
-def _half(fields: list[str], line: str) -> Half:
-    time_us, algbw, busbw = (numbers.decimal(x, 0) for x in fields[:3])
+def _half(fields: list[str], line: str, error_column: bool = False) -> Half:
+    # time, algbw and busbw switch to %e when they outgrow their column (getFloatStr, 2.17 on: 1.7e+07 us)
+    time_us, algbw, busbw = (numbers.printf_float(x, 0) for x in fields[:3])
     if None in (time_us, algbw, busbw):
         raise NcclTestsFormatError(f"row {line.strip()!r}: time or bandwidth is not a finite number >= 0")
     wrong_text = fields[3]
-    wrong = None if wrong_text == "N/A" or wrong_text.startswith("-") else numbers.integer(wrong_text, 0)
-    if wrong is None and not (wrong_text == "N/A" or wrong_text.startswith("-")):
+    if wrong_text == "N/A" or wrong_text.startswith("-"):
+        return Half(time_us, algbw, busbw, None)  # not validated
+    # "#wrong" is %g (2.13 on: a million prints 1e+06); before 2.13 "error" is the largest
+    # deviation (%le, 2e-07), not a count: only the "Out of bounds values" line counts then
+    wrong = numbers.printf_float(wrong_text, 0)
+    if wrong is None or (not error_column and wrong != int(wrong)):
         raise NcclTestsFormatError(f"row {line.strip()!r}: #wrong {wrong_text!r} is not a count")
-    return Half(time_us, algbw, busbw, wrong)
+    return Half(time_us, algbw, busbw, None if error_column else int(wrong))
 
 
 def parse_all_reduce(text: str) -> AllReduceOutput:
@@ -70,7 +78,7 @@ def parse_all_reduce(text: str) -> AllReduceOutput:
             elif m := _OOB.match(stripped):
                 oob = numbers.integer(m.group(1), 0)
             elif m := _AVG.match(stripped):
-                avg = numbers.decimal(m.group(1), 0)
+                avg = numbers.printf_float(m.group(1), 0)  # %g
             elif m := _VERSION.match(stripped):
                 version = m.group(1)
             continue
@@ -90,7 +98,7 @@ def parse_all_reduce(text: str) -> AllReduceOutput:
         if count is None:
             raise NcclTestsFormatError(f"row {stripped!r}: count is not a number")
         rows.append(SizeRow(numbers.integer(fields[0], 0), count, fields[2], redop,
-                            *(_half(fields[t:t + 4], line) for t in starts)))
+                            *(_half(fields[t:t + 4], line, columns[t + 3] == "error") for t in starts)))
     if columns is None and not failures and not warnings:
         raise NcclTestsFormatError("no all_reduce_perf column header found")
     return AllReduceOutput(tuple(rows), ranks, oob, avg, tuple(warnings), tuple(failures), version)
@@ -126,6 +134,8 @@ def shell_line(binary: str, mode: str, gpus: int, **kw) -> str:
 _NOT_FOUND = re.compile(r"execve\(\): (\S+): No such file or directory|(\S+): command not found"
                         r"|was unable to find the (?:specified )?executable")
 _OMPI_WHERE = re.compile(r"^Node:\s+(\S+)\s*\nExecutable:\s+(\S+)", re.M)
+# srun's per-node summary: the tasks that exited by themselves (execve's failure: 2; a shell's: 127)
+_SRUN_EXIT = re.compile(r"^srun: error: (\S+): tasks? [0-9,-]+: Exited with exit code (?:2|127)$", re.M)
 
 
 def run_result(text: str, rc: int | None, timed_out: bool = False, missing: str | None = None,
@@ -133,19 +143,25 @@ def run_result(text: str, rc: int | None, timed_out: bool = False, missing: str 
     """One launch's output as the verdict takes it: parsed when it is a
     report (a partial one too), else kept as its tail for the message. A
     launcher's "not found" is a missing binary, whoever printed it."""
+    where: tuple[str, ...] = ()
     if missing is None and not timed_out:
         found = [_LABEL.sub("", line).strip() for line in text.splitlines() if _NOT_FOUND.search(line)]
         ompi = _OMPI_WHERE.search(text)  # Open MPI names the node and program on lines of their own
         if found and ompi:
             found = [f"Open MPI could not find {ompi.group(2)} on {ompi.group(1)}"]
+            where = (ompi.group(1),)
+        elif found:
+            where = tuple(dict.fromkeys(_SRUN_EXIT.findall(text)))
         if found:
             missing = "not installed: " + "; ".join(dict.fromkeys(found))[:300]
+            if where and not ompi:
+                missing += f" (on {', '.join(where)})"
     try:
         output = parse_all_reduce(text) if not missing else None
     except NcclTestsFormatError:
         output = None
     tail = "\n".join(text.splitlines()[-20:])
-    return RunResult(output, rc, timed_out, missing, error, tail)
+    return RunResult(output, rc, timed_out, missing, error, tail, where)
 
 
 # The remote script of one single-node run (the deploy's fact): ``timeout``

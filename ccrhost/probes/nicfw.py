@@ -2,13 +2,18 @@
 ``mstconfig -d <bdf> -e q`` (mstflint, which Debian ships) where MFT is absent.
 
 Format (verbatim samples in tests/fixtures/nicfw/; mstflint mlxconfig/mlxcfg_ui.cpp
-printConfHeader and queryDevCfg): a ``Configurations:`` header naming the
+printConfHeader and printSingleParam): a ``Configurations:`` header naming the
 columns (``Default  Current  Next Boot`` with ``-e``, ``Next Boot`` alone
 without), then one row per parameter: a ``*`` where the next value differs
-from the default or current one, the name, and a value per column, columns
-padded with spaces (the operator's parser splits on runs of two or more).
-A value is ``Alias(N)`` (``True(1)``, ``_256KB(1)``), a number, or an array
-(``Array[0..7]``). Errors are ``-E- <text>`` lines (mlxcfg_ui.cpp ``err``).
+from the default or current one, ``RO`` where it is read-only (2023 on), the
+name, and a value per column. Each value is printed ``%-Ns`` (N 16 until 2023,
+20 until 2026, 33 since) and PRINT_SPACE_IF_NEEDED adds one space after a
+value that fills its column, so a long value (``PCI_ATOMIC_DISABLED_EXT_ATOMIC_ENABLED(0)``)
+has a single space before the next; until 2023 a value of exactly 16
+characters had none (``width > 16``). Names and values hold no spaces, so a
+row splits on any run of them. A value is ``Alias(N)`` (``True(1)``,
+``_256KB(1)``), a number, ``N/A``, or an array (``Array[0..7]``). Errors are
+``-E- <text>`` lines (mlxcfg_ui.cpp ``err``).
 """
 
 from __future__ import annotations
@@ -26,9 +31,24 @@ class NicFwFormatError(ValueError):
     """Output no mlxconfig or mstconfig prints; the message quotes it."""
 
 
-_COLUMNS = re.compile(r"\s{2,}")
 _ALIAS = re.compile(r"^(.*)\((\d{1,10})\)$")
-_NAME = re.compile(r"^[A-Z0-9_]+(?:\[\d+\])?$")
+# mlxconfig names are upper case but for a few ("EXP_ROM_UEFI_x86_ENABLE")
+_NAME = re.compile(r"^[A-Za-z0-9_]+(?:\[\d+\])?$")
+_VALUE = re.compile(r"^(?:[^\s()]+\(\d{1,10}\)|\d{1,10}|0x[0-9a-fA-F]+|N/A|Array\[\d+\.\.\d+\])$")
+_OLD_WIDTH = 16  # mstflint until 2023: "%-16s", a space only after a value wider than 16
+
+
+def _unglue(values: list[str], want: int) -> list[str]:
+    """Split values the pre-2023 printing ran together (a value of exactly
+    16 characters followed by the next with no space), while too few."""
+    out = list(values)
+    i = 0
+    while len(out) < want and i < len(out):
+        v = out[i]
+        if len(v) > _OLD_WIDTH and _VALUE.match(v[:_OLD_WIDTH]):
+            out[i:i + 1] = [v[:_OLD_WIDTH], v[_OLD_WIDTH:]]
+        i += 1
+    return out
 
 
 def parse_value(text: str) -> FwValue:
@@ -50,14 +70,19 @@ def parse_query(text: str) -> dict[str, FwParam]:
         if stripped.startswith("-E-"):
             raise NicFwFormatError(stripped[:200])
         if stripped.startswith("Configurations:"):
-            columns = _COLUMNS.split(stripped[len("Configurations:"):].strip())
+            words = stripped[len("Configurations:"):].split()
+            columns = words[:-2] + [" ".join(words[-2:])]  # "Next Boot" is one column
             if columns[-1] != "Next Boot" or len(columns) not in (1, 3):
                 raise NicFwFormatError(f"unexpected columns: {stripped[:200]!r}")
             continue
         if columns is None or not stripped or stripped.startswith("The '"):
             continue
         marked = stripped.startswith("*")
-        cells = _COLUMNS.split(stripped.lstrip("*").strip())
+        cells = stripped.lstrip("*").split()
+        if len(cells) == len(columns) + 2 and cells[0] == "RO":
+            cells = cells[1:]  # a read-only parameter's marker
+        if len(cells) >= 2 and len(cells) < len(columns) + 1:
+            cells = cells[:1] + _unglue(cells[1:], len(columns))
         if len(cells) != len(columns) + 1 or not _NAME.match(cells[0]):
             raise NicFwFormatError(f"unexpected row: {stripped[:200]!r}")
         values = [parse_value(c) for c in cells[1:]]

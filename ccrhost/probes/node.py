@@ -13,7 +13,7 @@ import binascii
 import gzip
 from dataclasses import dataclass, field
 
-from ccrhost.probes import fabric, files, gpu, gpu_health, kernel, pci, qos, rdma
+from ccrhost.probes import baseline, fabric, files, gpu, gpu_health, host_health, kernel, pci, qos, rdma
 from ccrhost.probes.sections import split
 
 PROBE_MARK = "@@@"
@@ -36,6 +36,10 @@ class NodeSnapshot:
     gpu_health: gpu_health.GpuHealthReading = field(default_factory=gpu_health.GpuHealthReading)
     # probes/fabric.py: the node's stored counter reading and the one now
     fabric: fabric.FabricDump | None = None
+    # probes/baseline.py: CPUs, memory, swap, hugepages, mounts, modules, cmdline, sysctls, versions
+    baseline: baseline.BaselineReading = field(default_factory=baseline.BaselineReading)
+    # probes/host_health.py: systemd units, time sync, EDAC, memlock, an idle node's GPU use
+    host_health: host_health.HostHealthReading | None = None  # None: not read
     errors: dict[str, str] = field(default_factory=dict)  # probe -> why its output could not be read
 
 
@@ -49,17 +53,23 @@ _PARSERS = {
     "pci": ("the GPUs' and NICs' PCI functions (setpci/lspci, sysfs)", pci.parse_pci_dump),
     "gpu_health": ("nvidia-smi -q / nvlink and the kernel log", gpu_health.parse_command_output),
     "fabric": ("the lossless-fabric counters (ethtool, hw_counters)", fabric.parse_fabric_dump),
+    "baseline": (baseline.WHAT, baseline.parse_baseline_dump),
+    "host_health": (host_health.WHAT, host_health.parse_command_output),
 }
 
 
 PROBES = tuple(_PARSERS)
 
 
-def command(paths, wants: str, probes=PROBES, state: str = DEFAULT_STATE, keep: bool = False) -> str:
+def command(paths, wants: str, probes=PROBES, state: str = DEFAULT_STATE, keep: bool = False,
+            ask: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()), host=None) -> str:
     """One shell command printing every probe (or those in ``probes``);
     ``paths``: managed files, ``wants``: the boot unit's enable link;
     ``state``: the fabric probe's stored reading, replaced by the one now
-    with ``keep`` (rates are changes since it: no second reading, no sleep).
+    with ``keep`` (rates are changes since it: no second reading, no sleep);
+    ``ask``: the sysctls and mount points the host baseline reads
+    (``BaselinePolicy.ask``).
+    ``host``: the host health probe's arguments (``probes.host_health.args``).
 
     The output travels as one line: gzip (where the node has it) then
     base64. pyinfra hands every output line through a thread queue, and at
@@ -75,6 +85,8 @@ def command(paths, wants: str, probes=PROBES, state: str = DEFAULT_STATE, keep: 
         "pci": pci.COMMAND,
         "gpu_health": gpu_health.COMMAND,
         "fabric": fabric.command(state, keep),
+        "baseline": baseline.command(*ask),
+        "host_health": host_health.command(*host) if host else host_health.command(keep=keep),
     }
     chosen = [(name, snippet) for name, snippet in snippets.items() if name in probes]
     # Each probe a function (a subshell, as before); all of them at once,

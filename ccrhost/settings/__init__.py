@@ -11,6 +11,7 @@ One module per domain holds its keys as a model (``qos.py``: QosSettings, ...);
 """
 
 from ccrhost.settings.active import ActiveSettings
+from ccrhost.settings.baseline import BaselineSettings, MountSpec
 from ccrhost.settings.ccr import CcrSettings, Precision
 from ccrhost.settings.datapath import (
     DEFAULT_MODULES,
@@ -56,7 +57,7 @@ __all__ = [
     "AbsPath", "DcqcnName", "DevicePattern", "EightBuffers", "EightSizes", "FabricCounter", "HcaList", "IfnameList",
     "LinkCounter", "ModuleName", "NcclName", "NcclValue", "Precision", "Priority", "ReadReq", "RoceMtu",
     "SearchPath", "VersionText",
-    "ActiveSettings", "CcrSettings", "DatapathSettings", "EvidenceSettings", "FabricSettings", "GpuHealthSettings",
+    "ActiveSettings", "BaselineSettings", "MountSpec", "CcrSettings", "DatapathSettings", "EvidenceSettings", "FabricSettings", "GpuHealthSettings",
     "HistorySettings", "InstallSettings", "MeasureSettings", "MonitorSettings", "NcclSettings", "NicFwSettings",
     "QosSettings", "ReportSettings", "SlurmSettings",
     "HostSettings", "Workload", "DataError", "InventoryDataError", "owned_keys", "validate_all", "validate_host",

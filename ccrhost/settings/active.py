@@ -25,15 +25,20 @@ class ActiveSettings(BaseModel):
         "/usr/local/bin/all_reduce_perf in NGC PyTorch images).",
     )
     verify_allreduce_min_busbw: dict[Literal["nvlink", "loopback", "pair"], Annotated[float, Field(gt=0)]] | None = \
-        Field(None, description="busbw (GB/s) below which a mode FAILS, overriding the built-in figure: the "
-              "platform table for nvlink and loopback, the node's NICs x 46 GB/s per 400G for pair.")
+        Field(None, description="busbw (GB/s) below which a mode FAILS, overriding the published figure: the "
+              "platform file's (docs/platforms.md), for pair else the node's NICs x 46 GB/s per 400G. The "
+              "platform's fleet figure applies as well.")
     verify_allreduce_retries: int = Field(
         2, ge=0, le=10, description="Reruns of a run below threshold; the first good run passes (wrong results "
         "and UNKNOWN are never rerun).",
     )
-    verify_allreduce_timeout: int = Field(
-        300, ge=10, le=7200, description="Seconds after which one run is killed (its whole process group) and "
-        "counts as a hang (UNKNOWN).",
+    verify_allreduce_timeout: int | None = Field(
+        None, ge=10, le=7200, description="Seconds after which one run is killed (its whole process group) and "
+        "counts as a hang (UNKNOWN). Unset: derived from the run's expected time at the mode's busbw figure "
+        "(verify_allreduce_min_busbw or the built-in one): 60 s of start-up plus 3 x (2 x (5 warm-up + "
+        "verify_allreduce_iters + 1 validation) all-reduces of verify_allreduce_max_bytes at that figure), "
+        "at most 7200; 300 where no figure is known. A node that hangs in one mode is not run again in the "
+        "later modes of the same run.",
     )
     verify_allreduce_max_bytes: str = Field(
         "16G", pattern=r"^[1-9][0-9]{0,11}[KMG]?$", description="The message size judged (-b and -e): one large "
@@ -64,11 +69,19 @@ class ActiveSettings(BaseModel):
         29500, ge=1024, le=60000, description="NCCL_COMM_ID port of the pair mode's root (on each pair's first "
         "host); pairs of one round use this port and the next ones, four apart.",
     )
+    verify_active_when_busy: bool = Field(
+        False, description="Run the active tests (all-reduce, DCGM diag, ib_write_bw, GPUDirect bandwidth, "
+        "`ccrhost check --refresh-nic`'s NIC queries) on a node whose GPUs hold compute processes (nvidia-smi "
+        "--query-compute-apps) or, where Slurm is in use, that runs a Slurm job (squeue -w NODE; `ccrhost dcgm` and "
+        "`ccrhost check` on the node). Off: such a node's tests are skipped with an UNKNOWN node_busy that drains "
+        "nothing (docs/verification.md).",
+    )
     # DCGM diagnostics (model/dcgm.py, node/dcgm.py; docs/dcgm.md)
     verify_dcgm: bool = Field(
-        False, description="Judge the stored DCGM diag result (`dcgmi diag -r LEVEL -j`) in `ccrhost check`, the "
-        "prolog and the health check (which read it with its age), and run the diag where a path's level "
-        "(verify_dcgm_level_*) is above 0.",
+        False, description="Ask for DCGM's diag (`dcgmi diag -r LEVEL -j`): run it where a path's level "
+        "(verify_dcgm_level_*) is above 0, and judge a stored pass past its validity as stale in `ccrhost check`, "
+        "the prolog and the health check. Off, what a path stored (a sweep's FAIL) is still judged, so a drain "
+        "for it holds; only a stale pass then says nothing.",
     )
     verify_dcgm_level_deploy: int = Field(
         1, ge=0, le=4, description="The diag level deploys/verify.py runs on each host (0: none; 1 quick, seconds; "
@@ -122,8 +135,8 @@ class ActiveSettings(BaseModel):
     verify_nvbandwidth_min_gbs: dict[Literal["host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
                                              "device_to_device_memcpy_read_ce"],
                                      Annotated[float, Field(gt=0)]] | None = Field(
-        None, description="GB/s below which a GPU (or GPU pair) FAILS nvbandwidth's testcase, overriding the built-in "
-        "figure (H200: 48 host to device and device to host, 335 device to device; H100: 52; docs/dcgm.md).",
+        None, description="GB/s below which a GPU (or GPU pair) FAILS nvbandwidth's testcase, overriding the "
+        "platform file's published figure (docs/platforms.md); the platform's fleet figure applies as well.",
     )
 
     @field_validator("verify_dcgm_timeouts", mode="before")
@@ -141,5 +154,6 @@ class ActiveSettings(BaseModel):
 
     @property
     def dcgm_state(self) -> str | None:
-        """The state file whose DCGM diag result a check judges; None when verify_dcgm is off."""
-        return self.verify_dcgm_state if self.verify_dcgm else None
+        """The state file whose DCGM diag and nvbandwidth results a check judges, verify_dcgm on or off:
+        a result any path stored (a sweep's FAIL) is judged by every path, so a drain for it holds."""
+        return self.verify_dcgm_state

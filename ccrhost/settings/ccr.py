@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from ccrhost.model import workload as wl
-from ccrhost.model.declared import PROFILES
 from ccrhost.model.gpus import PRECISIONS
+from ccrhost.model.platform import builtin_names
 from ccrhost.model.gpus import PeakUnknown, peak_tflops
 from ccrhost.model.gpus import lookup as lookup_gpu
 from ccrhost.model.verdict import Expectation
@@ -20,7 +20,15 @@ Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 
 class CcrSettings(BaseModel):
     verify_profile: str | None = Field(
-        None, description=f"Declared hardware: {', '.join(PROFILES)}. Sets the four verify_* expectations below."
+        None, min_length=1, max_length=4096,
+        description=f"The node's platform: a built-in platform file (ccrhost/platforms/: {', '.join(builtin_names())}) "
+        "or the path of a site's platform file on the controller, which may `extends:` one (docs/platforms.md). Sets the "
+        "declared hardware (the verify_* expectations below), the active checks' figures, the NIC firmware "
+        "profile and settings defaults; resolved and checked before any host is touched.",
+    )
+    verify_platform: dict | None = Field(
+        None, description="The platform verify_profile resolved to, every figure with its source: the deploy "
+        "writes it into the node's check.yaml so the node judges without the platform files. Not set by hand.",
     )
     verify_gpu_model: str | None = Field(None, max_length=128, description="Expected GPU name as NVML reports it; default: from verify_profile.")
     verify_gpu_count: int | None = Field(None, ge=1, le=64, description="Expected number of GPUs; default: from verify_profile.")
@@ -46,12 +54,25 @@ class CcrSettings(BaseModel):
         "CPU interconnect (SYS) FAILS. Default: from verify_profile.",
     )
 
-    @field_validator("verify_profile")
+    @field_validator("verify_platform")
     @classmethod
-    def _known_profile(cls, value):
-        if value is not None and value not in PROFILES:
-            raise ValueError(f"allowed: {', '.join(PROFILES)}")
+    def _resolved_platform(cls, value):
+        if value is not None:
+            from ccrhost.model.platform import PlatformError, from_resolved
+
+            try:
+                from_resolved(value)
+            except PlatformError as exc:
+                raise ValueError(f"{exc.key} = {exc.value!r}: {exc.allowed}") from None
         return value
+
+    def platform(self):
+        """The resolved platform (model/platform.py ``Platform``), or None where verify_profile names none."""
+        from ccrhost.model.platform import from_resolved, resolve
+
+        if self.verify_platform is not None:
+            return from_resolved(self.verify_platform)
+        return resolve(self.verify_profile) if self.verify_profile else None
 
     @field_validator("verify_gpu_tflops")
     @classmethod
@@ -86,7 +107,10 @@ class CcrSettings(BaseModel):
             raise ValueError("[verify_beta/verify_workload] set verify_beta or verify_workload, not both")
 
     def expectation(self) -> Expectation:
-        base = PROFILES.get(self.verify_profile or "", Expectation())
+        platform = self.platform()
+        hw = platform.hardware if platform else {}
+        base = Expectation(hw.get("gpu_model"), hw.get("gpu_count"), hw.get("nic_count"), hw.get("nic_gbps"),
+                           rail_local=bool(hw.get("rail_local")))
         return Expectation(
             gpu_model=self.verify_gpu_model or base.gpu_model,
             gpu_count=self.verify_gpu_count if self.verify_gpu_count is not None else base.gpu_count,

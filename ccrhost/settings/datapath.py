@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, StringConstraints
 
 from ccrhost.model import datapath as dp
+from ccrhost.settings.keys import CONTROLLER_ONLY
 
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 
@@ -51,6 +52,12 @@ class DatapathSettings(BaseModel):
     roce_mtu: RoceMtu | None = Field(
         4200, description="MTU of the RoCE netdevs: 4200 gives RDMA active_mtu 4096 (9000 too, with more "
         "memory); never changed on the SSH or default-route netdev; null leaves it.",
+    )
+    rdma_tune_when_busy: bool = Field(
+        False, description="Let deploys/rdma.py apply its disruptive stages (MTU, QoS, PCIe ACS, NIC PCIe: link "
+        "toggles and PCIe writes) on a node whose GPUs hold compute processes. Off: those stages are skipped "
+        "there and the host says so; the rest still apply (docs/tuning.md).",
+        json_schema_extra=CONTROLLER_ONLY,
     )
 
     rdma_exclude_devices: tuple[DevicePattern, ...] = Field(

@@ -11,7 +11,10 @@ class EvidenceSettings(BaseModel):
         description="Where `ccrhost check` keeps a diagnostics bundle when a failure starts (verdict.json with "
         "its readings, the XID lines, `nvidia-smi -q -i N` of each failing GPU), one folder per failure named "
         "by its UTC time, which the drain reason and the report name: /var/lib/ccrhost/evidence, for instance. "
-        "Default null: none is kept.",
+        "A folder of ccrhost's own: not a system folder (under /usr, /bin, /lib, /boot, /dev, /proc, /sys, "
+        "an /etc drop-in folder) nor /etc, /var, /run, /tmp... itself, and no file setting's path. A bundle "
+        "stamped later than the check's time (the clock ran ahead) is removed, never named. Default null: "
+        "none is kept.",
     )
     verify_evidence_max_age_days: float = Field(
         7, gt=0, le=365, description="Bundles older than this are removed at the next failing check.")

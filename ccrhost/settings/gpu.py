@@ -40,5 +40,7 @@ class GpuHealthSettings(BaseModel):
         "their rates; under /run it starts afresh at boot, as the counters do. A file of ccrhost's own, by the "
         "rules of verify_link_state, and no other path setting's file; replaced through a new temporary file "
         "and a rename, never written through a link. A stored reading that is corrupt or out of range is "
-        "discarded and replaced, with a note.",
+        "discarded and replaced, with a note. `ccrhost reset-gpu` keeps the time of each GPU reset beside it, "
+        "in <verify_gpu_state>.resets (this boot only), and the checks judge a reset GPU only on the XIDs "
+        "logged since.",
     )

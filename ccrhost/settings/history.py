@@ -12,8 +12,10 @@ class HistorySettings(BaseModel):
         None, pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
         description="Where `ccrhost check` keeps the node's failure history (each failure: time, codes, action, "
         "GPU serials), bounded by verify_history_entries, for verify_replace_failures; it must survive a "
-        "reboot, so not under /run: /var/lib/ccrhost/history.json, for instance. Default null: no history is "
-        "kept and no node is marked for replacement.",
+        "reboot, so not under /run: /var/lib/ccrhost/history.json, for instance. One check at a time, under a lock "
+        "file beside it (<verify_history>.lock, never opened through a link). A reboot closes an open failure: "
+        "a fault still there after it counts again. Default null: no history is kept and no node is marked "
+        "for replacement.",
     )
     verify_history_entries: int = Field(
         50, ge=1, le=10000, description="Failures the history keeps, newest last; older ones are dropped.")

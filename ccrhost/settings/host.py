@@ -10,21 +10,25 @@ from ccrhost.model import datapath as dp
 from ccrhost.model import fabric
 from ccrhost.model.gpu_health import GpuHealthPolicy
 from ccrhost.model.history import HistoryPolicy
+from ccrhost.model.host_health import HostHealthPolicy
 from ccrhost.model.verdict import Policy
 from ccrhost.settings.active import ActiveSettings
+from ccrhost.settings.baseline import BaselineSettings
 from ccrhost.settings.ccr import CcrSettings
 from ccrhost.settings.datapath import DatapathSettings
 from ccrhost.settings.evidence import EvidenceSettings
 from ccrhost.settings.fabric import FabricSettings, limits
 from ccrhost.settings.gpu import GpuHealthSettings
 from ccrhost.settings.history import HistorySettings
+from ccrhost.settings.host_health import HostHealthSettings
 from ccrhost.settings.install import InstallSettings
 from ccrhost.settings.keys import CONTROLLER_ONLY
 from ccrhost.settings.measure import MeasureSettings
 from ccrhost.settings.monitor import MonitorSettings
 from ccrhost.settings.nccl import NcclSettings
 from ccrhost.settings.nicfw import NicFwSettings
-from ccrhost.settings.paths import PATH_SETTINGS, STATE_EXAMPLE, STATE_PATHS, WRITTEN_PATHS, written_file
+from ccrhost.settings.paths import (BESIDE, EVIDENCE_EXAMPLE, PATH_SETTINGS, STATE_EXAMPLE, STATE_PATHS, WRITTEN_FOLDERS,
+                                    WRITTEN_PATHS, written_file, written_folder)
 from ccrhost.settings.qos import QosSettings
 from ccrhost.settings.report import ReportSettings
 from ccrhost.settings.slurm import SlurmSettings
@@ -32,7 +36,8 @@ from ccrhost.settings.slurm import SlurmSettings
 # The domains, in the order of the settings reference (docs/settings.md).
 DOMAINS = (DatapathSettings, QosSettings, NcclSettings, CcrSettings, MeasureSettings, MonitorSettings,
            FabricSettings, GpuHealthSettings, HistorySettings, EvidenceSettings, ActiveSettings, NicFwSettings,
-           ReportSettings, SlurmSettings, InstallSettings)
+           ReportSettings, SlurmSettings, InstallSettings,
+           BaselineSettings, HostHealthSettings)
 
 
 # pydantic orders the fields from the last base class on: reversed, they follow DOMAINS.
@@ -59,6 +64,11 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
     def _state_is_ours(cls, value):
         return None if value is None else written_file(value, STATE_EXAMPLE)
 
+    @field_validator(*WRITTEN_FOLDERS)
+    @classmethod
+    def _folder_is_ours(cls, value):
+        return None if value is None else written_folder(value, EVIDENCE_EXAMPLE)
+
     def model_post_init(self, _context) -> None:
         # the order of the rules is the one validation has always had: the first broken one is reported
         self._qos_rules()
@@ -70,8 +80,11 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
         self._measure_rules()
 
     def _distinct_paths(self) -> None:
-        """Each file ccrhost writes has one use, and none is slurm.conf."""
-        for key in WRITTEN_PATHS:
+        """Each file (and folder) ccrhost writes has one use, and none is
+        slurm.conf; the files it keeps beside one (BESIDE) are no other's."""
+        beside = {getattr(self, k) + suffix: f"{k}'s {suffix} file" for k, suffix in BESIDE.items()
+                  if getattr(self, k) is not None}
+        for key in (*WRITTEN_PATHS, *WRITTEN_FOLDERS):
             path = getattr(self, key)
             if path is None:  # not kept (verify_history's default)
                 continue
@@ -80,6 +93,8 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
             for other in PATH_SETTINGS:
                 if other != key and path == getattr(self, other):
                     raise ValueError(f"[{key}] {path} is also {other}: each file has one use")
+            if path in beside:
+                raise ValueError(f"[{key}] {path} is {beside[path]}: each file has one use")
 
     @classmethod
     def node_keys(cls) -> list[str]:
@@ -97,7 +112,10 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
                              verify_history=self.verify_history, verify_evidence_dir=self.verify_evidence_dir,
                              verify_evidence_max_age_days=self.verify_evidence_max_age_days,
                              verify_evidence_keep=self.verify_evidence_keep,
-                             verify_evidence_bug_report=self.verify_evidence_bug_report, dcgm_state=self.dcgm_state)
+                             verify_evidence_bug_report=self.verify_evidence_bug_report, dcgm_state=self.dcgm_state,
+                             verify_dcgm=self.verify_dcgm, verify_active_when_busy=self.verify_active_when_busy,
+                             host_health_state=self.host_health_state,
+                             slurm_conf=self.slurm_conf)
 
     def policy(self) -> Policy:
         workload = self.verify_workload
@@ -131,4 +149,25 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
                 pcie_replays_per_min=self.verify_gpu_pcie_replays_per_min,
                 hw_slowdown_level=self.verify_gpu_hw_slowdown),
             nic_fw=self.nic_fw_policy(),
+            baseline=self.baseline_policy(),
+            gpudirect_figures=self._gpudirect_figures(),
+            host_health=self.host_health_policy(),
         )
+
+    def _gpudirect_figures(self) -> tuple:
+        """The platform's ib_write_bw.gpudirect figures, published and fleet, each with its source."""
+        platform = self.platform()
+        if platform is None:
+            return ()
+        found = (platform.figure("ib_write_bw.gpudirect"), platform.fleet_figure("ib_write_bw.gpudirect"))
+        return tuple(dp.GdrFigure(f.value, f.text()) for f in found if f is not None)
+
+    def host_health_policy(self) -> HostHealthPolicy:
+        hours = self.host_health_kernel_lookback_hours
+        return HostHealthPolicy(
+            enabled=self.host_health_enable, units=tuple(self.host_health_units), units_warn=tuple(self.host_health_units_warn),
+            fabricmanager=self.host_health_fabricmanager, restarts_max=self.host_health_unit_restarts_max,
+            time_sync=self.host_health_time_sync, edac_corrected_warn=self.host_health_edac_corrected_warn,
+            edac_corrected_max=self.host_health_edac_corrected_max,
+            kernel_lookback_s=None if hours is None else hours * 3600, kernel_allow=tuple(self.host_health_kernel_allow),
+            idle_gpu_memory_mib=self.host_health_idle_gpu_memory_mib, memlock_kib=self.host_health_memlock_kib)

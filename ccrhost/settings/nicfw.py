@@ -26,24 +26,31 @@ class NicFwSettings(BaseModel):
         86400, ge=60, le=30 * 86400, description="Seconds a stored NIC firmware reading holds; an older one is "
         "UNKNOWN as stale.",
     )
-    verify_nic_max_acc_out_read: tuple[Annotated[int, Field(ge=0, le=255)], ...] = Field(
-        (0, 44, 128), min_length=1, description="MAX_ACC_OUT_READ values allowed (NVIDIA's NIC configuration "
-        "operator: 0 = auto, or 44 or 128; OCI's and DGX's Max ACC checks).",
+    verify_nic_max_acc_out_read: tuple[Annotated[int, Field(ge=0, le=255)], ...] | None = Field(
+        None, min_length=1, description="MAX_ACC_OUT_READ values allowed; None: the platform's NIC firmware profile "
+        "(the built-in connectx one: 0 = auto, or 44 or 128, after NVIDIA's NIC configuration operator and OCI's "
+        "and DGX's Max ACC checks).",
     )
-    verify_nic_ats_enabled: bool = Field(
-        False, description="The ATS_ENABLED wanted: off for bare-metal GPUDirect (the operator's "
-        "gpuDirectOptimized); on only where a VM's IOMMU needs it.",
+    verify_nic_ats_enabled: bool | None = Field(
+        None, description="The ATS_ENABLED wanted; None: the platform's NIC firmware profile (the built-in "
+        "connectx one: off for bare-metal GPUDirect, the operator's gpuDirectOptimized). On only where a VM's "
+        "IOMMU needs it.",
     )
     verify_nic_link_type: Literal[1, 2] | None = Field(
-        None, description="LINK_TYPE_P1 wanted (1 InfiniBand, 2 Ethernet) on NICs that have it; None: not judged.",
+        None, description="LINK_TYPE_P1 wanted (1 InfiniBand, 2 Ethernet) on NICs that have it (LINK_TYPE_P2 on a "
+        "dual-port NIC's second PCI function); None: not judged.",
     )
 
     def nic_fw_profile(self) -> dict:
-        """The NIC firmware profile's parameters (its CNP values are this host's QoS settings)."""
+        """The NIC firmware profile's parameters: the platform's (its ``nic_firmware``), this host's settings
+        over them; its CNP values are this host's QoS settings."""
         from ccrhost.model.nicfw import default_profile
 
-        return default_profile(self.qos_cnp_dscp, self.qos_cnp_priority, tuple(self.verify_nic_max_acc_out_read),
-                               self.verify_nic_link_type, self.verify_nic_ats_enabled)
+        platform = self.platform()
+        acc = self.verify_nic_max_acc_out_read
+        return default_profile(self.qos_cnp_dscp, self.qos_cnp_priority, tuple(acc) if acc is not None else None,
+                               self.verify_nic_link_type, self.verify_nic_ats_enabled,
+                               platform.nic_firmware if platform is not None else None)
 
     def nic_fw_policy(self):
         """How a check judges the NICs' stored readings; None when neither the audit nor the optics is

@@ -94,10 +94,37 @@ def written_file(path: str, example: str) -> str:
     return path
 
 
+# - A folder ccrhost writes into (verify_evidence_dir) is none of these
+#   trees nor /etc or a top-level folder itself (/var, /run, /tmp...): its
+#   bundles are pruned by name, and a bundle is a folder of ccrhost's own.
+TOP_LEVEL_FOLDERS = ("/etc", "/var", "/run", "/home", "/root", "/opt", "/srv", "/tmp", "/mnt", "/media")
+
+
+def written_folder(path: str, example: str) -> str:
+    """``path`` when ccrhost may write folders into it (written_file's
+    rules for a folder); else ValueError saying why and what is allowed."""
+    if any(p in ("", ".", "..") for p in path.split("/")[1:]) or path == "/":
+        raise ValueError("is the root folder or has an empty, '.' or '..' component; allowed: a plain absolute "
+                         f"path of a folder of ccrhost's own, such as {example}")
+    tree = system_tree(path)
+    folder = next((f for f in ETC_DROPIN_FOLDERS if within(path, f)), None)
+    if tree or folder or path in TOP_LEVEL_FOLDERS:
+        where = f"under {tree}" if tree else f"in {folder}" if folder else "a top-level system folder"
+        raise ValueError(f"is a system folder ({where}); allowed: a folder of ccrhost's own, such as {example}")
+    return path
+
+
 # Every setting naming a file ccrhost replaces (the state files on each
 # check): one validator (written_file) and one distinctness rule against
 # every other path setting; a new one is added here and nowhere else.
-STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_history", "verify_dcgm_state")
-WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS)
-PATH_SETTINGS = (*WRITTEN_PATHS, "slurm_ccrhost", "slurm_conf")
+STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_history", "verify_dcgm_state",
+               "host_health_state")
+WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS, "slurm_drain_cap_textfile")
+# the folder the evidence bundles go into (written_folder): no file setting may be it
+WRITTEN_FOLDERS = ("verify_evidence_dir",)
+PATH_SETTINGS = (*WRITTEN_PATHS, *WRITTEN_FOLDERS, "slurm_ccrhost", "slurm_conf")
+# the files ccrhost writes beside a setting's file: the history's lock
+# (node/history_file.py), the GPU resets' times (node/gpu_reset.py)
+BESIDE = {"verify_history": ".lock", "verify_gpu_state": ".resets"}
 STATE_EXAMPLE = "/run/ccrhost/counters.json"
+EVIDENCE_EXAMPLE = "/var/lib/ccrhost/evidence"

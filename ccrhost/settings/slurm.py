@@ -3,6 +3,8 @@ slurm.conf fragment, and the drain cap (model/slurm.py, model/drain_cap.py)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, field_validator
 
 from ccrhost.settings.paths import AbsPath, SearchPath, file_name_problem, written_file
@@ -28,11 +30,29 @@ class SlurmSettings(BaseModel):
     slurm_prolog: bool = Field(
         True, description="Set Prolog= in the fragment; off when the site's own prolog calls /etc/ccrhost/slurm-prolog.sh."
     )
+    slurm_healthcheck: Literal["ccrhost", "nhc", "none"] = Field(
+        "ccrhost", description="Who runs the periodic check: ccrhost (the fragment sets HealthCheckProgram), nhc "
+        "(the site's LBNL NHC keeps HealthCheckProgram; ccrhost writes an NHC check file, nhc.conf names it) or "
+        "none (the fragment leaves the HealthCheck* lines out).",
+    )
     slurm_healthcheck_interval: int = Field(
         300, ge=0, le=86400, description="HealthCheckInterval, seconds (0: no periodic health check)."
     )
     slurm_healthcheck_node_state: str = Field(
         "ANY", description=f"HealthCheckNodeState: a comma list of {', '.join(HEALTHCHECK_STATES)}."
+    )
+    slurm_mode: Literal["enforce", "observe"] = Field(
+        "enforce", description="observe: the prolog and health check judge, log (syslog, slurm_log) and export "
+        "(slurm_textfile) the verdict and what they would do, and drain, hold and fail nothing; enforce: they act. "
+        "Either way a fault of ccrhost's own (check_config, check_error) lets the job run.",
+    )
+    slurm_log: AbsPath | None = Field(
+        None, description="A file the prolog and health check append a line to when the node is not OK or they "
+        "acted (or, observing, would have); none: syslog only.",
+    )
+    slurm_textfile: AbsPath | None = Field(
+        None, description="A node_exporter textfile the prolog and health check rewrite on each run: the verdict, "
+        "the would-be drain or hold (observe mode) and a fault of ccrhost's own; none: not written.",
     )
     # --- the drain cap (issue 35): no drain storm; see ccrhost/model/drain_cap.py
     slurm_drain_cap_nodes: int | None = Field(
@@ -53,7 +73,9 @@ class SlurmSettings(BaseModel):
     )
     slurm_drain_cap_textfile: AbsPath | None = Field(
         None, description="A node_exporter textfile the check writes when the drain cap holds on this node "
-        "(ccrhost_drain_cap_held 1, per code) and clears when it no longer does; none: log and Slurm only.",
+        "(ccrhost_drain_cap_held 1, per code) and clears when it no longer does; none: log and Slurm only. "
+        "A file of ccrhost's own, and no other path setting's file (a state file it replaced lost its "
+        "results).",
     )
 
     @field_validator("slurm_healthcheck_node_state")
@@ -73,6 +95,16 @@ class SlurmSettings(BaseModel):
     @classmethod
     def _cap_textfile_is_ours(cls, value):
         return None if value is None else written_file(value, "/var/lib/node_exporter/textfile/ccrhost-drain-cap.prom")
+
+    @field_validator("slurm_textfile")
+    @classmethod
+    def _textfile_is_ours(cls, value):
+        return None if value is None else written_file(value, "/var/lib/node_exporter/textfile/ccrhost-slurm.prom")
+
+    @field_validator("slurm_log")
+    @classmethod
+    def _log_is_ours(cls, value):
+        return None if value is None else written_file(value, "/var/log/ccrhost/slurm.log")
 
     @field_validator("slurm_ccrhost", "slurm_conf")
     @classmethod

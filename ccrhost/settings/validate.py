@@ -50,6 +50,43 @@ def owned_keys(data: dict) -> dict:
     return {k: v for k, v in data.items() if k.startswith(OWNED_PREFIXES)}
 
 
+def _platform(name: str, mine: dict, given: dict) -> list[DataError]:
+    """verify_profile resolved into verify_platform (on the controller; a node's check.yaml has it already),
+    and the platform's settings defaults under the host's own keys (``given``: each key it set, and the
+    file that says so): the problems, naming the file."""
+    from ccrhost.model.platform import PlatformError, from_resolved, resolve
+
+    ref = mine.get("verify_profile")
+    if mine.get("verify_platform") is not None:
+        try:
+            platform = from_resolved(mine["verify_platform"])
+        except PlatformError:
+            return []  # the model's validator names it
+    elif ref is None:
+        return []
+    elif not isinstance(ref, str):
+        return []  # the model says what a verify_profile is
+    else:
+        try:
+            platform = resolve(ref)
+        except PlatformError as exc:
+            mine.pop("verify_profile")
+            return [DataError(name, "verify_profile" if exc.key == "verify_profile" else f"verify_profile[{exc.key}]",
+                              exc.value, exc.allowed if exc.where == "verify_profile" else f"{exc.where}: {exc.allowed}")]
+        mine["verify_platform"] = platform.to_data()
+    errors = []
+    known = set(HostSettings.model_fields)
+    for key, entry in platform.settings.items():
+        if key not in known or key in ("verify_profile", "verify_platform"):
+            errors.append(DataError(name, f"verify_profile[settings.{key}]", entry["value"],
+                                    f"{platform.origin[-1] if platform.origin else platform.name}: "
+                                    "unknown settings key"))
+        elif key not in mine:  # the host's own value wins
+            mine[key] = entry["value"]
+            given[key] = platform.origin[-1] if platform.origin else platform.name
+    return errors
+
+
 def validate_host(name: str, data: dict) -> HostSettings:
     """Validate one host's data; raise InventoryDataError with every problem."""
     mine = owned_keys(data)
@@ -62,7 +99,8 @@ def validate_host(name: str, data: dict) -> HostSettings:
         hint = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
         hint = REMOVED_KEYS.get(key, hint)
         errors.append(DataError(name, key, mine.pop(key), hint))
-    # YAML/py data gives lists; the model stores tuples.
+    from_platform: dict[str, str] = {}
+    errors += _platform(name, mine, from_platform)
     for key, value in mine.items():  # YAML and Python data give lists; the model holds tuples
         if isinstance(value, list):
             mine[key] = tuple(value)
@@ -82,10 +120,19 @@ def validate_host(name: str, data: dict) -> HostSettings:
                 continue
             key = str(err["loc"][0])
             value = mine.get(key)
+            inner, sep, msg = err["msg"].removeprefix("Value error, [").partition("] ")
+            if len(err["loc"]) == 1 and sep and err["msg"].startswith("Value error, ["):
+                # a rule of the nested mapping naming its own key (presets.expand): "[key] message"
+                value = value.get(inner) if isinstance(value, dict) else None
+                errors.append(DataError(name, f"{key}[{inner}]", value, msg))
+                continue
             if len(err["loc"]) > 1:
                 key = f"{key}[{err['loc'][1]}]"
                 value = err.get("input")
-            errors.append(DataError(name, key, value, _describe(str(err['loc'][0]), err)))
+            allowed = _describe(str(err['loc'][0]), err)
+            if str(err["loc"][0]) in from_platform:
+                allowed += f" (the default of platform {from_platform[str(err['loc'][0])]}'s settings)"
+            errors.append(DataError(name, key, value, allowed))
         settings = None
     for problem in settings.workload_problems() if settings else ():
         allowed = problem.allowed

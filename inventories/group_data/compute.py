@@ -11,7 +11,9 @@ verify_profile = "hgx-h100-8x400"
 
 # The training job the CCR is judged for (docs/ccr-model.md): a named
 # workload, any key beside it overrides it. On an HGX H100 with 8 x 400
-# Gb/s, DeepSeek-V3's reported layout (EP 64 over 8 nodes) gives CCR
-# ~0.98 at the bf16 peak: balanced. Dense presets such as llama3-70b
-# give 5-17 there (compute-underused: the NICs outrun the job).
+# Gb/s, DeepSeek-V3's reported layout (EP 64 over 8 nodes) at the kernel
+# share its published GPU hours imply (0.425) gives CCR 3.1:
+# compute-underused, so a healthy node WARNs ccr_high (the NICs outrun
+# the job; nothing is broken). Dense presets such as llama3-70b give
+# 10-36 there.
 verify_workload = {"preset": "deepseek-v3"}

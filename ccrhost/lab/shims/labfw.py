@@ -2,10 +2,12 @@
 (ccrhost/lab/nicfw.py writes it at power-on; a boot makes Next Boot Current).
 
 Covers ``-d <bdf> [-e] q|query`` and ``-d <bdf> [-y] set NAME=VALUE ...``,
-printing as mstflint's mlxconfig/mlxcfg_ui.cpp does (the device header, a
-``Configurations:`` table padded to its columns, ``*`` where Next Boot differs
-from Default or Current, ``-E-`` errors, "Please reboot machine to load new
-configurations."). A set refuses, before writing anything, a parameter the
+printing as mstflint's mlxconfig/mlxcfg_ui.cpp does (2026: printOpening's
+device header, printConfHeader's ``Configurations:`` line, printSingleParam's
+rows: ``*`` where Next Boot differs from Default or Current, the name
+``%-48s``, each value ``%-33s`` and one space after a value that fills its
+column (PRINT_SPACE_IF_NEEDED), ``-E-`` errors, "Please reboot machine to
+load new configurations."). A set refuses, before writing anything, a parameter the
 device does not list and a value outside its aliases or range, as the real
 tool does. MAX_ACC_OUT_READ is listed (and settable) only while
 ADVANCED_PCI_SETTINGS is on, in Current or in the same set.
@@ -18,8 +20,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import labkernel  # noqa: E402
 
-NAME_WIDTH = 45   # the column of the first value in the operator's fixture
-VALUE_WIDTH = 16
+NAME_WIDTH = 56   # mlxcfg_ui.cpp CONFIG_TABLE_NAME_WIDTH: "Configurations:" and a row's prefix and name
+VALUE_WIDTH = 33  # CONFIG_TABLE_VALUE_WIDTH (MLXCFG_BYTES_MAX_HEX_DISPLAY_BYTES * 2 + 1)
 
 
 def fail(message: str):
@@ -54,21 +56,41 @@ def visible(state: dict, names) -> list:
 
 
 def header(bdf: str, tool: str) -> str:
-    return ("\nDevice #1:\n----------\n\n" + f"{'Device type:':<16}ConnectX7\n" + f"{'Name:':<16}N/A\n"
-            + f"{'Description:':<16}N/A\n" + f"{'Device:':<16}{bdf}\n\n")
+    return ("\nDevice #1:\n----------\n\n" + f"{'Device type:':<20}{'ConnectX7':<20}\n" + f"{'Name:':<20}{'N/A':<20}\n"
+            + f"{'Description:':<20}{'N/A':<20}\n" + f"{'Device:':<20}{bdf:<20}\n\n")
+
+
+def conf_header(columns) -> str:
+    """printConfHeader: "Next Boot" last, "New" after it."""
+    line = f"{'Configurations:':<{NAME_WIDTH}}"
+    for c in columns:
+        line += f" {c:<{VALUE_WIDTH}}" if c == "New" else f"{c:<{VALUE_WIDTH}}" + (" " if c != "Next Boot" else "")
+    return line
+
+
+def row(mark: str, name: str, cells) -> str:
+    """printSingleParam: a value that fills its column gets one space, others none."""
+    line = f"{mark}       {name:<48}"
+    width = 0
+    for i, cell in enumerate(cells):
+        if i and width >= VALUE_WIDTH:
+            line += " "
+        padded = f"{cell:<{VALUE_WIDTH}}"
+        line, width = line + padded, len(padded)
+    return line
 
 
 def query(bdf: str, state: dict, extended: bool, tool: str) -> str:
     cols = ("Default", "Current", "Next Boot") if extended else ("Next Boot",)
-    out = [header(bdf, tool), f"{'Configurations:':<{NAME_WIDTH}}" + "".join(f"{c:<{VALUE_WIDTH}}" for c in cols).rstrip()]
+    out = [header(bdf, tool), conf_header(cols)]
     for name in visible(state, state["params"]):
         spec = state["params"][name]
         default, current, nxt = spec[3], state["current"][name], state["next"][name]
-        mark = "*" if nxt != default or nxt != current else " "
+        mark = "*" if extended and (nxt != default or nxt != current) else " "
         values = (default, current, nxt) if extended else (nxt,)
-        cells = "".join(f"{text(spec, v):<{VALUE_WIDTH}}" for v in values).rstrip()
-        out.append(f"{mark:<9}{name:<{NAME_WIDTH - 9}}{cells}")
-    out.append("The '*' shows parameters with next value different from default/current value.")
+        out.append(row(mark, name, [text(spec, v) for v in values]))
+    if any(line.startswith("*") for line in out):
+        out.append("The '*' shows parameters with next value different from default/current value.")
     return "\n".join(out) + "\n"
 
 
@@ -123,10 +145,10 @@ def main(tool: str) -> None:
     advanced = wanted.get("ADVANCED_PCI_SETTINGS", state["current"]["ADVANCED_PCI_SETTINGS"])
     if "MAX_ACC_OUT_READ" in wanted and not advanced:
         fail("The Device doesn't support MAX_ACC_OUT_READ parameter")
-    rows = [f"{'Configurations:':<{NAME_WIDTH}}{'Next Boot':<{VALUE_WIDTH}}New"]
+    rows = [conf_header(("Next Boot", "New"))]
     for name, v in wanted.items():
         spec = state["params"][name]
-        rows.append(f"{'':<9}{name:<{NAME_WIDTH - 9}}{text(spec, state['next'][name]):<{VALUE_WIDTH}}{text(spec, v)}")
+        rows.append(row(" ", name, [text(spec, state["next"][name]), text(spec, v)]))
     sys.stdout.write(header(bdf, tool) + "\n".join(rows) + "\n\n")
     if not yes:
         answer = sys.stdin.readline().strip().lower() if not sys.stdin.isatty() else input()

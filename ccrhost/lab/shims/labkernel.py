@@ -355,6 +355,14 @@ def mlx5_lines() -> list[tuple[float, str]]:
     return lines
 
 
+def host_lines() -> list[tuple[float, str]]:
+    """(seconds before now, text) of the host's fatal lines: the kernel_soft_lockup fault
+    (kernel/watchdog.c, pr_fmt "watchdog: ")."""
+    if "kernel_soft_lockup" in node()["faults"]:
+        return [(5.0, "watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [kworker/3:1:1234]")]
+    return []
+
+
 def kernel_lines() -> list[tuple[float, str]]:
     """Everything the node's kernel logged, oldest first."""
-    return sorted(xid_lines() + link_lines() + mlx5_lines(), key=lambda x: -x[0])
+    return sorted(xid_lines() + link_lines() + mlx5_lines() + host_lines(), key=lambda x: -x[0])

@@ -1,0 +1,161 @@
+"""The prolog's check with every host baseline key set and the host health checks on, against
+none, on the lab.
+
+    flock /work/lab.lock python -m bench.prolog [--runs 20] [--output bench/prolog-results.md]
+
+One lab node (hgx-h100-8x400). Its `ccrhost baseline capture` gives the
+settings every baseline key the lab can answer (capture's own choice of
+mounts, modules and command-line pins, with its versions); the sysctl
+and the data mount's free space and inodes, which capture leaves to the
+site, are added. Two check files differ only in those keys. The prolog's
+own command line (templates/slurm-prolog.sh.j2: `check --format nhc
+--drain --drain-unknown --hold`, SLURM_SCRIPT_CONTEXT=prolog_slurmd, where
+an OK check makes no scontrol call) runs inside the node's namespaces,
+the two files alternating, once the machine is idle. Each run must exit 0
+(OK): a time of a failing check is no prolog's time. Needs root (it
+starts a lab); run it under the lab lock where others share the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from bench import scratch
+from bench.run import REPO, _commit, _cpu_busy, settle
+
+LAB_NAME, SUBNET, PROFILE = "bprlg", 167, "hgx-h100-8x400"
+PROLOG = ["check", "--format", "nhc", "--drain", "--drain-unknown", "--hold"]
+# what capture leaves to the site: the data mount's space (stat -f runs only for these); a sysctl pin too
+EXTRA_MOUNTS = {"/mnt/scratch": {"min_free_pct": 1, "min_free_inodes_pct": 1}}
+
+
+def _node_run(holder: int, args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    enter = ["nsenter", "-t", str(holder), "-m", "-n", "--", sys.executable, "-m", "ccrhost", *args]
+    return subprocess.run(enter, cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+
+
+def baseline_settings(lab, holder: int) -> dict:
+    """Every baseline key the node answers: its capture's settings, a sysctl, EXTRA_MOUNTS."""
+    cap = _node_run(holder, ["baseline", "capture", "--output", "-"])
+    if cap.returncode != 0:
+        raise RuntimeError(f"baseline capture: exit {cap.returncode}: {cap.stderr[-2000:]}")
+    settings = yaml.safe_load(cap.stdout)["settings"]
+    # a node's /proc/sys is the machine's: the value the check will read
+    settings["baseline_sysctl"] = {"kernel.numa_balancing": Path("/proc/sys/kernel/numa_balancing").read_text().strip()}
+    for path, extra in EXTRA_MOUNTS.items():
+        settings["baseline_mounts"].setdefault(path, {}).update(extra)
+    return settings
+
+
+def host_health_settings() -> dict:
+    """The host health checks on (issue 47), with the memlock the lab machine can give its nodes."""
+    from ccrhost.lab.host_health import lab_memlock_kib
+
+    memlock = lab_memlock_kib()
+    return {"host_health_enable": True, **({"host_health_memlock_kib": memlock} if memlock is not None else {})}
+
+
+def measure(workdir: Path, runs: int) -> dict:
+    from ccrhost.lab.fleet import Lab
+
+    lab = Lab(workdir / "lab")
+    lab.down()
+    lab.up(1, PROFILE, {}, name=LAB_NAME, subnet=SUBNET)
+    try:
+        holder = lab.load().nodes[0].holder_pid
+        keys = {**baseline_settings(lab, holder), **host_health_settings()}
+        base = {"verify_profile": PROFILE}
+        configs = {"none": base, "all": {**base, **keys}}
+        for name, doc in configs.items():
+            (lab.root("node1") / f"run/bench-{name}.yaml").write_text(yaml.safe_dump(doc))
+        env = {**os.environ, "SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "1"}
+        out = {"keys": sorted(keys), "idle": settle(), "load": os.getloadavg()[0], "none": [], "all": []}
+        busy = _cpu_busy()
+        for i in range(2 * runs):
+            name = ("none", "all")[i % 2]
+            start = time.monotonic()
+            proc = _node_run(holder, [*PROLOG, "--config", f"/run/bench-{name}.yaml"], env)
+            took = time.monotonic() - start
+            if proc.returncode != 0:
+                raise RuntimeError(f"the prolog's check with {name} baseline keys exited {proc.returncode}: "
+                                   f"{proc.stdout[-1500:]} {proc.stderr[-1500:]}")
+            out[name].append(took)
+        out["cpu_per_run"] = (_cpu_busy() - busy) / (2 * runs)
+        return out
+    finally:
+        lab.down()
+
+
+def _fmt(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.0f} ms ({min(values) * 1000:.0f}-{max(values) * 1000:.0f})"
+
+
+def report(result: dict, command: str, minutes: float) -> str:
+    from ccrhost.model.slurm import HEALTHCHECK_BUDGET
+
+    none, full = statistics.median(result["none"]), statistics.median(result["all"])
+    slowest = max(result["all"])
+    lines = [
+        "# The prolog's check with every host baseline key set and the host health checks on, against none",
+        "",
+        "Regenerated by `python -m bench.prolog`; do not edit by hand.",
+        "",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- commit: {_commit()}",
+        f"- command: `{command}` ({minutes:.1f} min)",
+        f"- machine: {os.cpu_count()} cores, {platform.machine()}, kernel {platform.release()}, "
+        f"Python {platform.python_version()}; the machine {result['idle']:.0%} idle at the start "
+        f"(load average {result['load']:.1f})",
+        f"- lab: one `{PROFILE}` node; the prolog's command line (`ccrhost {' '.join(PROLOG)}`, "
+        "SLURM_SCRIPT_CONTEXT=prolog_slurmd) inside the node's namespaces, the two check files alternating, "
+        f"{len(result['none'])} runs each; every run exited 0 (OK)",
+        f"- keys set: {', '.join(result['keys'])} (the node's `baseline capture`, with the sysctl and the "
+        "mount's free space and inodes added)",
+        "",
+        "| baseline keys | median (min-max) |",
+        "| --- | --- |",
+        f"| none | {_fmt(result['none'])} |",
+        f"| all | {_fmt(result['all'])} |",
+        "",
+        f"Difference of the medians: {(full - none) * 1000:+.0f} ms; the machine's CPU per run "
+        f"{result['cpu_per_run'] * 1000:.0f} ms (every process, the lab's tool server too; the mean over both "
+        f"files' runs). The load average counts the labs before, which settle() waited out. The prolog has no budget of its own "
+        f"(slurmd's PrologEpilogTimeout is the site's); the bounds ccrhost sets are the health check's "
+        f"`--budget {HEALTHCHECK_BUDGET}` (the same check with `--drain`: margin "
+        f"{HEALTHCHECK_BUDGET - slowest:.1f} s over the slowest run with every key set) and the prolog's "
+        f"`--probe-timeout` (20 s: a hung read is killed, the node drained UNKNOWN).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.prolog", description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20, help="runs of each check file")
+    ap.add_argument("--output", default="bench/prolog-results.md")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench.prolog: needs root (it starts a lab)", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ccrhost-bench-prolog-", dir=scratch()) as tmp:
+        result = measure(Path(tmp), args.runs)
+    command = "python -m bench.prolog" + (f" --runs {args.runs}" if args.runs != 20 else "")
+    text = report(result, command, (time.monotonic() - start) / 60)
+    Path(REPO / args.output).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

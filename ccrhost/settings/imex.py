@@ -9,7 +9,6 @@ from typing import Annotated
 from pydantic import BaseModel, Field, StringConstraints
 
 from ccrhost.model.imex import ImexPolicy
-from ccrhost.settings.keys import CONTROLLER_ONLY
 from ccrhost.settings.paths import AbsPath
 
 # a systemd unit name as `systemctl is-active` takes it (it goes into the probe's command line)
@@ -40,8 +39,8 @@ class ImexSettings(BaseModel):
     imex_rack: RackName | None = Field(
         None, description="The rack (NVLink domain) the inventory puts this tray in: the rack checks compare it with "
         "the cluster UUID and clique its GPUs report, and the Slurm block topology names its block after it. "
-        "None: the tray is in no rack the inventory knows (rack_unreadable).",
-        json_schema_extra=CONTROLLER_ONLY,
+        "None: the tray is in no rack the inventory knows (rack_unreadable). Kept in check.yaml: a tray's reading "
+        "says which rack it is in.",
     )
 
     def imex_policy(self) -> ImexPolicy:

@@ -4,7 +4,9 @@ XIDs from the kernel log; the GPUs the PCI bus lists; the Fabric Manager service
 Formats (verbatim samples in tests/fixtures/gpu/):
 - ``nvidia-smi -q``: one block per GPU opened by ``GPU 00000000:4F:00.0``, ``Key : Value`` lines indented by
   four spaces per level (driver 550 output in thamada/nvidia-smi ``nvsim/A40x10_smi.py``; the ``Fabric`` section
-  ``State : Completed`` / ``Status : Success`` as NVIDIA's Fabric Manager user guide shows it).
+  ``State : Completed`` / ``Status : Success`` as NVIDIA's Fabric Manager user guide shows it; on NVLink
+  domain GPUs also ``CliqueId``, ``ClusterUUID`` and a ``Health`` subsection: kubernetes-sigs/dra-driver-nvidia-gpu
+  #626, Azure/azhpc-images #506). NVML: nvmlDeviceGetGpuFabricInfoV's healthMask (model/imex.py HEALTH_FIELDS).
 - ``nvidia-smi nvlink -s``: ``GPU 0: <name> (UUID: ...)`` then ``\\t Link 0: 26.562 GB/s`` or ``<inactive>``
   (siboehm/bench gpu/nvlink/README.md); ``nvidia-smi nvlink -e``: ``\\t Link 0: Replay Errors: 0``, ``Recovery
   Errors``, ``CRC Errors`` (stas00/ml-engineering, network/README.md).
@@ -179,7 +181,7 @@ _HEALTH_OK = {"False", "Full", "None"}  # -q Fabric/Health values that say no fa
 
 
 def _fabric_health(f: dict[str, str]) -> dict[str, str] | None:
-    """-q ``Fabric/Health`` (driver 550 on; samples in tests/fixtures/gpu/): the rows that say a
+    """-q ``Fabric/Health`` (newer drivers; samples in tests/fixtures/gpu/): the rows that say a
     fault, by model/imex.py's field names; a value no driver prints under ``unreadable``.
     None: no health printed (N/A, Not Supported, an older driver)."""
     out: dict[str, str] = {}

@@ -191,6 +191,14 @@ def save_dcb(ifname: str, st: dict) -> None:
             f.write("Priority\tBuffer\n" + "".join(f"{p}\t\t{b}\n" for p, b in enumerate(st["prio2buffer"])))
 
 
+def link_share() -> float:
+    """This node's lab link against the nominal rate: ``link_slow=<Mbit/s>``
+    shapes it slower (the bandwidth shims' figures follow it)."""
+    nominal = node()["link_mbit"]
+    slow = [f.partition("=")[2] for f in node()["faults"] if f.partition("=")[0] == "link_slow"]
+    return min(float(slow[0]) / nominal, 1.0) if slow and slow[0].isdigit() else 1.0
+
+
 def count_bytes(dev: str, direction: str, nbytes: float) -> None:
     """Advance a port's data counters (4-byte words) as the hardware does;
     the 32-bit counter wraps, the _64 one does not."""

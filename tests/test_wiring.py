@@ -376,3 +376,14 @@ def test_lldp_json_with_a_warning_after_it_and_nesting_too_deep():
     assert list(probe.parse_lldp_json(text + "2024-01-01T00:00:00 [WARN/lldpctl] something\n")) == ["eth0"]
     with pytest.raises(probe.WiringFormatError, match="not JSON"):
         probe.parse_lldp_json("{" + '"a":[' * 100000)
+
+
+def test_an_infiniband_port_without_a_pkey_read_is_unknown_not_a_missing_key():
+    r = probe.parse_command_output(["@@ib", "mlx5_0/ports/1/link_layer:InfiniBand", "@@nodeinfo mlx5_0 1",
+                                    *["# Node info: DR path slid 0; dlid 0; 0,1",
+                                      *lines("smpquery-nodeinfo-switch.ncar-cable-tool.txt")[1:]],
+                                    "@@nodeinforc 0"])
+    assert r.nics["mlx5_0/1"].pkeys is None
+    reasons = wm.check_wiring(r, policy(pkey=0x8001), [("mlx5_0", 1)])
+    assert [(x.code, x.message) for x in reasons] == [
+        ("wiring_unreadable", "NIC mlx5_0 port 1: its P_Key table was not read")]

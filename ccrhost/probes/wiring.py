@@ -247,8 +247,7 @@ def _sysfs(lines: list[str], net: list[str]) -> dict[str, NicWiring]:
             raise WiringFormatError(f"{IB_ROOT}/{path}: {exc}") from None
     for nic in nics.values():
         nic.node_guid = guids.get(nic.device)
-        if nic.pkeys is None and nic.link_layer == "InfiniBand":
-            nic.pkeys = []  # every entry 0x0000: an empty table, read
+        # no non-zero entry at all is not read: an InfiniBand port holds at least the default key at index 0
         nic.pkeys = sorted(nic.pkeys) if nic.pkeys is not None else None
         for path in net:  # <dev>/device/net/<if>
             parts = path.strip().split("/")

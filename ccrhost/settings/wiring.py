@@ -86,10 +86,11 @@ class WiringSettings(BaseModel):
         "cabled to it fail one fabric code within `wiring_leaf_suspect_window_hours`.",
     )
     wiring_leaf_suspect_min_nodes: int = Field(
-        2, ge=1, le=10000, description="... and at least this many of them (one node is the node's fault).",
+        2, ge=1, le=10000, description="The fewest failing nodes that make a leaf suspect, whatever their share (one node failing is "
+        "that node's own fault).",
     )
     wiring_leaf_suspect_window_hours: float = Field(
-        1, gt=0, le=720, description="The window in which those failures count together.",
+        1, gt=0, le=720, description="Hours within which the failures of one fabric code count together for a suspect leaf.",
     )
 
     @field_validator("wiring_rails", mode="before")

@@ -193,8 +193,8 @@ def _shared_leaf_reasons(leaves: dict[str, list[tuple[int, NicWiring]]], rails: 
 
 def pkey_wanted(found: list[int], wanted: int) -> bool:
     """``wanted`` is in the table: its 15-bit key, and full membership
-    (bit 0x8000) where ``wanted`` asks for it (IBA 10.9.1: a port's key
-    matches on the low 15 bits; the top bit is the membership type)."""
+    (bit 0x8000) where ``wanted`` asks for it: keys match on their low 15
+    bits, the top bit is the membership type (shared/reference/topology.md)."""
     base = wanted & 0x7FFF
     return any((k & 0x7FFF) == base and (k & 0x8000 or not wanted & 0x8000) for k in found)
 

@@ -60,8 +60,8 @@ class WiringSettings(BaseModel):
         "the RoCE v2 GID index. Off until a site declares its plan.",
     )
     wiring_rails: tuple[Rail, ...] = Field(
-        (), description="The fabric plan, one entry per rail: rail N is the Nth compute NIC in device-name "
-        "order (mlx5_2 before mlx5_10; EFA and rdma_exclude_devices left out). Each entry names `leaf` (an "
+        (), description="The fabric plan, one entry per rail: rail N is the Nth compute NIC port in device-name "
+        "order, then port (mlx5_2 before mlx5_10; EFA and rdma_exclude_devices left out). Each entry names `leaf` (an "
         "fnmatch pattern) or `leaf_guids`, and optionally `ports` (`1-32`). A NIC beyond the list is judged "
         "only for a shared leaf.",
     )

@@ -72,7 +72,7 @@ def test_nvlink_samples():
     assert all(n.up for n in links[0])
     h100 = probe.parse_nvlink(lines("nvlink_status_h100pcie.txt"), lines("nvlink_errors_h100.txt"))[0]
     assert [n.link for n in h100 if n.up is False] == [4]
-    assert h100[0] == NvLink(0, True, 0, 0, 0)
+    assert h100[0] == NvLink(0, True, 0, 0, 0, 26.562)  # the speed nvlink -s prints
     assert h100[-1] == NvLink(17, None, 0, 0, 0)  # in -e only: its state not read
 
 

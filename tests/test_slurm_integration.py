@@ -29,6 +29,8 @@ EVERY_KEY = {
     "host_health_edac_corrected_warn": 3, "host_health_edac_corrected_max": 20,
     "host_health_kernel_lookback_hours": None, "host_health_kernel_allow": ["EXT4-fs \\(sdz1\\)"],
     "host_health_idle_gpu_memory_mib": 64, "host_health_memlock_kib": 1048576,
+    "imex_enable": True, "imex_unit": "imex-site", "imex_channel": "/dev/nvidia-caps-imex-channels/channel1",
+    "imex_config": "/etc/nvidia-imex/site.cfg", "imex_rack": "nvl72-a",
     "verify_gpu_xid_lookback_hours": 6, "verify_gpu_xid_ignore": [13], "verify_gpu_ecc_correctable_max": 500,
     "verify_gpu_nvlink_errors_per_min": 5, "verify_gpu_pcie_replays_per_min": 2, "verify_gpu_hw_slowdown": "FAIL",
     "verify_gpu_state": "/run/ccrhost/gpu.json",

@@ -61,7 +61,7 @@ def test_the_cache_serves_every_managed_file_from_the_one_read():
             self.reads = getattr(self, "reads", 0) + 1
             # read only: no deploy configured it to keep the fabric reading
             assert kwargs == {"paths": list(FILES), "wants": UNIT_WANTS, "state": node.DEFAULT_STATE, "keep": False,
-                              "ask": ((), ())}  # no sysctl or mount point asked for
+                              "ask": ((), ()), "host": None}  # no sysctl or mount point asked for, no host health
             return node.parse_snapshot(["@@@ files", *[f"{p}\t-" for p in FILES]])
 
     host = Host()
@@ -120,3 +120,28 @@ def test_a_pci_text_that_does_not_parse_fails_every_node_that_printed_it():
     for _ in range(2):
         snap = node.parse_snapshot(_node(["@@systemd", "running"], bad), ("qos", "pci"))
         assert "ACS capability and control words" in snap.errors["pci"] and snap.qos.systemd
+
+
+def test_with_host_health_off_the_snapshot_reads_and_writes_none_of_it():
+    # host_health_enable off (the default): the section runs no systemctl, chronyc or nvidia-smi and
+    # writes no state file; the snapshot holds no reading and counts no error
+    from ccrhost.operations import cache
+    from ccrhost.settings import validate_host
+
+    off = validate_host("n", {})
+    on = validate_host("n", {"host_health_enable": True, "host_health_units": ["chronyd"]})
+
+    class Host:
+        pass
+
+    host = Host()
+    cache.configure(host, node.DEFAULT_STATE, True, off)
+    assert host.__dict__[cache._HOST] is None
+    text = node.command(list(FILES), UNIT_WANTS, probes=("host_health",), keep=True, host=None)
+    assert "systemctl" not in text and "nvidia-smi" not in text and "host-health.json" not in text
+    snap = node.parse_snapshot(["@@@ host_health", "@@off"], ("host_health",))
+    assert snap.host_health is None and snap.errors == {}
+    cache.configure(host, node.DEFAULT_STATE, True, on)
+    units, state, _, keep = host.__dict__[cache._HOST]
+    assert "chronyd" in units and state == "/run/ccrhost/host-health.json" and keep is True
+    assert "systemctl show" in node.command(list(FILES), UNIT_WANTS, probes=("host_health",), host=(units, state))

@@ -242,7 +242,8 @@ def judge_run(run: RunResult, mode: str, figure, what: str = "") -> RunVerdict:
     if not figures:
         return RunVerdict(Reason(UNKNOWN, "allreduce_no_threshold",
                                  f"{label}: busbw {row.busbw:.1f} GB/s at {row.size} B, but no threshold is known "
-                                 f"for this platform: set verify_allreduce_min_busbw{warned}"), row.busbw)
+                                 f"for this platform (no figure allreduce.{mode} in its platform file): set "
+                                 f"verify_allreduce_min_busbw{warned}"), row.busbw)
     missed = [f for f in figures if row.busbw < f.busbw]
     if missed:
         below = " and below ".join(f"{f.busbw:g} GB/s ({f.source})" for f in missed)

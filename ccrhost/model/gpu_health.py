@@ -42,6 +42,7 @@ class NvLink:
     replay: int | None = None     # nvidia-smi nvlink -e "Replay Errors" / NVML_NVLINK_ERROR_DL_REPLAY
     recovery: int | None = None   # "Recovery Errors" / NVML_NVLINK_ERROR_DL_RECOVERY
     crc: int | None = None        # "CRC Errors" / NVML_NVLINK_ERROR_DL_CRC_FLIT
+    speed_gbs: float | None = None  # nvidia-smi nvlink -s "53.125 GB/s" / NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON
 
     @property
     def errors(self) -> int | None:
@@ -64,6 +65,10 @@ class GpuHealth:
     pcie_replays: int | None = None         # -q PCI/Replays Since Reset / nvmlDeviceGetPcieReplayCounter
     fabric_state: str | None = None         # -q Fabric/State (None: N/A, no NVSwitch) / nvmlDeviceGetGpuFabricInfo state
     fabric_status: str | None = None        # -q Fabric/Status / nvmlDeviceGetGpuFabricInfo status
+    clique_id: int | None = None            # -q Fabric/CliqueId / nvmlGpuFabricInfo cliqueId (model/imex.py judges)
+    cluster_uuid: str | None = None         # -q Fabric/ClusterUUID / nvmlGpuFabricInfo clusterUuid
+    health_mask: int | None = None          # nvmlGpuFabricInfoV healthMask (NVML_GPU_FABRIC_HEALTH_MASK_*)
+    health: dict[str, str] | None = None    # -q Fabric/Health rows that say a fault (model/imex.py SMI_HEALTH)
     nvlinks: list[NvLink] | None = None     # nvidia-smi nvlink -s and -e / NVML per link; None: not read
 
     @property

@@ -78,7 +78,8 @@ def judge(matrices: dict[str, Matrix], gpu_name: str | None, gpus: dict, overrid
         figures = thresholds(tc, gpu_name, overrides, platform)
         if not figures:
             reasons.append(Reason(UNKNOWN, "nvbandwidth_no_threshold",
-                                  f"nvbandwidth {TEXT[tc]}: no threshold is known for {gpu_name or 'this GPU'}: "
+                                  f"nvbandwidth {TEXT[tc]}: no threshold is known for {gpu_name or 'this GPU'} "
+                                  f"(no figure nvbandwidth.{tc} in its platform file): "
                                   f"set verify_nvbandwidth_min_gbs.{tc}"))
             continue
         judged += 1

@@ -45,6 +45,7 @@ HARDWARE = {
     "link_layer": ((str,), "InfiniBand, Ethernet or EFA"), "rail_local": ((bool,), "true or false"),
     "gpu_pcie": ((dict,), "a mapping of gen and width"), "nic_pcie": ((dict,), "a mapping of gen and width"),
     "numa_nodes": (_INT, "a whole number from 1 to 256"), "nvlinks_per_gpu": (_INT, "a whole number from 0 to 64"),
+    "nvlink_gbs": ((int, float), "a rate in GB/s per NVLink above 0, as nvidia-smi nvlink -s prints it"),
     "source": ((str,), "text"), "date": ((str,), "text"),
 }
 LINK_LAYERS = ("InfiniBand", "Ethernet", "EFA")
@@ -239,6 +240,8 @@ def _hardware(where, hw: dict) -> dict:
             ok = 0 <= value <= 64
         elif ok and key == "nic_gbps":
             ok = 0 < value <= 3200
+        elif ok and key == "nvlink_gbs":
+            ok = 0 < value <= 1000 and value == value
         elif ok and key == "link_layer":
             ok = value in LINK_LAYERS
         elif ok and key in ("gpu_pcie", "nic_pcie"):

@@ -52,7 +52,8 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     UNKNOWN verdict of :func:`unknown`; GPUs or a data path that cannot be
     read are UNKNOWN reasons of the verdict.
     """
-    asked = settings.policy().baseline
+    policy = settings.policy()  # built once: every part of the check reads the same
+    asked = policy.baseline
     if gather is None and gather_baseline is None and asked is not None:
         # its sysctls and mounts come from the settings: started now, beside the reads under way
         from ccrhost.node.gather import _start
@@ -67,9 +68,9 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         # The probes are separate processes that only read: run at once,
         # the check waits for the slowest rather than their sum.
         reads = started or Started(timeout)
-        if gather_host is None and settings.policy().host_health.enabled:
+        if gather_host is None and policy.host_health.enabled:
             # its units and state come from the settings: started once they are known
-            gather_host = reads.host_health(settings)
+            gather_host = reads.host_health(settings, policy)
         if gather_fabric is None:  # the reading now, joined with the stored one the settings name
             def gather_fabric():
                 return fabric_probe.read_local(settings.verify_link_state, True, timeout, now=reads.fabric_now.result)
@@ -111,7 +112,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
             readings.busy = SkippedTests(work, ["the NIC firmware query (--refresh-nic)"])
         elif refresh_nic:
             devices = sorted({p.device for p in readings.ports if not p.efa})
-            nic = settings.policy().nic_fw  # not None: nic_fw_state is set only when one of them is on
+            nic = policy.nic_fw  # not None: nic_fw_state is set only when one of them is on
             nicfw.run_and_store(nic_state, devices, settings.verify_nic_valid_for, run=query_nic,
                                 firmware=nic.enabled, optics=nic.optics, deadline=deadline, skipped=skipped)
         readings.nic_fw = nicfw.stored_reading(nic_state)
@@ -123,14 +124,14 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
                                                  required=getattr(settings, "verify_dcgm", True))
     path = getattr(settings, "verify_history", None)
     if not path:
-        verdict = evaluate(readings, settings.expectation(), settings.policy())
+        verdict = evaluate(readings, settings.expectation(), policy)
     else:
         # one check at a time reads and extends the history (a prolog beside
         # the health check would otherwise count one failure twice)
         with locked(path):
             readings.history = read_history(path, boot=boot_id())
-            verdict = evaluate(readings, settings.expectation(), settings.policy())
-            keep_history(path, verdict, settings.policy().history)
+            verdict = evaluate(readings, settings.expectation(), policy)
+            keep_history(path, verdict, policy.history)
     if getattr(settings, "verify_evidence_dir", None) and verdict.status == FAIL:
         from ccrhost.node.evidence import keep_evidence
 

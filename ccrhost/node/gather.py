@@ -88,7 +88,7 @@ class Started:
         self.gpus = _start(gpu.read_local, nvml, timeout=timeout)
         self.gpu_health = _start(gpu_health.read_gpus, nvml, timeout=timeout)
 
-    def host_health(self, settings):
+    def host_health(self, settings, policy=None):
         """Start the host health probe (probes/host_health.py) with the units
         and state ``settings`` name; returns its result's getter, bounded
         like the others (the probe's own process group is killed at the timeout)."""
@@ -96,7 +96,7 @@ class Started:
 
         from ccrhost.probes import host_health
 
-        pending = _start(host_health.read_local, host_health.args(settings), self.timeout)
+        pending = _start(host_health.read_local, host_health.args(settings, policy=policy), self.timeout)
         deadline = time.monotonic() + self.timeout
 
         def result():

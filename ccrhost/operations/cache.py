@@ -58,7 +58,7 @@ def configure(host, state: str, keep: bool, settings=None) -> None:
         from ccrhost.probes.host_health import args
 
         _real(host).__dict__[_ASK] = settings.baseline_ask()
-        _real(host).__dict__[_HOST] = args(settings, keep)
+        _real(host).__dict__[_HOST] = args(settings, keep)  # None: host health off, not read
 
 
 def _state(host) -> tuple[str, bool]:
@@ -87,9 +87,8 @@ def snapshot(host):
     host = _real(host)
     if _ATTR not in host.__dict__:
         state, keep = _state(host)
-        health = {"host": host.__dict__[_HOST]} if _HOST in host.__dict__ else {}  # else the probe's defaults
         host.__dict__[_ATTR] = host.get_fact(NodeState, paths=list(FILES), wants=UNIT_WANTS, state=state, keep=keep,
-                                             ask=_ask(host), **health)
+                                             ask=_ask(host), host=host.__dict__.get(_HOST))
         host.__dict__[_STALE] = False
         host.__dict__[_AT] = time.monotonic()
         _first(host, host.__dict__[_ATTR])

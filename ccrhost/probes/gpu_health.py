@@ -4,7 +4,9 @@ XIDs from the kernel log; the GPUs the PCI bus lists; the Fabric Manager service
 Formats (verbatim samples in tests/fixtures/gpu/):
 - ``nvidia-smi -q``: one block per GPU opened by ``GPU 00000000:4F:00.0``, ``Key : Value`` lines indented by
   four spaces per level (driver 550 output in thamada/nvidia-smi ``nvsim/A40x10_smi.py``; the ``Fabric`` section
-  ``State : Completed`` / ``Status : Success`` as NVIDIA's Fabric Manager user guide shows it).
+  ``State : Completed`` / ``Status : Success`` as NVIDIA's Fabric Manager user guide shows it; on NVLink
+  domain GPUs also ``CliqueId``, ``ClusterUUID`` and a ``Health`` subsection: kubernetes-sigs/dra-driver-nvidia-gpu
+  #626, Azure/azhpc-images #506). NVML: nvmlDeviceGetGpuFabricInfoV's healthMask (model/imex.py HEALTH_FIELDS).
 - ``nvidia-smi nvlink -s``: ``GPU 0: <name> (UUID: ...)`` then ``\\t Link 0: 26.562 GB/s`` or ``<inactive>``
   (siboehm/bench gpu/nvlink/README.md); ``nvidia-smi nvlink -e``: ``\\t Link 0: Replay Errors: 0``, ``Recovery
   Errors``, ``CRC Errors`` (stas00/ml-engineering, network/README.md).
@@ -29,6 +31,7 @@ from ccrhost import numbers
 from ccrhost.model.fabric import LinkDown
 from ccrhost.model.gpu_health import GpuHealth, GpuHealthReading, NvLink, Xid, merge_line
 from ccrhost.model.host_health import LOG_GREP, KernelEvent, match_kernel_line
+from ccrhost.model.imex import SMI_HEALTH
 from ccrhost.model.nic_log import FATAL, NicLogEvent
 from ccrhost.probes import local
 from ccrhost.probes.sections import split
@@ -167,8 +170,34 @@ def parse_query(lines: list[str]) -> list[GpuHealth]:
             pcie_replays=_number(f.get("PCI/Replays Since Reset", "N/A"), "PCI/Replays Since Reset"),
             fabric_state=None if state in _NA else state,
             fabric_status=None if status in _NA else status,
+            clique_id=_number(f.get("Fabric/CliqueId", "N/A"), "Fabric/CliqueId"),
+            cluster_uuid=None if f.get("Fabric/ClusterUUID", "N/A") in _NA else f["Fabric/ClusterUUID"].lower(),
+            health=_fabric_health(f),
         ))
     return gpus
+
+
+_HEALTH_OK = {"False", "Full", "None"}  # -q Fabric/Health values that say no fault
+
+
+def _fabric_health(f: dict[str, str]) -> dict[str, str] | None:
+    """-q ``Fabric/Health`` (newer drivers; samples in tests/fixtures/gpu/): the rows that say a
+    fault, by model/imex.py's field names; a value no driver prints under ``unreadable``.
+    None: no health printed (N/A, Not Supported, an older driver)."""
+    out: dict[str, str] = {}
+    rows = {**{row: name for name, (row, _) in SMI_HEALTH.items()}, "Incorrect Configuration": "incorrect_configuration"}
+    seen = False
+    for row, name in rows.items():
+        value = f.get(f"Fabric/Health/{row}", "N/A").strip()
+        if value in _NA or value == "Not Supported":
+            continue
+        seen = True
+        fault = SMI_HEALTH[name][1] if name in SMI_HEALTH else None
+        if value == fault or (name == "incorrect_configuration" and value not in _HEALTH_OK):
+            out[name] = value
+        elif value not in _HEALTH_OK:
+            out["unreadable"] = f"{row} {value!r}"
+    return out if seen else None
 
 
 _NVGPU = re.compile(r"^GPU (\d+): ")
@@ -205,6 +234,7 @@ def parse_nvlink(status: list[str], errors: list[str]) -> dict[int, list[NvLink]
                     link.up = False
                 elif _SPEED.fullmatch(text):
                     link.up = True
+                    link.speed_gbs = float(text.split()[0])
                 else:
                     raise GpuHealthFormatError(f"nvlink -s: link {n} {text!r}")
             else:
@@ -409,6 +439,41 @@ _EMPTY = _Empty()
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}  # nvml.h NVML_GPU_FABRIC_STATE_*
 
 
+def _fabric_info(nvml, h, call):
+    """nvmlDeviceGetGpuFabricInfoV (v2 adds healthMask; nvidia-ml-py fills a struct passed in),
+    else the older call; None where neither answers (no NVSwitch, an older driver)."""
+    struct = getattr(nvml, "c_nvmlGpuFabricInfo_v2_t", None)
+    if struct is not None:
+        info = struct()
+        if call("nvmlDeviceGetGpuFabricInfoV", h, info) is not None:
+            return info
+    return call("nvmlDeviceGetGpuFabricInfo", h)
+
+
+def _uuid(raw) -> str | None:
+    """clusterUuid's 16 bytes as nvidia-smi prints them (8-4-4-4-12, lower case)."""
+    if raw is None:
+        return None
+    data = bytes(raw)
+    if len(data) != 16:
+        return None
+    text = data.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def _nvlink_speed(nvml, h, call) -> float | None:
+    """NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON (field 90: the active links' common speed, MB/s) in GB/s."""
+    field_id = getattr(nvml, "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON", 90)
+    values = call("nvmlDeviceGetFieldValues", h, [field_id])
+    if not values:
+        return None
+    v = values[0]
+    if getattr(v, "nvmlReturn", 1) != 0:
+        return None
+    mbps = getattr(getattr(v, "value", None), "uiVal", None)
+    return mbps / 1000 if isinstance(mbps, int) and mbps > 0 else None
+
+
 def read_nvml(nvml, lost: list[str] | None = None) -> list[GpuHealth]:
     """The same record through a loaded ``pynvml`` (passed in so tests can
     fake it); a call the GPU does not support leaves its field None. A GPU
@@ -437,7 +502,8 @@ def read_nvml(nvml, lost: list[str] | None = None) -> list[GpuHealth]:
             bus = bus.decode() if isinstance(bus, bytes) else bus
             remap = call("nvmlDeviceGetRemappedRows", h) or (None, None, None, None)
             pending = call("nvmlDeviceGetRetiredPagesPendingStatus", h)
-            fabric = call("nvmlDeviceGetGpuFabricInfo", h)
+            fabric = _fabric_info(nvml, h, call)
+            speed = _nvlink_speed(nvml, h, call)
             links = []
             for n in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
                 state = call("nvmlDeviceGetNvLinkState", h, n)
@@ -448,7 +514,7 @@ def read_nvml(nvml, lost: list[str] | None = None) -> list[GpuHealth]:
                                          for name, code in (("NVML_NVLINK_ERROR_DL_REPLAY", 0),
                                                             ("NVML_NVLINK_ERROR_DL_RECOVERY", 1),
                                                             ("NVML_NVLINK_ERROR_DL_CRC_FLIT", 2)))
-                links.append(NvLink(n, bool(state), replay, recovery, crc))
+                links.append(NvLink(n, bool(state), replay, recovery, crc, speed if state else None))
             state = _FABRIC_STATES.get(getattr(fabric, "state", None)) if fabric is not None else None
             status = getattr(fabric, "status", None) if fabric is not None else None
             # nvml.h: NVML_MEMORY_ERROR_TYPE_CORRECTED 0, _UNCORRECTED 1; NVML_VOLATILE_ECC 0
@@ -466,6 +532,9 @@ def read_nvml(nvml, lost: list[str] | None = None) -> list[GpuHealth]:
                 fabric_state=state,
                 fabric_status=None if state is None else ("Success" if status == 0 else
                                                           str(call("nvmlErrorString", status) or status)),
+                clique_id=None if state is None else getattr(fabric, "cliqueId", None),
+                cluster_uuid=None if state is None else _uuid(getattr(fabric, "clusterUuid", None)),
+                health_mask=None if state is None else getattr(fabric, "healthMask", None),
                 nvlinks=links,
             ))
         return gpus

@@ -39,12 +39,18 @@ DEFAULT_STATE = "/run/ccrhost/host-health.json"  # host_health_state's default
 DEFAULT_UNITS = ("slurmd", "nvidia-persistenced", "nvidia-dcgm", "nvidia-fabricmanager")
 
 
-def args(settings, keep: bool = True) -> tuple:
+OFF = "@@off"  # the deploy's snapshot where host_health_enable is off: nothing read, nothing written
+
+
+def args(settings, keep: bool = True, policy=None) -> tuple | None:
     """:func:`command`'s arguments from a host's settings (or a check's
     kept ones): every unit judged (Fabric Manager unless off, whether the
     GPUs need it is known only from their reading) and slurmd, whose
-    LimitMEMLOCK its jobs inherit."""
-    policy = settings.policy().host_health
+    LimitMEMLOCK its jobs inherit. None where the checks are off: nothing
+    would judge the reading. ``policy``: the settings' policy, if built."""
+    policy = (policy or settings.policy()).host_health
+    if not policy.enabled:
+        return None
     units = tuple(dict.fromkeys(("slurmd", *policy.watched(policy.fabricmanager != "off"))))
     return units, getattr(settings, "host_health_state", DEFAULT_STATE), getattr(settings, "slurm_conf", None), keep
 
@@ -221,8 +227,11 @@ def parse_gpu_use(parts: dict, idle_arg: str | None) -> GpuUse:
     return use
 
 
-def parse_command_output(lines: list[str]) -> HostHealthReading:
-    """:func:`command`'s output (``@@units RC NAME...``: the units it asked for)."""
+def parse_command_output(lines: list[str]) -> HostHealthReading | None:
+    """:func:`command`'s output (``@@units RC NAME...``: the units it asked
+    for); None for :data:`OFF` (not read)."""
+    if [x.strip() for x in lines if x.strip()] == [OFF]:
+        return None
     sections = split(lines)
     parts = {s.tag: s for s in sections}
     reading = HostHealthReading()

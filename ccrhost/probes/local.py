@@ -19,7 +19,9 @@ import threading
 
 _running: set = set()  # the Popen objects whose groups are still ours to end
 _lock = threading.Lock()
-_ended = False  # end_all ran: a snippet started after it (a thread mid-Popen) is killed at once
+_settled = threading.Condition(_lock)  # notified when a thread's Popen has returned
+_spawning = 0  # threads inside Popen: their child may already run while its pid is not ours yet
+_ended = False  # end_all ran: a snippet started after it is killed at once
 
 
 class ProbeTimeout(RuntimeError):
@@ -28,12 +30,23 @@ class ProbeTimeout(RuntimeError):
 
 def run(command: str, timeout: float, what: str) -> str:
     """stdout of ``sh -c command``; raises ProbeTimeout after ``timeout`` s."""
-    proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    global _spawning
     with _lock:
-        _running.add(proc)
-        if _ended:
-            _kill(proc)
+        if _ended:  # the command is exiting: a child started now could outlive it
+            raise ProbeTimeout(f"{what} was not started: the command is ending")
+        _spawning += 1
+    proc = None
+    try:
+        proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    finally:
+        with _lock:
+            _spawning -= 1
+            if proc is not None:
+                _running.add(proc)
+                if _ended:
+                    _kill(proc)
+            _settled.notify_all()
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -60,6 +73,10 @@ def end_all() -> None:
     global _ended
     with _lock:
         _ended = True
+        # a thread mid-Popen has a child that may already run (an nvidia-smi that hangs): wait for its
+        # pid, or the process exits first and leaves the child to init (bounded: Popen returns once
+        # the child has exec'd)
+        _settled.wait_for(lambda: _spawning == 0, timeout=5)
         procs = list(_running)
         _running.clear()
     for proc in procs:

@@ -69,7 +69,8 @@ def command(paths, wants: str, probes=PROBES, state: str = DEFAULT_STATE, keep: 
     with ``keep`` (rates are changes since it: no second reading, no sleep);
     ``ask``: the sysctls and mount points the host baseline reads
     (``BaselinePolicy.ask``).
-    ``host``: the host health probe's arguments (``probes.host_health.args``).
+    ``host``: the host health probe's arguments (``probes.host_health.args``);
+    None: the checks are off, the section says so and reads nothing.
 
     The output travels as one line: gzip (where the node has it) then
     base64. pyinfra hands every output line through a thread queue, and at
@@ -86,7 +87,7 @@ def command(paths, wants: str, probes=PROBES, state: str = DEFAULT_STATE, keep: 
         "gpu_health": gpu_health.COMMAND,
         "fabric": fabric.command(state, keep),
         "baseline": baseline.command(*ask),
-        "host_health": host_health.command(*host) if host else host_health.command(keep=keep),
+        "host_health": host_health.command(*host) if host else f"echo {host_health.OFF}",
     }
     chosen = [(name, snippet) for name, snippet in snippets.items() if name in probes]
     # Each probe a function (a subshell, as before); all of them at once,

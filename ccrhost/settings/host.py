@@ -21,6 +21,7 @@ from ccrhost.settings.fabric import FabricSettings, limits
 from ccrhost.settings.gpu import GpuHealthSettings
 from ccrhost.settings.history import HistorySettings
 from ccrhost.settings.host_health import HostHealthSettings
+from ccrhost.settings.imex import ImexSettings
 from ccrhost.settings.install import InstallSettings
 from ccrhost.settings.keys import CONTROLLER_ONLY
 from ccrhost.settings.measure import MeasureSettings
@@ -38,7 +39,7 @@ from ccrhost.settings.wiring import WiringSettings
 DOMAINS = (DatapathSettings, QosSettings, NcclSettings, CcrSettings, MeasureSettings, MonitorSettings,
            FabricSettings, GpuHealthSettings, HistorySettings, EvidenceSettings, ActiveSettings, NicFwSettings,
            ReportSettings, SlurmSettings, InstallSettings,
-           BaselineSettings, HostHealthSettings, WiringSettings)
+           BaselineSettings, HostHealthSettings, ImexSettings, WiringSettings)
 
 
 # pydantic orders the fields from the last base class on: reversed, they follow DOMAINS.

@@ -97,6 +97,9 @@ EVERY_KEY = {
     "baseline_cmdline": ("iommu=pt",), "baseline_sysctl": {"kernel.numa_balancing": "0"},
     "baseline_clocksource": "tsc", "baseline_kernel_min": "5.15.0-1061", "baseline_cuda_min": "12.4",
     "baseline_nccl_min": "2.21.5", "baseline_ofed_min": "24.10-1.1.4.0",
+    "wiring_enable": True, "wiring_rails": ({"leaf": "leaf-r0-*", "ports": "1-32"}, {"leaf_guids": ("0xe41d2d03004bef70",)}),
+    "wiring_distinct_leaves": False, "wiring_pkey": "0x8001", "wiring_gid_index": 3, "wiring_valid_for": 3600,
+    "wiring_leaf_suspect_fraction": 0.75, "wiring_leaf_suspect_min_nodes": 3, "wiring_leaf_suspect_window_hours": 2,
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

@@ -33,12 +33,13 @@ from ccrhost.settings.paths import (BESIDE, EVIDENCE_EXAMPLE, PATH_SETTINGS, STA
 from ccrhost.settings.qos import QosSettings
 from ccrhost.settings.report import ReportSettings
 from ccrhost.settings.slurm import SlurmSettings
+from ccrhost.settings.wiring import WiringSettings
 
 # The domains, in the order of the settings reference (docs/settings.md).
 DOMAINS = (DatapathSettings, QosSettings, NcclSettings, CcrSettings, MeasureSettings, MonitorSettings,
            FabricSettings, GpuHealthSettings, HistorySettings, EvidenceSettings, ActiveSettings, NicFwSettings,
            ReportSettings, SlurmSettings, InstallSettings,
-           BaselineSettings, HostHealthSettings, ImexSettings)
+           BaselineSettings, HostHealthSettings, ImexSettings, WiringSettings)
 
 
 # pydantic orders the fields from the last base class on: reversed, they follow DOMAINS.

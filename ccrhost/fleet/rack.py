@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ccrhost.fleet.slurm_client import hostlist
 from ccrhost.model.gpu_health import GpuHealth
 from ccrhost.model.imex import ZERO_UUID
 from ccrhost.model.status import FAIL, UNKNOWN, Reason
@@ -144,35 +145,6 @@ def _versions(name: str, members: list[Tray], out: dict[str, list[Reason]]) -> N
 
 
 # --- Slurm's topology/block ---------------------------------------------------------------
-
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
-
-
-def hostlist(hosts: list[str]) -> str:
-    """Slurm's hostlist expression of ``hosts``: runs of one prefix and equal-width numbers
-    as ``gpu[001-003,007]``, other names as they are, comma-separated."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain: list[str] = []
-    for h in dict.fromkeys(hosts):
-        m = _NUMBERED.match(h)
-        if m and not any(c in h for c in "[],"):
-            groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
-        else:
-            plain.append(h)
-    parts = []
-    for (prefix, width), numbers in sorted(groups.items()):
-        numbers.sort()
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{numbers[0]:0{width}d}")
-            continue
-        runs, start = [], numbers[0]
-        for prev, cur in zip(numbers, numbers[1:] + [None]):
-            if cur != prev + 1:
-                runs.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-                start = cur
-        parts.append(f"{prefix}[{','.join(runs)}]")
-    return ",".join(parts + sorted(plain))
-
 
 def _block_sizes(sizes: tuple[int, ...]) -> None:
     """topology.conf(5): each size a power of two larger than the one before."""

@@ -15,6 +15,7 @@ import io
 import re
 from dataclasses import dataclass
 
+from ccrhost.fleet.slurm_client import hostlist
 from ccrhost.model.ports import natural_key
 from ccrhost.model.wiring import NicWiring, RailPlan, WiringPolicy, WiringReading, compute_nics
 
@@ -156,32 +157,6 @@ def slurm_name(leaf: str) -> str:
     digit, ``_``, ``.`` or ``-`` made ``_``, at most 64 characters
     (topology.conf(5): "cannot be longer than 64 characters")."""
     return (re.sub(r"[^A-Za-z0-9_.-]", "_", leaf) or "_")[:64]
-
-
-def hostlist(names) -> str:
-    """Slurm's hostlist expression of ``names``: runs of one prefix and
-    same-width numbers as ``gpu[001-003,007]`` (topology.conf(5): "Slurm's
-    hostlist expression parser is used")."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain = []
-    for name in sorted(set(names), key=natural_key):
-        m = re.fullmatch(r"(.*?)([0-9]+)", name)
-        if m and not re.search(r"[\[\],]", name):
-            groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
-        else:
-            plain.append(name)
-    parts = []
-    for (prefix, width), numbers in groups.items():
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{numbers[0]:0{width}d}")
-            continue
-        runs, start = [], numbers[0]
-        for a, b in zip(numbers, numbers[1:] + [None]):
-            if b != a + 1:
-                runs.append(f"{start:0{width}d}" if start == a else f"{start:0{width}d}-{a:0{width}d}")
-                start = b
-        parts.append(f"{prefix}[{','.join(runs)}]")
-    return ",".join(sorted(parts + plain, key=natural_key))
 
 
 def node_leaves(readings: dict[str, WiringReading], policy: WiringPolicy,

@@ -14,6 +14,7 @@ from ccrhost.lab import slurm as lab_slurm
 pytestmark = pytest.mark.lab
 
 SLURM_NODES = 3
+SLURM_HEALTHCHECK_INTERVAL = 0  # no test here waits on Slurm's periodic health check
 OFED_IFS = [f"ens{i}np0" for i in range(1, 9)]
 
 

@@ -21,6 +21,7 @@ from ccrhost.lab import slurm as lab_slurm
 from ccrhost.model.install import controller_version
 
 pytestmark = pytest.mark.lab
+SLURM_HEALTHCHECK_INTERVAL = 0  # no test here waits on Slurm's periodic health check
 
 NODES = ("node1", "node2", "node3")
 LINK = "/usr/local/bin/ccrhost"  # slurm_ccrhost's default, as the docs leave it

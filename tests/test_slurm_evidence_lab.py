@@ -14,6 +14,7 @@ from ccrhost.lab.profile import nic_serial
 
 pytestmark = pytest.mark.lab
 SLURM_NODES = 2
+SLURM_HEALTHCHECK_INTERVAL = 0  # no test here waits on Slurm's periodic health check
 
 
 def test_a_nic_failure_names_the_nic_serial_and_verify_collects_its_bundle(slurm_lab, tmp_path):

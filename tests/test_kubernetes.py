@@ -158,6 +158,14 @@ def test_built_documents_validate_against_the_kubernetes_schemas(built):
         kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
 
 
+def test_every_profiles_daemonset_rolls_a_change_out_one_node_at_a_time(built):
+    # docs/kubernetes.md "Rolling a change out a few nodes at a time": a new image or node data
+    # replaces the pods one node at a time, never every node's tuning at once
+    for profile in PROFILES:
+        spec = by_kind(built, "DaemonSet", f"ccrhost-{profile}")["spec"]
+        assert spec["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}, profile
+
+
 def test_init_container_is_privileged_on_the_hosts_network_pids_and_sys(built):
     spec = daemonset(built)
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", PROFILE_LABEL: PROFILE}

@@ -128,10 +128,14 @@ def test_each_mask_field_is_its_own_reason():
 
 
 def test_the_nvml_probe_reads_the_v2_struct_and_link_speed():
-    class Info:
-        def __init__(self):
-            self.state, self.status, self.cliqueId, self.healthMask = 3, 0, 7, 1 << 4
-            self.clusterUuid = bytes.fromhex(UUID.replace("-", ""))
+    import pynvml
+
+    def fill(h, ref):
+        # NVML writes through the pointer it is given: a struct passed by value (no ctypes.byref) has no _obj
+        info = ref._obj
+        info.state, info.status, info.cliqueId, info.healthMask = 3, 0, 7, 1 << 4
+        info.clusterUuid[:] = list(bytes.fromhex(UUID.replace("-", "")))
+        return 0
 
     class Value:
         nvmlReturn = 0
@@ -140,12 +144,12 @@ def test_the_nvml_probe_reads_the_v2_struct_and_link_speed():
             uiVal = 53125
 
     class Nvml:
-        c_nvmlGpuFabricInfo_v2_t = Info
+        c_nvmlGpuFabricInfo_v2_t = pynvml.c_nvmlGpuFabricInfo_v2_t  # the real struct: its version set
         NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON = 90
         nvmlInit = nvmlShutdown = staticmethod(lambda: None)
         nvmlDeviceGetCount = staticmethod(lambda: 1)
         nvmlDeviceGetHandleByIndex = staticmethod(lambda i: "h")
-        nvmlDeviceGetGpuFabricInfoV = staticmethod(lambda h, info: 0)
+        nvmlDeviceGetGpuFabricInfoV = staticmethod(fill)
         nvmlDeviceGetFieldValues = staticmethod(lambda h, ids: [Value()] if ids == [90] else None)
         nvmlDeviceGetNvLinkState = staticmethod(lambda h, n: 1 if n < 18 else (_ for _ in ()).throw(OSError()))
 

@@ -24,6 +24,7 @@ Formats (verbatim samples in tests/fixtures/gpu/):
 
 from __future__ import annotations
 
+import ctypes
 import math
 import re
 
@@ -440,12 +441,14 @@ _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}  # nvml.h 
 
 
 def _fabric_info(nvml, h, call):
-    """nvmlDeviceGetGpuFabricInfoV (v2 adds healthMask; nvidia-ml-py fills a struct passed in),
-    else the older call; None where neither answers (no NVSwitch, an older driver)."""
+    """nvmlDeviceGetGpuFabricInfoV (v2 adds healthMask; its constructor sets the version), else the
+    older call; None where neither answers (no NVSwitch, an older driver). nvidia-ml-py hands its
+    argument to NVML as given: the struct goes by reference (ctypes.byref), as nvml.h's pointer
+    parameter asks; passed as is, ctypes would copy it by value and NVML would fill nothing."""
     struct = getattr(nvml, "c_nvmlGpuFabricInfo_v2_t", None)
     if struct is not None:
         info = struct()
-        if call("nvmlDeviceGetGpuFabricInfoV", h, info) is not None:
+        if call("nvmlDeviceGetGpuFabricInfoV", h, ctypes.byref(info)) is not None:
             return info
     return call("nvmlDeviceGetGpuFabricInfo", h)
 

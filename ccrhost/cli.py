@@ -151,7 +151,12 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
 @click.option("--refresh-nic", is_flag=True,
               help="Health-check use, with verify_nic_firmware: query each compute NIC's firmware settings "
                    "(mlxconfig, seconds per NIC) and store them before judging. Never in a prolog, which judges "
-                   "the stored reading and its age.")
+                   "the stored reading and its age. With wiring_enable it also reads the fabric's wiring "
+                   "(lldpctl, smpquery) again where the stored reading is missing, unreadable or past half "
+                   "wiring_valid_for.")
+@click.option("--refresh-wiring", is_flag=True,
+              help="With wiring_enable: read the fabric's wiring (lldpctl, smpquery) and store it now, whatever "
+                   "the stored reading's age (after recabling). Read-only; never in a prolog.")
 @click.option("--active-when-busy", "verify_active_when_busy", is_flag=True, default=None,
               help="With --refresh-nic: query the NICs on a node running GPU work or a Slurm job too "
                    "(verify_active_when_busy; `ccrhost slurm rollout` asks so, read-only) [default: skip the queries "
@@ -168,8 +173,8 @@ def _load_check_data(config_path, overrides, text: bytes | None = None) -> dict:
 @click.option("--textfile", type=click.Path(dir_okay=False),
               help="With --drain: a node_exporter textfile of the verdict, the would-be drain or hold, and a fault "
                    "of ccrhost's own (slurm_textfile).")
-def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, refresh_nic, budget, dry_run,
-          log_path, textfile, **overrides):
+def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, refresh_nic, refresh_wiring, budget,
+          dry_run, log_path, textfile, **overrides):
     """Verify this node now. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (--format
     npd: Node Problem Detector's codes).
 
@@ -204,7 +209,8 @@ def check(config_path, fmt, output, drain, drain_unknown, hold, probe_timeout, r
     else:
         try:
             verdict = node_check.run_check(settings, timeout=probe_timeout, started=reads, refresh_nic=refresh_nic,
-                                           deadline=deadline, skipped=skipped)
+                                           deadline=deadline, skipped=skipped,
+                                           refresh_wiring="force" if refresh_wiring else refresh_nic)
         except Exception as exc:  # a bug must not read as WARN to the scheduler
             problem = f"internal error: {type(exc).__name__}: {exc}"
             verdict = node_check.unknown("check_error", problem)

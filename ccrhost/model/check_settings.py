@@ -37,6 +37,8 @@ class CheckSettings:
     verify_dcgm: bool = False              # verify_dcgm: the diag is asked for (else a stale pass says nothing)
     verify_active_when_busy: bool = False  # verify_active_when_busy: --refresh-nic queries a busy node's NICs too
     host_health_state: str = "/run/ccrhost/host-health.json"  # host_health_state: the units' last reading
+    wiring_state: str | None = None        # HostSettings.wiring_state: the stored wiring reading, if judged
+    wiring_valid_for: float = 86400        # wiring_valid_for: how long a wiring reading the check stores holds
     slurm_conf: str | None = None          # slurm_conf: where squeue and scontrol find Slurm (busy read, idle node)
 
     def expectation(self) -> Expectation:

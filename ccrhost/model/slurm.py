@@ -45,7 +45,7 @@ def integration_files(settings) -> list[tuple[str, str, str]]:
     """``(path, content, mode)`` of every file the Slurm integration owns on a node."""
     values = {"header": MANAGED_HEADER, "path": settings.slurm_path, "slurm_conf": settings.slurm_conf,
               "ccrhost": settings.slurm_ccrhost, "config": CHECK_CONFIG,
-              "refresh_nic": settings.verify_nic_firmware or settings.verify_nic_optics,
+              "refresh_nic": settings.verify_nic_firmware or settings.verify_nic_optics or settings.wiring_enable,
               "budget": HEALTHCHECK_BUDGET, "nhc_timeout": NHC_CHECK_TIMEOUT, "nhc_margin": NHC_BUDGET_MARGIN,
               "observe": settings.slurm_mode == "observe", "report": report_options(settings)}
     # slurm_healthcheck other than ccrhost: HealthCheckProgram is the site's (NHC) or nobody's

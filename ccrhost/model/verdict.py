@@ -23,6 +23,7 @@ from ccrhost.model import history as hist
 from ccrhost.model import host_health as hh
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
+from ccrhost.model import wiring as wr
 from ccrhost.model.gpus import GpuReading
 from ccrhost.model.plain import plain
 from ccrhost.model.ports import Port, compute_ports
@@ -59,6 +60,7 @@ class Readings:
     busy: gpu_work.SkippedTests | None = None       # None: no active test was skipped for running GPU work
     baseline: hb.BaselineReading | None = None    # None: the host baseline was not read (not judged)
     host_health: hh.HostHealthReading | None = None  # None: the host's health was not read (not judged)
+    wiring: wr.StoredWiring | None = None         # None: no wiring reading was read back (not judged)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -113,6 +115,7 @@ class Policy:
     history: hist.HistoryPolicy = hist.HistoryPolicy()
     gpudirect_figures: tuple[dp.GdrFigure, ...] = ()  # the platform's ib_write_bw.gpudirect, published and fleet
     host_health: hh.HostHealthPolicy = hh.HostHealthPolicy()
+    wiring: wr.WiringPolicy = wr.WiringPolicy()  # wiring_*: off unless wiring_enable
 
 
 @dataclass
@@ -428,6 +431,9 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
 
         reasons += check_nic_firmware(readings.nic_fw, policy.nic_fw, ethernet)
     reasons += dcgm.check_dcgm(readings.dcgm)
+    # rail i is the i-th compute NIC port in name order (model/wiring.py compute_nics)
+    reasons += wr.check_stored_wiring(readings.wiring, policy.wiring,
+                                      wr.compute_nics([(p.device, p.port) for p in ports if not p.efa]))
     reasons += hb.check_baseline(readings.baseline, policy.baseline)
     reasons += gpu_work.check_skipped(readings.busy)
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
               gather_health=None, gather_fabric=None, refresh_nic: bool = False, query_nic=None,
               deadline: float | None = None, skipped: list[str] | None = None, read_busy=None,
-              gather_baseline=None, gather_host=None) -> Verdict:
+              gather_baseline=None, gather_host=None, refresh_wiring: bool = False, read_wiring=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``started``: the reads
     already under way (:class:`ccrhost.node.gather.Started`), else they
     start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
@@ -46,6 +46,10 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
     reader, for tests).
     ``gather_host``: the host health reading (for tests; with ``gather``
     alone it is not read).
+    ``refresh_wiring`` (the health check): read the fabric's wiring again
+    and store it where the stored reading is missing, unreadable or past half
+    its validity (``"force"``: whatever its age); ``read_wiring``: the probe,
+    for tests. Every path judges the stored reading and its age.
 
     What could not be read is UNKNOWN, never a guess: an RDMA probe that
     hangs past ``timeout`` or prints what sysfs never prints gives the
@@ -116,6 +120,14 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
             nicfw.run_and_store(nic_state, devices, settings.verify_nic_valid_for, run=query_nic,
                                 firmware=nic.enabled, optics=nic.optics, deadline=deadline, skipped=skipped)
         readings.nic_fw = nicfw.stored_reading(nic_state)
+    wiring_state = getattr(settings, "wiring_state", None)
+    if wiring_state:  # a read-only query (LLDP, subnet management): made on a busy node too
+        from ccrhost.node import wiring
+
+        if refresh_wiring and (refresh_wiring == "force" or wiring.due(wiring_state, settings.wiring_valid_for)):
+            devices = tuple(sorted({p.device for p in readings.ports if not p.efa}))
+            wiring.run_and_store(wiring_state, settings.wiring_valid_for, devices, read=read_wiring)
+        readings.wiring = wiring.stored_reading(wiring_state)
     if getattr(settings, "dcgm_state", None):  # likewise the stored DCGM diag result (node/dcgm.py)
         from ccrhost.node import dcgm as node_dcgm
 

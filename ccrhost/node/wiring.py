@@ -6,8 +6,8 @@ as the NIC firmware audit (``ccrhost.node.nicfw``), the reading is stored
 as an active-check result (``ccrhost.node.active``'s state file) with its
 time and ``wiring_valid_for``, and every path judges the stored reading and
 its age (``ccrhost.model.wiring.check_stored_wiring``); a stale one is
-UNKNOWN, never its old neighbours. Nothing here is wired into ``ccrhost
-check`` yet.
+UNKNOWN, never its old neighbours. The health check (``ccrhost check
+--refresh-nic``) reads it again when :func:`due`; the prolog never does.
 """
 
 from __future__ import annotations
@@ -47,3 +47,16 @@ def stored_reading(path: str, clock=time.time) -> StoredWiring:
     now = clock()
     stored, error = active.read_stored(path, (CHECK,), now)
     return StoredWiring(now, stored.get(f"{CHECK}/{MODE}"), error)
+
+
+def due(path: str, valid_for: float, clock=time.time) -> bool:
+    """Read again: none stored, the last read failed, or past half its validity
+    (so a reading is renewed before the prolog would find it stale)."""
+    stored = stored_reading(path, clock)
+    if stored.error or stored.result is None:
+        return True
+    try:
+        result = ActiveResult.from_dict(stored.result)
+    except (ValueError, TypeError):
+        return True
+    return result.status != OK or result.age(stored.read_at) >= valid_for / 2 or result.age(stored.read_at) < 0

@@ -32,7 +32,7 @@ def fabric(snap, settings, first=None):
 
 
 def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allreduce=None,
-                 nic_fw=None, dcgm=None, skipped=None) -> Verdict:
+                 nic_fw=None, dcgm=None, skipped=None, wiring=None) -> Verdict:
     """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
     as ``ccrhost check`` makes it from the same output: RDMA ports that
     cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
@@ -53,6 +53,7 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
     readings.nic_fw = nic_fw
     readings.dcgm = dcgm
     readings.busy = skipped
+    readings.wiring = wiring
     asked = settings.policy().baseline
     if asked is not None:  # read in the same snapshot; judged only where a key asks
         from ccrhost.model.baseline import BaselineReading, kept
@@ -80,6 +81,19 @@ def nic_firmware(snap, settings) -> list:
     nics = fact_cache._real(host).get_fact(NicFirmwareQuery, devices=tuple(devices), firmware=settings.verify_nic_firmware,
                                            optics=settings.verify_nic_optics, attempt=now)
     return [result(nic, settings.verify_nic_valid_for, now) for nic in nics]
+
+
+def wiring_result(snap, settings):
+    """The fabric's wiring, read now (LLDP, one MAD round trip per InfiniBand
+    port), as the active-check result the node stores."""
+    from ccrhost.facts.wiring import WiringQuery
+    from ccrhost.model.ports import compute_ports
+    from ccrhost.node.wiring import result
+
+    now = time.time()
+    devices = sorted({p.device for p in compute_ports(snap.rdma, settings.rdma_exclude_devices) if not p.efa})
+    reading = fact_cache._real(host).get_fact(WiringQuery, devices=tuple(devices), attempt=now)
+    return result(reading, settings.wiring_valid_for, now)
 
 
 @operation
@@ -123,6 +137,12 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
         from ccrhost.model.nicfw import NicFwReading
 
         nic_reading = NicFwReading(time.time(), {r.mode: r.to_dict() for r in nic_results})
+    wiring = wiring_result(snap, settings) if settings.wiring_enable else None
+    wiring_reading = None
+    if wiring is not None:
+        from ccrhost.model.wiring import StoredWiring
+
+        wiring_reading = StoredWiring(time.time(), wiring.to_dict())
     diag = dcgm_text = None
     if dcgm is not None:  # judged with what the node stored (a sweep's level 3 FAIL stands), stored by merging
         from ccrhost.facts.nicfw import ActiveStateText
@@ -135,14 +155,14 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
                                            if r.check in ("dcgm_diag", "nvbandwidth")},
                              required=settings.verify_dcgm)
     verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading, nic_reading,
-                           diag, skipped)
+                           diag, skipped, wiring_reading)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"))
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         host.log(f"note: {fabric.window.note}")  # a first reading: rates start from now
-    stored = (allreduce or []) + (nic_results or [])
+    stored = (allreduce or []) + (nic_results or []) + ([wiring] if wiring is not None else [])
     if stored:  # what the prolog and `ccrhost check` read later, with its age; other checks' results kept
         from ccrhost.facts.nicfw import ActiveStateText
         from ccrhost.node.active import store_script

@@ -117,6 +117,7 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
                              verify_evidence_bug_report=self.verify_evidence_bug_report, dcgm_state=self.dcgm_state,
                              verify_dcgm=self.verify_dcgm, verify_active_when_busy=self.verify_active_when_busy,
                              host_health_state=self.host_health_state,
+                             wiring_state=self.wiring_state, wiring_valid_for=self.wiring_valid_for,
                              slurm_conf=self.slurm_conf)
 
     def policy(self) -> Policy:
@@ -154,6 +155,7 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
             baseline=self.baseline_policy(),
             gpudirect_figures=self._gpudirect_figures(),
             host_health=self.host_health_policy(),
+            wiring=self.wiring_policy(),
         )
 
     def _gpudirect_figures(self) -> tuple:

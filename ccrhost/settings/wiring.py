@@ -129,6 +129,11 @@ class WiringSettings(BaseModel):
                              "with 0x8000 added for full membership)")
         return value
 
+    @property
+    def wiring_state(self) -> str | None:
+        """The state file the wiring reading is stored in (the active checks' one); None when off."""
+        return self.verify_allreduce_state if self.wiring_enable else None
+
     def wiring_policy(self):
         from ccrhost.model.wiring import RailPlan, WiringPolicy
 

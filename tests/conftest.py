@@ -95,7 +95,8 @@ def slurm_lab(request):
     lab.down(name=LAB_NAME)  # leftovers of an interrupted earlier run, with or without its state
     try:
         lab.up(getattr(request.module, "SLURM_NODES", 3), "hgx-h100-8x400", {}, name=LAB_NAME, subnet=LAB_SUBNET,
-               slurm=True, **({"healthcheck_interval": request.module.SLURM_HEALTHCHECK_INTERVAL}
+               slurm=True, wiring=getattr(request.module, "LAB_WIRING", False),
+               **({"healthcheck_interval": request.module.SLURM_HEALTHCHECK_INTERVAL}
                               if hasattr(request.module, "SLURM_HEALTHCHECK_INTERVAL") else {}))
         yield lab
     finally:

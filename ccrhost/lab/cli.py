@@ -52,8 +52,12 @@ _dir = click.option("--dir", "directory", default=None, envvar="CCRHOST_LAB_DIR"
 @click.option("--link-mbit", type=click.IntRange(10, 10000), default=200, show_default=True,
               help="Rate each node's lab link is shaped to; bandwidth tests scale it to the profile's rates.")
 @click.option("--slurm", is_flag=True, help="Also start munged, a slurmctld and a slurmd in every node.")
+@click.option("--wiring", is_flag=True,
+              help="Also cable every compute NIC to a leaf switch per rail (leaf-r0, leaf-r1, ...) that announces "
+                   "itself with lldpd, and run lldpd on every node (RoCE profiles).")
 @_dir
-def up(nodes, profile_args, inventory, per_group, node_profiles, faults, name, subnet, link_mbit, slurm, directory):
+def up(nodes, profile_args, inventory, per_group, node_profiles, faults, name, subnet, link_mbit, slurm, wiring,
+       directory):
     """Start a lab, or reuse the running one if it has the same shape."""
     if inventory and slurm:
         raise click.BadParameter("a lab from an inventory has no Slurm cluster", param_hint="--slurm")
@@ -73,7 +77,8 @@ def up(nodes, profile_args, inventory, per_group, node_profiles, faults, name, s
         profiles[node] = prof
     with _refused():
         state = _lab(directory).up(nodes, profile, parse_faults(list(faults)), name=name,
-                                   subnet=subnet, profiles=profiles, link_mbit=link_mbit, slurm=slurm)
+                                   subnet=subnet, profiles=profiles, link_mbit=link_mbit, slurm=slurm,
+                                   wiring=wiring)
     for node in state.nodes:
         extra = f"  faults: {', '.join(node.faults)}" if node.faults else ""
         click.echo(f"{node.name}  {node.address}  {node.profile}{extra}")

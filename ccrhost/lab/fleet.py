@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from ccrhost.lab import slurm as lab_slurm
+from ccrhost.lab import switches as lab_switches
 from ccrhost.lab.profile import (
     FABRIC_PREFIX,
     FAULT_KINDS,
@@ -158,12 +159,15 @@ class Lab:
     def up(self, nodes: int, profile: str, faults: dict[str, list[Fault]] | None = None,
            name: str = "lab", subnet: int = 0, profiles: dict[str, str] | None = None,
            link_mbit: int = 200, slurm: bool = False,
-           healthcheck_interval: int = lab_slurm.HEALTHCHECK_INTERVAL) -> LabState:
-        """Start ``nodes`` emulated nodes, and with ``slurm`` a Slurm cluster
-        over them. A running lab of the same shape is reused."""
+           healthcheck_interval: int = lab_slurm.HEALTHCHECK_INTERVAL, wiring: bool = False) -> LabState:
+        """Start ``nodes`` emulated nodes, with ``wiring`` their leaf switches
+        (ccrhost.lab.switches), and with ``slurm`` a Slurm cluster over them.
+        A running lab of the same shape is reused."""
         preflight()
         if slurm:
             lab_slurm.preflight()
+        if wiring:
+            lab_switches.preflight()
         faults = faults or {}
         profiles = profiles or {}
         if not NAME_RE.match(name):
@@ -190,7 +194,7 @@ class Lab:
             wanted = [(n, profiles.get(n, profile), [str(f) for f in faults.get(n, [])]) for n in names]
             have = [(n.name, n.profile, n.faults) for n in existing.nodes]
             if (have == wanted and all(_alive(n.sshd_pid) for n in existing.nodes)
-                    and bool(existing.slurm) == slurm):
+                    and bool(existing.slurm) == slurm and bool(existing.wiring) == wiring):
                 return existing
             raise LabError(
                 f"a lab is already running in {self.dir} ({len(existing.nodes)} nodes); "
@@ -222,6 +226,8 @@ class Lab:
             self._write_known_hosts(state)
             for node in state.nodes:
                 self._wait_ssh(node)
+            if wiring:
+                lab_switches.start(self, state)
             if slurm:
                 lab_slurm.start(self, state, interval=healthcheck_interval)
         except BaseException:
@@ -564,6 +570,8 @@ class Lab:
         self.boot(node)
         self.save(state)
         self._wait_ssh(node)
+        if state.wiring:  # an enabled service: up again with the node
+            lab_switches.start_node_lldpd(self, node)
         if state.slurm:
             lab_slurm.start_slurmd(self, state, node)
             self.save(state)

@@ -71,6 +71,11 @@ def folder(lab: Lab) -> Path:
     return lab.dir / "slurm"
 
 
+def topology_path(lab: Lab) -> Path:
+    """topology.conf, where slurmctld looks for it: beside slurm.conf."""
+    return conf_path(lab).parent / "topology.conf"
+
+
 def conf_path(lab: Lab) -> Path:
     return folder(lab) / "etc" / "slurm.conf"
 
@@ -121,6 +126,9 @@ def render_conf(lab: Lab, state: LabState) -> str:
     nodes = "".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={cpus} RealMemory=100 State=UNKNOWN\n"
                     for n in state.nodes)
     ctld_port, slurmd_port = ports(state)
+    # a lab with leaf switches (lab/switches.py) schedules by topology/tree: topology.conf beside
+    # slurm.conf (topology.conf(5)), re-read on `scontrol reconfigure`
+    topology = "TopologyPlugin=topology/tree\n" if state.wiring else ""
     return f"""\
 ClusterName=ccr{state.name}
 SlurmctldHost=localhost({state.gateway})
@@ -160,7 +168,7 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=60
 RebootProgram={s}/etc/reboot.sh
-Include {s}/etc/ccrhost.conf
+{topology}Include {s}/etc/ccrhost.conf
 {nodes}PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -196,6 +204,8 @@ def start(lab: Lab, state: LabState, interval: int = HEALTHCHECK_INTERVAL, timeo
     fragment = next(content for path, content, _ in files if path.endswith(".conf"))
     (s / "etc" / "ccrhost.conf").write_text(fragment)
     conf_path(lab).write_text(render_conf(lab, state))
+    if state.wiring:  # the hand-kept file a site starts from: every node under one switch
+        topology_path(lab).write_text(f"SwitchName=lab Nodes={','.join(n.name for n in state.nodes)}\n")
     reboot = s / "etc" / "reboot.sh"
     reboot.write_text(reboot_program(lab))
     reboot.chmod(0o755)

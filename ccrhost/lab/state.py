@@ -43,6 +43,7 @@ class LabState:
     link_mbit: int = 200
     slurm: dict | None = None  # the lab's Slurm cluster (ccrhost.lab.slurm), when started
     prefix: int = 24  # 23 for a lab of more nodes than a /24 holds (198.18.<subnet>.0/23)
+    wiring: dict | None = None  # the leaf switches and each node's cables (ccrhost.lab.switches), when started
 
     @property
     def bridge(self) -> str:
@@ -60,4 +61,4 @@ def load_state(path: Path) -> LabState | None:
     except FileNotFoundError:
         return None
     return LabState(data["name"], data["subnet"], [Node(**n) for n in data["nodes"]], data.get("link_mbit", 200),
-                    data.get("slurm"), data.get("prefix", 24))
+                    data.get("slurm"), data.get("prefix", 24), data.get("wiring"))

@@ -246,11 +246,15 @@ class FleetReport:
         self.verdicts: dict[str, Verdict] = {}
         self.judged: set[str] = set()  # hosts whose verification ran (not only planned)
         self.addresses: dict[str, str] = {}
+        self.settings: dict = {}  # host -> its HostSettings, where given (the fleet's wiring reads them)
 
-    def record(self, host: str, verdict: Verdict, executed: bool = False, address: str | None = None) -> None:
+    def record(self, host: str, verdict: Verdict, executed: bool = False, address: str | None = None,
+               settings=None) -> None:
         self.verdicts[host] = verdict  # the execute-time verdict replaces the plan-time one
         if address:
             self.addresses[host] = address
+        if settings is not None:
+            self.settings[host] = settings
         if executed:
             self.judged.add(host)
 
@@ -261,8 +265,14 @@ class FleetReport:
         if not verdicts:
             return None
         apply_fleet_rules(verdicts, self.tolerance)
-        paths = write_reports(verdicts, self.directory, {"fleet_versions": fleet_versions(verdicts)},
-                              addresses=self.addresses, stream=stream)
+        meta = {"fleet_versions": fleet_versions(verdicts)}
+        from ccrhost.fleet.wiring_report import report as wiring_report  # the fleet's wiring (issue 48)
+
+        say = (lambda line: stream.write(line + "\n")) if stream is not None else None
+        wiring = wiring_report(verdicts, self.settings, self.directory, say)
+        if wiring is not None:
+            meta["wiring"] = wiring.to_dict()
+        paths = write_reports(verdicts, self.directory, meta, addresses=self.addresses, stream=stream)
         if stream is not None:
             stream.write("\n" + text_table(verdicts))
             stream.write(f"Reports: {', '.join(str(p) for p in paths.values())}\n")

@@ -96,11 +96,17 @@ def slurm():
               "when it is at most this size; a larger one stays on the node, named in the report (0: copy none).")
 @click.option("--dry-run", is_flag=True, help="Check as ever, but drain and resume nothing: print the scontrol "
               "lines it would run (a node whose settings say slurm_mode: observe is always so).")
+@click.option("--topology-conf", "topology_conf", metavar="PATH",
+              type=click.Path(dir_okay=False, writable=True),
+              help="Where nodes' settings turn wiring_enable on: also write the topology.conf (topology/tree) "
+              "made from their discovered leaves to PATH, replaced atomically (as into <report-dir>), e.g. the "
+              "controller's /etc/slurm/topology.conf; not with --dry-run. slurmctld loads it only when reconfigured: run "
+              "`scontrol reconfigure` after.")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
            nccl_port, nccl_profile, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout,
-           include_busy, evidence_max_mb, dry_run):
+           include_busy, evidence_max_mb, dry_run, topology_conf):
     """Check every idle node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -122,6 +128,7 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
     opts.evidence_max_bytes = evidence_max_mb << 20
     opts.include_busy = include_busy
     opts.dry_run = dry_run
+    opts.topology_conf = topology_conf
     if nccl:
         opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
                                  nccl_max_nodes, nccl_port, nccl_srun_options, nccl_profile)

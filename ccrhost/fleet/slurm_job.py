@@ -52,6 +52,7 @@ class VerifyOptions:
     evidence_max_bytes: int = 32 << 20  # --evidence-max-mb: the cap on each evidence bundle fetched; 0: none fetched
     dry_run: bool = False              # --dry-run: the drains and resumes are said, not done
     include_busy: bool = False         # --include-busy: also ask for nodes running a job (wait for them)
+    topology_conf: str | None = None   # --topology-conf: also write the fleet's topology.conf here (wiring on)
 
 
 class Progress:

@@ -214,6 +214,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
     batches = None
     evidence: dict = {}  # node -> slurm_evidence.Fetched: the bundles its check named
     would: dict[str, list[str]] = {}  # node -> the scontrol lines a dry run or an observing node did not run
+    wiring = None  # fleet/wiring_report.WiringReport, where any node's settings turn wiring on
     try:
         if inside:
             say(f"running in the existing allocation of job {inside}")
@@ -278,6 +279,13 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                     if name not in outputs:
                         verdicts[name] = busy_verdict(node)
             apply_fleet_rules(verdicts, opts.fleet_tolerance)
+            # the fleet's wiring (issue 48) before the drains: leaf_suspect rides along in their reasons
+            from ccrhost.fleet.wiring_report import report as wiring_report
+
+            to_slurm = opts.topology_conf if not opts.dry_run else None  # a dry run changes nothing of Slurm's
+            wiring = wiring_report(verdicts, settings, opts.report_dir, say, topology_conf=to_slurm)
+            if wiring is not None and opts.topology_conf and opts.dry_run:
+                say(f"wiring: dry run: {opts.topology_conf} not written (the report directory's topology.conf is)")
             if opts.drain:
                 # before the allocation ends, so no job lands on a node about to be drained
                 # (capped: after the last batch; a job that landed meanwhile runs to its end)
@@ -307,7 +315,8 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                                 "addresses": {n: v.address for n, v in nodes.items()},
                                 **({"evidence": {n: f.to_dict() for n, f in sorted(evidence.items())}}
                                    if evidence else {}),
-                                **({"would_run": dict(sorted(would.items()))} if would else {})},
+                                **({"would_run": dict(sorted(would.items()))} if would else {}),
+                                **({"wiring": wiring.to_dict()} if wiring is not None else {})},
                           addresses={n: v.address for n, v in nodes.items()})
     stream = stream if stream is not None else sys.stderr
     stream.write("\n" + text_table(verdicts))

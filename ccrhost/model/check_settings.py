@@ -40,6 +40,10 @@ class CheckSettings:
     wiring_state: str | None = None        # HostSettings.wiring_state: the stored wiring reading, if judged
     wiring_valid_for: float = 86400        # wiring_valid_for: how long a wiring reading the check stores holds
     slurm_conf: str | None = None          # slurm_conf: where squeue and scontrol find Slurm (busy read, idle node)
+    # the fleet's view of the wiring (fleet/wiring_report.py): when a leaf is suspect
+    wiring_leaf_suspect_fraction: float = 0.5     # wiring_leaf_suspect_fraction
+    wiring_leaf_suspect_min_nodes: int = 2        # wiring_leaf_suspect_min_nodes
+    wiring_leaf_suspect_window_hours: float = 1   # wiring_leaf_suspect_window_hours
 
     def expectation(self) -> Expectation:
         return self.expected

@@ -158,7 +158,7 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
                            diag, skipped, wiring_reading)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
-                      address=host.data.get("ssh_hostname"))
+                      address=host.data.get("ssh_hostname"), settings=settings)
     fabric = verdict.readings.fabric
     if fabric is not None and fabric.window is not None and fabric.window.note:
         host.log(f"note: {fabric.window.note}")  # a first reading: rates start from now

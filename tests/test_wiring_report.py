@@ -1,0 +1,302 @@
+"""The fleet's wiring from the nodes' verdicts (issue 48): the readings
+taken back from Verdict.readings.wiring, the files written, the findings,
+leaf_suspect on the failing nodes of a suspect leaf, and `ccrhost slurm
+verify --topology-conf`."""
+
+import json
+
+import pytest
+from test_checks import gpu, port
+
+from ccrhost.fleet import wiring_report as wr
+from ccrhost.model import wiring as wm
+from ccrhost.model.drain_reason import drain_reason
+from ccrhost.model.verdict import Expectation, Policy, Readings, evaluate
+from ccrhost.node import wiring as node_wiring
+from ccrhost.settings import validate_host
+
+NOW = 50_000.0
+RAILS = [{"leaf": f"leaf-r{k}-*"} for k in range(4)]
+SETTINGS = validate_host("n", {"wiring_enable": True, "wiring_rails": RAILS})
+POLICY = Policy(wiring=SETTINGS.wiring_policy())
+
+
+def reading(group, index, swap=False, guid=None):
+    """Four RoCE NICs mlx5_0..3, rail k on leaf-r<k>-<group>, port swp<index>; ``swap``: rails 1 and 2 crossed."""
+    leaves = [f"leaf-r{k}-{group}" for k in range(4)]
+    if swap:
+        leaves[1], leaves[2] = leaves[2], leaves[1]
+    nics = {f"mlx5_{k}/1": wm.NicWiring(f"mlx5_{k}", 1, "Ethernet", f"eth{k}",
+                                        [wm.Neighbour("lldp", leaves[k], None, f"swp{index}")])
+            for k in range(4)}
+    if guid:
+        nics["mlx5_0/1"].node_guid = guid
+    return wm.WiringReading(nics)
+
+
+def verdict(wiring, down=None):
+    """The node's own verdict: four ports (``down``: that one DOWN: port_down), eight GPUs, its stored wiring."""
+    ports = [port(i, state="DOWN", phys="Disabled") if i == down else port(i) for i in range(4)]
+    stored = None if wiring is None else wm.StoredWiring(
+        NOW, node_wiring.result(wiring, 86400, NOW - 60).to_dict())
+    return evaluate(Readings(ports=ports, gpus=[gpu(i) for i in range(8)], wiring=stored), Expectation(), POLICY)
+
+
+def fleet(down=(), swap=(), guids=None):
+    """gpu01-gpu04 under the leaves of group a, gpu05-gpu06 under group b."""
+    out = {}
+    for i in range(1, 7):
+        name = f"gpu{i:02d}"
+        out[name] = verdict(reading("a" if i <= 4 else "b", i, name in swap, (guids or {}).get(name)),
+                            down=3 if name in down else None)
+    return out
+
+
+def test_a_healthy_node_with_its_wiring_is_ok():
+    v = fleet()["gpu01"]
+    assert v.status == "OK", v.summary()
+
+
+def test_the_files_for_a_swapped_pair_and_the_report(tmp_path):
+    verdicts = fleet(swap=("gpu02",))
+    assert [r.code for r in verdicts["gpu02"].reasons] == ["wiring_wrong_rail", "wiring_wrong_rail"]
+    said = []
+    got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW)
+    assert (tmp_path / "cabling.csv").read_text() == (
+        "node,nic,rail,expected_leaf,found_leaf_port\n"
+        "gpu02,mlx5_1/1,1,leaf leaf-r1-*,leaf-r2-a:swp2\n"
+        "gpu02,mlx5_2/1,2,leaf leaf-r2-*,leaf-r1-a:swp2\n")
+    assert (tmp_path / "topology.conf").read_text() == (
+        "# topology.conf (topology/tree) from the nodes' discovered leaves (ccrhost fleet/wiring.py)\n"
+        "SwitchName=leaf-r0-a Nodes=gpu[01-04]\n"
+        "SwitchName=leaf-r0-b Nodes=gpu[05-06]\n"
+        "SwitchName=fabric Switches=leaf-r0-a,leaf-r0-b\n")
+    labels = json.loads((tmp_path / "node-labels.json").read_text())
+    assert labels["gpu02"] == {"ccrhost/rail0-leaf": "leaf-r0-a", "ccrhost/rail3-leaf": "leaf-r3-a",
+                               "network.topology.nvidia.com/leaf": "leaf-r0-a"}
+    assert labels["gpu05"]["ccrhost/rail2-leaf"] == "leaf-r2-b"
+    assert got.findings == [] and got.skipped == {} and said == []
+    assert got.to_dict() == {"findings": [], "failed": {}, "skipped": {}, "plan_from": "gpu01",
+                             "files": {n: str(tmp_path / n) for n in ("cabling.csv", "topology.conf",
+                                                                      "node-labels.json")}}
+
+
+def test_three_nodes_of_one_leaf_failing_a_fabric_code_make_it_suspect(tmp_path):
+    verdicts = fleet(down=("gpu01", "gpu02", "gpu04"))
+    before = {n: (v.status, list(v.reasons)) for n, v in verdicts.items()}
+    said = []
+    got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW)
+    message = ("leaf leaf-r3-a: 3 of its 4 nodes failed port_down in the last 3600 s: gpu01, gpu02, gpu04: "
+               "check the leaf switch leaf-r3-a")
+    for name, v in verdicts.items():
+        added = v.reasons[len(before[name][1]):]
+        if name in ("gpu01", "gpu02", "gpu04"):
+            # the port down is on rail 3: only that rail's leaf is suspect, and the node still FAILs
+            assert [(r.level, r.code, r.message) for r in added] == [("WARN", "leaf_suspect", message)]
+            assert v.status == "FAIL" and v.reasons[0].code == "port_down"
+        else:
+            assert added == [] and v.status == before[name][0]
+    assert [(f.kind, f.nodes) for f in got.findings] == [("leaf_suspect", ("gpu01", "gpu02", "gpu04"))]
+    assert said == ["wiring: leaf_suspect: " + message.rsplit(": check", 1)[0]]
+    reason = drain_reason(verdicts["gpu01"])
+    assert reason.startswith("ccrhost: port_down,leaf_suspect:") and "check the leaf switch leaf-r3-a" in reason
+
+
+def test_one_failing_node_is_its_own_fault(tmp_path):
+    verdicts = fleet(down=("gpu03",))
+    got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, now=NOW)
+    assert got.findings == [] and all(r.code != "leaf_suspect" for v in verdicts.values() for r in v.reasons)
+
+
+def test_a_code_that_is_no_fabric_code_makes_no_leaf_suspect(tmp_path):
+    verdicts = fleet(swap=("gpu01", "gpu02", "gpu03"))  # wiring_wrong_rail: the node's cables, not the leaf
+    got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, now=NOW)
+    assert [v.status for v in verdicts.values()][:3] == ["FAIL"] * 3 and got.findings == []
+
+
+def test_a_duplicate_guid_and_the_nodes_without_a_reading(tmp_path):
+    verdicts = fleet(guids={"gpu01": "0x0000000000000abc", "gpu05": "0x0000000000000abc"})
+    verdicts["gpu06"] = verdict(None)
+    broken = verdict(reading("b", 7))
+    broken.readings.wiring.result["data"] = {"nics": {"mlx5_0/1": {"port": 1}}}
+    verdicts["gpu07"] = broken
+    said = []
+    got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW)
+    assert [(f.kind, f.message, f.nodes) for f in got.findings] == [
+        ("duplicate_guid", "node GUID 0x0000000000000abc on gpu01 mlx5_0, gpu05 mlx5_0", ("gpu01", "gpu05"))]
+    assert got.skipped == {"gpu06": "no stored wiring reading was read back",
+                           "gpu07": "the stored wiring reading: not a stored wiring reading: KeyError('device')"}
+    assert said == ["wiring: no reading from 2 node(s): gpu06: no stored wiring reading was read back; gpu07: "
+                    "the stored wiring reading: not a stored wiring reading: KeyError('device')",
+                    "wiring: duplicate_guid: node GUID 0x0000000000000abc on gpu01 mlx5_0, gpu05 mlx5_0"]
+    assert "gpu06" not in (tmp_path / "topology.conf").read_text()
+
+
+def test_a_stale_reading_is_not_taken():
+    v = verdict(reading("a", 1))
+    v.readings.wiring.read_at = NOW + 2 * 86400
+    assert wr.node_reading(v.readings.wiring) == (None, "the stored wiring reading is 172860 s old, valid for "
+                                                        "86400 s")
+
+
+def test_nothing_without_wiring_on_and_the_check_settings_carry_the_thresholds(tmp_path):
+    verdicts = fleet()
+    off = validate_host("n", {})
+    assert wr.report(verdicts, dict.fromkeys(verdicts, off), tmp_path, now=NOW) is None
+    assert list(tmp_path.iterdir()) == []
+    tuned = validate_host("n", {"wiring_enable": True, "wiring_rails": RAILS, "wiring_leaf_suspect_fraction": 0.9,
+                                "wiring_leaf_suspect_min_nodes": 3, "wiring_leaf_suspect_window_hours": 2})
+    check = tuned.check_settings()
+    assert (check.wiring_leaf_suspect_fraction, check.wiring_leaf_suspect_min_nodes,
+            check.wiring_leaf_suspect_window_hours) == (0.9, 3, 2)
+    # 3 of 4 is under 0.9 with the node's check settings: no suspect
+    verdicts = fleet(down=("gpu01", "gpu02", "gpu04"))
+    assert wr.report(verdicts, dict.fromkeys(verdicts, check), tmp_path, now=NOW).findings == []
+    assert wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS.check_settings()), tmp_path, now=NOW).findings
+
+
+def test_an_unwritable_file_is_named_and_the_others_written(tmp_path):
+    (tmp_path / "topology.conf").mkdir()  # a directory where the file goes
+    verdicts = fleet()
+    said = []
+    got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW)
+    assert set(got.files) == {"cabling.csv", "node-labels.json"} and list(got.failed) == ["topology.conf"]
+    assert said[0].startswith(f"wiring: {tmp_path / 'topology.conf'} was not written: ")
+
+
+# -- ccrhost slurm verify ----------------------------------------------------------------
+
+CONFIG = "wiring_enable: true\nwiring_rails:\n" + "".join(f"- leaf: leaf-r{k}-*\n" for k in range(4))
+
+
+def run_verify(monkeypatch, tmp_path, verdicts, **options):
+    """run_verify with Slurm faked: the nodes idle, the job submitted, each check step printing its verdict."""
+    import io
+
+    from test_slurm_verify import task_lines
+
+    from ccrhost.fleet import slurm_verify
+    from ccrhost.fleet.slurm_check import parse_check_task
+    from ccrhost.fleet.slurm_client import SlurmNode
+    from ccrhost.fleet.slurm_job import VerifyOptions
+    from ccrhost.node import drain as node_drain
+
+    drained = {}
+
+    def drain(v, node=None, **kw):
+        drained[node] = drain_reason(v)
+        return node_drain._note(f"drained {node}: {drained[node]}")
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(slurm_verify, "list_nodes", lambda p, n: {
+        name: SlurmNode(name, f"10.0.0.{i}", "idle", None) for i, name in enumerate(verdicts, 1)})
+    monkeypatch.setattr(slurm_verify, "submit", lambda usable, opts, say: "77")
+    monkeypatch.setattr(slurm_verify, "run_slurm", lambda *a, **k: None)
+    monkeypatch.setattr(slurm_verify, "_check_step", lambda job, nodes, opts, say: {
+        n: parse_check_task(task_lines(n, json.dumps(verdicts[n].to_dict(), default=str), verdicts[n].exit_code,
+                                       config=CONFIG)) for n in nodes})
+    monkeypatch.setattr(node_drain, "drain", drain)
+    stream = io.StringIO()
+    code, got, paths = slurm_verify.run_verify(VerifyOptions("gpu", report_dir=str(tmp_path / "report"), **options),
+                                               stream=stream)
+    return code, got, drained, stream.getvalue()
+
+
+def test_slurm_verify_writes_the_files_and_drains_with_leaf_suspect(monkeypatch, tmp_path):
+    conf = tmp_path / "slurm" / "topology.conf"
+    code, got, drained, said = run_verify(monkeypatch, tmp_path, fleet(down=("gpu01", "gpu02", "gpu04")),
+                                          topology_conf=str(conf))
+    assert code == 2 and sorted(drained) == ["gpu01", "gpu02", "gpu04"]
+    assert all(r.startswith("ccrhost: port_down,leaf_suspect:") for r in drained.values())
+    report = tmp_path / "report"
+    assert conf.read_text() == (report / "topology.conf").read_text()
+    assert conf.read_text().splitlines()[1] == "SwitchName=leaf-r0-a Nodes=gpu[01-04]"
+    doc = json.loads((report / "ccr-report.json").read_text())
+    assert doc["wiring"]["findings"] == [{"kind": "leaf_suspect", "nodes": ["gpu01", "gpu02", "gpu04"], "message": (
+        "leaf leaf-r3-a: 3 of its 4 nodes failed port_down in the last 3600 s: gpu01, gpu02, gpu04")}]
+    assert doc["wiring"]["files"] == {"cabling.csv": str(report / "cabling.csv"),
+                                      "topology.conf": str(report / "topology.conf"),
+                                      "node-labels.json": str(report / "node-labels.json"),
+                                      "topology_conf": str(conf)}
+    assert [r["code"] for r in doc["hosts"]["gpu04"]["reasons"]] == ["port_down", "leaf_suspect"]
+    assert "wiring: leaf_suspect: leaf leaf-r3-a: 3 of its 4 nodes failed port_down" in said
+    assert f"wiring: wrote {conf}: run `scontrol reconfigure` for slurmctld to load it" in said
+
+
+def test_slurm_verify_dry_run_leaves_the_controllers_topology_conf_alone(monkeypatch, tmp_path):
+    conf = tmp_path / "topology.conf.controller"
+    conf.write_text("SwitchName=old Nodes=x\n")
+    code, got, drained, said = run_verify(monkeypatch, tmp_path, fleet(), topology_conf=str(conf), dry_run=True)
+    assert code == 0 and conf.read_text() == "SwitchName=old Nodes=x\n"
+    assert (tmp_path / "report" / "topology.conf").exists()
+    assert f"wiring: dry run: {conf} not written (the report directory's topology.conf is)" in said
+
+
+def test_the_topology_conf_option_reaches_the_options(monkeypatch, tmp_path, capsys):
+    from ccrhost.cli import entry
+
+    seen = []
+    monkeypatch.setattr("ccrhost.fleet.slurm.run_verify", lambda opts, stream=None: seen.append(opts) or (0, {}, {}))
+    with pytest.raises(SystemExit) as done:
+        entry(["slurm", "verify", "-p", "gpu", "--topology-conf", str(tmp_path / "topology.conf")])
+    assert done.value.code == 0 and seen[0].topology_conf == str(tmp_path / "topology.conf")
+    with pytest.raises(SystemExit) as done:
+        entry(["slurm", "verify", "-p", "gpu", "--topology-conf", str(tmp_path)])  # a directory
+    assert done.value.code == 3 and len(seen) == 1  # a usage error: nothing checked
+    assert f"Invalid value for '--topology-conf': File '{tmp_path}' is a directory." in capsys.readouterr().err
+
+
+# -- the deploy's fleet report ---------------------------------------------------------------
+
+def test_the_deploys_fleet_report_writes_the_same_files(tmp_path):
+    import io
+
+    from ccrhost.fleet.report import FleetReport
+
+    verdicts = fleet(swap=("gpu02",), down=("gpu01", "gpu02", "gpu04"))
+    report = FleetReport(str(tmp_path))
+    for name, v in verdicts.items():
+        report.record(name, v, executed=True, settings=None if name == "gpu06" else SETTINGS)
+    out = io.StringIO()
+    paths = report.finish(out)
+    assert set(paths) == {"json", "xml", "txt", "html"}
+    assert (tmp_path / "cabling.csv").read_text().splitlines()[1:] == [
+        "gpu02,mlx5_1/1,1,leaf leaf-r1-*,leaf-r2-a:swp2", "gpu02,mlx5_2/1,2,leaf leaf-r2-*,leaf-r1-a:swp2"]
+    # gpu06's settings were not given: its wiring is not the fleet's
+    assert "SwitchName=leaf-r0-b Nodes=gpu05\n" in (tmp_path / "topology.conf").read_text()
+    doc = json.loads((tmp_path / "ccr-report.json").read_text())
+    assert doc["wiring"]["files"]["node-labels.json"] == str(tmp_path / "node-labels.json")
+    assert [f["nodes"] for f in doc["wiring"]["findings"]] == [["gpu01", "gpu02", "gpu04"]]
+    assert "wiring: leaf_suspect: leaf leaf-r3-a: 3 of its 4 nodes failed port_down" in out.getvalue()
+    assert [r["code"] for r in doc["hosts"]["gpu01"]["reasons"]] == ["port_down", "leaf_suspect"]
+
+
+def test_the_deploys_fleet_report_without_wiring_writes_no_wiring_file(tmp_path):
+    from ccrhost.fleet.report import FleetReport
+
+    report = FleetReport(str(tmp_path))
+    for name, v in fleet().items():
+        report.record(name, v, settings=validate_host("n", {}))
+    report.finish()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ccr-report.html", "ccr-report.json", "ccr-report.txt",
+                                                          "ccr-report.xml"]
+    assert "wiring" not in json.loads((tmp_path / "ccr-report.json").read_text())
+
+
+def test_a_fault_in_a_file_or_the_findings_is_said_and_nothing_else_stops(monkeypatch, tmp_path):
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    verdicts = fleet(down=("gpu01", "gpu02", "gpu04"))
+    monkeypatch.setattr(wr.fw, "topology_conf", boom)
+    said = []
+    got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW)
+    assert got.failed == {"topology.conf": "RuntimeError: boom"} and set(got.files) == {"cabling.csv",
+                                                                                      "node-labels.json"}
+    assert said[-1] == f"wiring: {tmp_path / 'topology.conf'} was not written: RuntimeError: boom"
+    verdicts = fleet(down=("gpu01", "gpu02", "gpu04"))
+    monkeypatch.setattr(wr.fw, "duplicate_guids", boom)
+    said = []
+    assert wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path / "b", said.append, now=NOW) is None
+    assert said == ["wiring: not reported: RuntimeError: boom"] and not (tmp_path / "b").exists()
+    assert all(r.code != "leaf_suspect" for v in verdicts.values() for r in v.reasons)  # nothing half added

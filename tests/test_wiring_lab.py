@@ -6,7 +6,9 @@ prolog judges the stored reading, and a cable swapped at the leaves, a
 leaf port gone quiet and a stopped lldpd are each their node's own reason."""
 
 import json
+import subprocess
 import sys
+import time
 
 import pytest
 from conftest import REPO, heal_slurm_lab, in_node, lab_ssh
@@ -113,3 +115,85 @@ def test_each_wiring_fault_is_its_own_nodes_reason_on_the_check_and_the_prolog(w
     states = lab_slurm.node_states(lab)
     assert "drain" in states["node1"][0] and "wiring_wrong_rail" in states["node1"][1], states["node1"]
     assert "drain" not in states["node3"][0], states["node3"]
+
+
+NODES = ("node1", "node2", "node3", "node4")
+
+
+def verify(lab, tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`ccrhost slurm verify` from the controller: each node's check in a Slurm job, as a site runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "ccrhost", "slurm", "verify", "--ccrhost", lab_slurm.ccrhost_command(),
+         "--config", "/tmp/wiring.yaml", "--report-dir", str(tmp_path / "report"), *args],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path, env={**lab_slurm.client_env(lab), **(env or {})})
+
+
+def topology(lab) -> list[str]:
+    """What slurmctld loaded, once told to read its files again."""
+    lab_slurm.run(lab, "scontrol", "reconfigure", check=True)
+    return lab_slurm.run(lab, "scontrol", "show", "topology", check=True).stdout.split("\n")
+
+
+def test_topology_conf_from_the_leaves_is_loaded_by_slurmctld_and_follows_a_swapped_cable(wired, tmp_path):
+    lab = wired
+    for node in NODES:  # each node reads its wiring (as its health check does when the reading is due)
+        assert check(lab, node, "--refresh-wiring")["status"] == "OK"
+    conf = lab_slurm.topology_path(lab)
+    run = verify(lab, tmp_path, "--topology-conf", str(conf))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert [line.split(" ", 1)[1] for line in topology(lab) if line] == [
+        "Level=0 LinkSpeed=1 Nodes=node[1-4]"]
+    assert topology(lab)[0].startswith("SwitchName=leaf-r0 ")
+    assert (tmp_path / "report" / "cabling.csv").read_text() == "node,nic,rail,expected_leaf,found_leaf_port\n"
+
+    switches.swap(lab, "node1", "ens1np0", "ens2np0")
+    switches.wait_learned(lab, ["node1"])
+    assert check(lab, "node1", "--refresh-wiring")["status"] == "FAIL"  # read again after the recabling
+    run = verify(lab, tmp_path, "--topology-conf", str(conf))
+    assert run.returncode == 2, run.stdout + run.stderr
+    # node1's two lowest rails are crossed: it is placed by its first good one, leaf-r2, under a root
+    assert [line for line in topology(lab) if line] == [
+        "SwitchName=leaf-r0 Level=0 LinkSpeed=1 Nodes=node[2-4]",
+        "SwitchName=leaf-r2 Level=0 LinkSpeed=1 Nodes=node1",
+        "SwitchName=fabric Level=1 LinkSpeed=1 Nodes=node[1-4] Switches=leaf-r[0,2]",
+    ]
+    # the technician's list: exactly the two crossed NICs, where each should go and where it goes
+    assert (tmp_path / "report" / "cabling.csv").read_text() == (
+        "node,nic,rail,expected_leaf,found_leaf_port\n"
+        "node1,mlx5_0/1,0,leaf leaf-r0,leaf-r1:swp1\n"
+        "node1,mlx5_1/1,1,leaf leaf-r1,leaf-r0:swp1\n")
+
+
+def test_three_nodes_failing_on_one_leaf_make_one_leaf_suspect_and_drain_as_ever(wired, tmp_path):
+    lab = wired
+    for node in NODES:
+        assert check(lab, node, "--refresh-wiring")["status"] == "OK"
+    # a job holds the four nodes (their prologs passed), then leaf-r0's ports to three of them go down
+    job = lab_slurm.run(lab, "sbatch", "--parsable", "-N4", "--exclusive", "-o", "/dev/null", "--wrap",
+                        "sleep 300", check=True).stdout.strip()
+    deadline = time.monotonic() + 30
+    while lab_slurm.run(lab, "squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip() != "RUNNING|None":
+        assert time.monotonic() < deadline, f"job {job} did not start"
+        time.sleep(0.1)
+    for node in ("node1", "node2", "node3"):
+        lab.fault(node, "port_down=mlx5_0")
+    run = verify(lab, tmp_path, "--drain", env={"SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "node[1-4]"})
+    assert run.returncode == 2, run.stdout + run.stderr
+    suspects = [line for line in run.stderr.splitlines() if "] wiring: leaf_suspect" in line]
+    assert len(suspects) == 1, run.stderr
+    assert "leaf leaf-r0: 3 of its 4 nodes failed port_down" in suspects[0], suspects
+    assert suspects[0].endswith("node1, node2, node3"), suspects
+    report = json.loads((tmp_path / "report" / "ccr-report.json").read_text())
+    assert [f["kind"] for f in report["wiring"]["findings"]] == ["leaf_suspect"]
+    states = lab_slurm.node_states(lab)
+    for node in ("node1", "node2", "node3"):  # each one's verdict points at the switch
+        reasons = {r["code"]: r["message"] for r in report["hosts"][node]["reasons"]}
+        assert {"port_down", "leaf_suspect"} <= set(reasons), (node, reasons)
+        assert reasons["leaf_suspect"].endswith("check the leaf switch leaf-r0"), reasons["leaf_suspect"]
+    # drained under the drain cap as ever (one node of four per code): the first, naming the switch's code
+    assert "drain" in states["node1"][0] and "leaf_suspect" in states["node1"][1], states["node1"]
+    for node in ("node2", "node3"):
+        assert "drain" not in states[node][0], states[node]
+        assert f"{node} not drained: DRAIN CAP HELD for port_down" in run.stderr
+    assert "leaf_suspect" not in {r["code"] for r in report["hosts"]["node4"]["reasons"]}
+    assert "drain" not in states["node4"][0], states["node4"]

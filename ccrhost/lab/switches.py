@@ -129,7 +129,7 @@ def _on_node(node: Node, script: str, check: bool = True) -> subprocess.Complete
 
 def start_node_lldpd(lab, node: Node) -> None:
     """The node's lldpd, as its enabled service starts at boot (the Debian package's defaults)."""
-    _on_node(node, f"mkdir -p /run/lldpd && {LLDPD}")
+    _on_node(node, f"lldpctl >/dev/null 2>&1 || {{ mkdir -p /run/lldpd && {LLDPD}; }}")
 
 
 def stop_lldpd(lab, name: str) -> None:

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, heal_slurm_lab, in_node, lab_ssh
+from conftest import REPO, heal_slurm_lab, in_node, lab_inventory, lab_ssh, run_pyinfra
 
 from ccrhost.lab import slurm as lab_slurm
 from ccrhost.lab import switches
@@ -74,7 +74,7 @@ def wired(slurm_lab):
         heal_slurm_lab(lab)
 
 
-def test_each_wiring_fault_is_its_own_nodes_reason_on_the_check_and_the_prolog(wired):
+def test_each_wiring_fault_is_its_own_nodes_reason_on_the_check_the_prolog_and_the_deploy(wired, tmp_path):
     lab = wired
     healthy = {n: check(lab, n, "--refresh-wiring") for n in ("node1", "node2", "node3", "node4")}
     for node, verdict in healthy.items():
@@ -107,6 +107,16 @@ def test_each_wiring_fault_is_its_own_nodes_reason_on_the_check_and_the_prolog(w
     for node, verdict in got.items():
         again = prolog(lab, node)
         assert (again["status"], wiring_reasons(again)) == (verdict["status"], wiring_reasons(verdict)), node
+
+    # the deploy's verification reads the wiring itself (a fact over SSH) and judges it the same way
+    path = lab_inventory(tmp_path, verify_profile=LAB_PLATFORM, verify_allreduce_state=STATE, wiring_enable=True,
+                         wiring_rails=[{"leaf": f"leaf-r{i}"} for i in range(8)], wiring_gid_index=3)
+    run = run_pyinfra("deploys/verify.py", inventory=path)
+    assert run.rc == 1 and "Traceback" not in run.out, run.out  # node1 and node2 fail
+    hosts = json.loads((tmp_path / "report" / "ccr-report.json").read_text())["hosts"]
+    for node, verdict in got.items():
+        deployed = hosts[lab.node(node).address]
+        assert (deployed["status"], wiring_reasons(deployed)) == (verdict["status"], wiring_reasons(verdict)), node
 
     # as the health check drains: the swapped node is drained naming the code, the unreadable one is not
     for node in ("node1", "node3"):

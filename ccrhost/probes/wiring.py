@@ -283,6 +283,9 @@ def parse_command_output(lines: list[str]) -> WiringReading:
     return reading
 
 
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d ")
+
+
 def _lldp(section, rc) -> tuple[str | None, dict | None]:
     text = section.text if section is not None else ""
     code = rc.arg if rc is not None else None
@@ -293,7 +296,8 @@ def _lldp(section, rc) -> tuple[str | None, dict | None]:
     if code == "124":
         return "lldpctl -f json did not answer within 5 s", None
     if code != "0":
-        said = " ".join(x.strip() for x in section.lines if x.strip())[:240] if section else ""
+        # lldpd's log lines start with their time (src/log.c): dropped, so one fault reads the same each time
+        said = " ".join(_STAMP.sub("", x.strip()) for x in section.lines if x.strip())[:240] if section else ""
         return f"lldpctl -f json exit {code}: {said or 'no output'} (is lldpd running?)", None
     return None, parse_lldp_json(text)
 

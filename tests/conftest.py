@@ -71,8 +71,9 @@ def make_lab():
     lab = Lab(LAB_DIR)
     lab.down(name=LAB_NAME)  # leftovers of an interrupted earlier run, with or without its state
 
-    def start(nodes=4, profile="hgx-h100-8x400", faults=(), profiles=None):
-        lab.up(nodes, profile, parse_faults(list(faults)), name=LAB_NAME, subnet=LAB_SUBNET, profiles=profiles or {})
+    def start(nodes=4, profile="hgx-h100-8x400", faults=(), profiles=None, wiring=False):
+        lab.up(nodes, profile, parse_faults(list(faults)), name=LAB_NAME, subnet=LAB_SUBNET, profiles=profiles or {},
+               wiring=wiring)
         return lab
 
     try:

@@ -570,8 +570,8 @@ class Lab:
         self.boot(node)
         self.save(state)
         self._wait_ssh(node)
-        if state.wiring:  # an enabled service: up again with the node
-            lab_switches.start_node_lldpd(self, node)
+        if state.wiring:  # the SM programs its ports again, and lldpd (an enabled service) starts
+            lab_switches.node_up(self, state, node)
         if state.slurm:
             lab_slurm.start_slurmd(self, state, node)
             self.save(state)

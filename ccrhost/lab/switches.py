@@ -11,8 +11,12 @@ cables between leaves, :func:`silence` stops a leaf port's LLDP (the
 neighbour is gone; the link stays up), :func:`stop_lldpd` ends the node's
 daemon. A reboot starts the node's lldpd again, as an enabled service.
 
-RoCE only: an InfiniBand port's neighbour comes from subnet management
-packets, which no namespace can carry.
+An InfiniBand port's neighbour comes from subnet management packets,
+which no namespace can carry: its cable is kept in the lab's state, and the
+node's ``smpquery`` and ``sminfo`` (shims/smpquery) answer from it, the
+subnet manager's programming of each port (its P_Key table, ``sm_lid``)
+written into the node's /sys. :func:`drop_pkey` and :func:`second_sm` are
+the InfiniBand faults.
 """
 
 from __future__ import annotations
@@ -58,31 +62,56 @@ def preflight() -> None:
             raise LabError(f"{tool} is missing: the lab's switches run Debian's lldpd (apt-get install lldpd)")
 
 
-def netdevs(lab, node: Node) -> list[str]:
-    """The node's compute NICs' netdevs, in rail order (its profile's order)."""
+SITE_PKEY = "0x8001"  # the lab site's partition, full member (pkeys/1; pkeys/0 is the default 0xffff)
+SM_LID = 1            # the lab subnet manager's LID, and a second one's (second_sm)
+SM_GUID = "0x0002c90300a00001"
+SM_PRIORITY = 14
+FABRIC_FILE = "run/ccrhost-lab/fabric.json"  # under the node's root: what its smpquery and sminfo answer from
+
+
+def nics(lab, node: Node) -> list[tuple[str, str, str]]:
+    """The node's compute NICs in rail order (its profile's): (RDMA device, netdev, link layer)."""
     import json
 
-    saved = json.loads((lab.node_dir(node) / "profile.json").read_text())
-    return [n["netdev"] for n in saved["profile"]["nics"] if n.get("netdev")]
+    from ccrhost.lab.profile import Profile
+
+    profile = Profile(**json.loads((lab.node_dir(node) / "profile.json").read_text())["profile"])
+    return [(n.name, n.netdev, profile.nic_settings(n).link_layer) for n in profile.nics if n.netdev]
+
+
+def netdevs(lab, node: Node) -> list[str]:
+    """The node's compute NICs' netdevs, in rail order (its profile's order)."""
+    return [netdev for _, netdev, _ in nics(lab, node)]
+
+
+def leaf_guid(state: LabState, rail: int) -> str:
+    """The leaf's node GUID (an InfiniBand plan's ``leaf_guids``)."""
+    return f"0x0002c903{state.subnet:02x}{rail:02x}0000"
 
 
 def start(lab, state: LabState) -> None:
     """Boot the leaves, cable every node's NICs to them and start each node's lldpd."""
     preflight()
-    rails = max(len(netdevs(lab, n)) for n in state.nodes)
-    state.wiring = {"rails": rails, "cables": {}}
-    for rail in range(rails):
+    state.wiring = {"cables": {}, "ib": {}}
+    # a leaf namespace (and its lldpd) for each rail an Ethernet NIC is on
+    for rail in sorted({r for n in state.nodes for r, (_, _, layer) in enumerate(nics(lab, n))
+                        if layer != "InfiniBand"}):
         _start_leaf(lab, state, rail)
     for node in state.nodes:
         taken = _run("ip", "-n", node.netns, "-o", "link", "show").stdout
         cables = {}
-        for rail, dev in enumerate(netdevs(lab, node)):
+        for rail, (device, dev, layer) in enumerate(nics(lab, node)):
+            if layer == "InfiniBand":  # no frame crosses: the cable is the lab's record (leaf, port number)
+                cables[dev] = [rail, str(node.index)]
+                state.wiring["ib"].setdefault(node.name, {})[dev] = {"device": device, "pkey": SITE_PKEY,
+                                                                     "sm_lid": SM_LID}
+                continue
             if f": {dev}:" in taken or f": {dev}@" in taken:
                 raise LabError(f"{node.name}: {dev} is already a link (a fault that runs SSH or a route over it); "
                                "the lab's switches cable every compute NIC")
             cables[dev] = _plug(state, node, dev, rail, rail)
         state.wiring["cables"][node.name] = cables
-        start_node_lldpd(lab, node)
+        node_up(lab, state, node)
     lab.save(state)
 
 
@@ -127,9 +156,61 @@ def _on_node(node: Node, script: str, check: bool = True) -> subprocess.Complete
                 check=check)
 
 
+def node_up(lab, state: LabState, node: Node) -> None:
+    """At the node's boot: what the subnet manager programs into its InfiniBand
+    ports, and its lldpd."""
+    write_ib(lab, state, node)
+    start_node_lldpd(lab, node)
+
+
 def start_node_lldpd(lab, node: Node) -> None:
     """The node's lldpd, as its enabled service starts at boot (the Debian package's defaults)."""
     _on_node(node, f"lldpctl >/dev/null 2>&1 || {{ mkdir -p /run/lldpd && {LLDPD}; }}")
+
+
+def write_ib(lab, state: LabState, node: Node) -> None:
+    """The node's InfiniBand cables (its smpquery's and sminfo's answers) and
+    each port's P_Key table and SM LID, as the subnet manager set them."""
+    import json
+
+    ports = {}
+    for dev, port in (state.wiring["ib"].get(node.name) or {}).items():
+        rail, number = state.wiring["cables"][node.name][dev]
+        ports[f"{port['device']}/1"] = {
+            "leaf": leaf_name(rail), "guid": leaf_guid(state, rail), "port": int(number),
+            "sm": {"lid": port["sm_lid"], "priority": SM_PRIORITY,
+                   "guid": SM_GUID if port["sm_lid"] == SM_LID else f"0x0002c90300a0{port['sm_lid']:04x}"}}
+        folder = lab.root(node) / "sys" / "class" / "infiniband" / port["device"] / "ports" / "1"
+        (folder / "pkeys").mkdir(exist_ok=True)
+        (folder / "pkeys" / "0").write_text("0xffff\n")
+        (folder / "pkeys" / "1").write_text(f"{port['pkey'] or '0x0000'}\n")
+        (folder / "sm_lid").write_text(f"0x{port['sm_lid']:x}\n")
+    path = lab.root(node) / FABRIC_FILE
+    path.write_text(json.dumps({"ports": ports}))
+
+
+def _ib_port(state: LabState, name: str, dev: str) -> dict:
+    try:
+        return state.wiring["ib"][name][dev]
+    except (TypeError, KeyError):
+        raise LabError(f"{name} has no InfiniBand NIC {dev!r} cabled (lab up --wiring with an InfiniBand profile?)") \
+            from None
+
+
+def drop_pkey(lab, name: str, dev: str) -> None:
+    """The subnet manager leaves the site's P_Key out of the port's table (a partition config without the node)."""
+    state = lab.load()
+    _ib_port(state, name, dev)["pkey"] = None
+    lab.save(state)
+    write_ib(lab, state, lab.node(name))
+
+
+def second_sm(lab, name: str, dev: str, lid: int = SM_LID + 1) -> None:
+    """The port is swept by another master subnet manager (a second SM on the fabric, at ``lid``)."""
+    state = lab.load()
+    _ib_port(state, name, dev)["sm_lid"] = lid
+    lab.save(state)
+    write_ib(lab, state, lab.node(name))
 
 
 def stop_lldpd(lab, name: str) -> None:
@@ -152,6 +233,15 @@ def swap(lab, name: str, dev_a: str, dev_b: str) -> None:
     state = lab.load()
     node = lab.node(name)
     (rail_a, _), (rail_b, _) = _leaf_of(state, node, dev_a), _leaf_of(state, node, dev_b)
+    ib = state.wiring["ib"].get(name) or {}
+    if dev_a in ib or dev_b in ib:
+        if not (dev_a in ib and dev_b in ib):
+            raise LabError(f"{name}: {dev_a} and {dev_b} are not both InfiniBand (or both Ethernet)")
+        cables = state.wiring["cables"][name]
+        cables[dev_a], cables[dev_b] = cables[dev_b], cables[dev_a]
+        lab.save(state)
+        write_ib(lab, state, node)
+        return
     # unplugged and plugged again (a veth's end moved between namespaces and renamed
     # keeps a leaf's lldpd sending on the link it knew before)
     for dev in (dev_a, dev_b):
@@ -220,6 +310,8 @@ def wait_learned(lab, names: list[str], timeout: float = 20) -> None:
                 doc = {}
             seen = _seen(doc)
             for dev, (rail, port) in state.wiring["cables"][name].items():
+                if dev in (state.wiring.get("ib") or {}).get(name, {}):
+                    continue  # no LLDP on InfiniBand
                 wanted = [] if _silenced(state, rail, port) else [(leaf_name(rail), port)]
                 if seen.get(dev, []) != wanted:
                     missing.append(f"{name}:{dev}")

@@ -165,3 +165,26 @@ def test_node_leaves_leaves_out_an_unreadable_node():
     bad = copy.deepcopy(roce_node(["leaf-r0-a"] * 4))
     bad.error = "timed out"
     assert fw.node_leaves({"n1": bad}, PLAN) == {"n1": []}
+
+
+def test_the_captured_plan_takes_each_leaf_to_the_rail_most_nics_reach_it_on():
+    from ccrhost.fleet.wiring import captured_plan
+    from ccrhost.model.wiring import Neighbour, NicWiring, WiringReading
+
+    def node(*leaves):
+        return WiringReading({f"mlx5_{i}/1": NicWiring(f"mlx5_{i}", 1, "Ethernet", f"ens{i}",
+                                                        [Neighbour("lldp", f"leaf{leaf}", f"02:1f:00:0{leaf}:00:00",
+                                                                   "swp1")] if leaf is not None else [])
+                              for i, leaf in enumerate(leaves)})
+
+    readings = {"node1": node(1, 0, 2), "node2": node(0, 1, 2), "node3": node(0, 1, None)}  # node1's 0 and 1 crossed
+    rails, notes = captured_plan(readings)
+    assert rails == [{"leaf_guids": ["02:1f:00:00:00:00"]}, {"leaf_guids": ["02:1f:00:01:00:00"]},
+                     {"leaf_guids": ["02:1f:00:02:00:00"]}]
+    assert notes == [
+        "leaf 02:1f:00:00:00:00 is rail 0's (by 2 NIC(s)) but rail 1 reaches it at node1:mlx5_1/1: left out of rail 1",
+        "leaf 02:1f:00:01:00:00 is rail 1's (by 2 NIC(s)) but rail 0 reaches it at node1:mlx5_0/1: left out of rail 0",
+    ]
+    # no neighbour at all on a rail: said, and its entry left empty for a person to fill
+    rails, notes = captured_plan({"node3": node(0, 1, None)})
+    assert rails[2] == {"leaf_guids": []} and notes == ["rail 2: no node has a neighbour on it: give its leaf by hand"]

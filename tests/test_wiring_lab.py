@@ -11,11 +11,13 @@ import sys
 import time
 
 import pytest
+import yaml
 from conftest import REPO, heal_slurm_lab, in_node, lab_inventory, lab_ssh, run_pyinfra
 
 from ccrhost.lab import slurm as lab_slurm
 from ccrhost.lab import switches
 from ccrhost.lab.inventory import LAB_PLATFORM
+from ccrhost.settings import validate_host
 
 pytestmark = pytest.mark.lab
 
@@ -155,6 +157,10 @@ def test_topology_conf_from_the_leaves_is_loaded_by_slurmctld_and_follows_a_swap
         "Level=0 LinkSpeed=1 Nodes=node[1-4]"]
     assert topology(lab)[0].startswith("SwitchName=leaf-r0 ")
     assert (tmp_path / "report" / "cabling.csv").read_text() == "node,nic,rail,expected_leaf,found_leaf_port\n"
+    # the plan this known-good fleet shows: each rail's leaf by its LLDP chassis id, ready for the inventory
+    plan = yaml.safe_load((tmp_path / "report" / "wiring-plan.yaml").read_text())
+    assert plan == {"wiring_rails": [{"leaf_guids": [switches.leaf_mac(lab.load(), i)]} for i in range(8)]}
+    assert validate_host("node1", plan).wiring_policy().rails[0].guids == (switches.leaf_mac(lab.load(), 0),)
 
     switches.swap(lab, "node1", "ens1np0", "ens2np0")
     switches.wait_learned(lab, ["node1"])

@@ -78,7 +78,7 @@ def test_the_files_for_a_swapped_pair_and_the_report(tmp_path):
     assert got.findings == [] and got.skipped == {} and said == []
     assert got.to_dict() == {"findings": [], "failed": {}, "skipped": {}, "plan_from": "gpu01",
                              "files": {n: str(tmp_path / n) for n in ("cabling.csv", "topology.conf",
-                                                                      "node-labels.json")}}
+                                                                      "node-labels.json", "wiring-plan.yaml")}}
 
 
 def test_three_nodes_of_one_leaf_failing_a_fabric_code_make_it_suspect(tmp_path):
@@ -160,7 +160,8 @@ def test_an_unwritable_file_is_named_and_the_others_written(tmp_path):
     verdicts = fleet()
     said = []
     got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW)
-    assert set(got.files) == {"cabling.csv", "node-labels.json"} and list(got.failed) == ["topology.conf"]
+    assert set(got.files) == {"cabling.csv", "node-labels.json", "wiring-plan.yaml"}
+    assert list(got.failed) == ["topology.conf"]
     assert said[0].startswith(f"wiring: {tmp_path / 'topology.conf'} was not written: ")
 
 
@@ -217,6 +218,7 @@ def test_slurm_verify_writes_the_files_and_drains_with_leaf_suspect(monkeypatch,
     assert doc["wiring"]["files"] == {"cabling.csv": str(report / "cabling.csv"),
                                       "topology.conf": str(report / "topology.conf"),
                                       "node-labels.json": str(report / "node-labels.json"),
+                                      "wiring-plan.yaml": str(report / "wiring-plan.yaml"),
                                       "topology_conf": str(conf)}
     assert [r["code"] for r in doc["hosts"]["gpu04"]["reasons"]] == ["port_down", "leaf_suspect"]
     assert "wiring: leaf_suspect: leaf leaf-r3-a: 3 of its 4 nodes failed port_down" in said
@@ -291,8 +293,8 @@ def test_a_fault_in_a_file_or_the_findings_is_said_and_nothing_else_stops(monkey
     monkeypatch.setattr(wr.fw, "topology_conf", boom)
     said = []
     got = wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW)
-    assert got.failed == {"topology.conf": "RuntimeError: boom"} and set(got.files) == {"cabling.csv",
-                                                                                      "node-labels.json"}
+    assert got.failed == {"topology.conf": "RuntimeError: boom"}
+    assert set(got.files) == {"cabling.csv", "node-labels.json", "wiring-plan.yaml"}
     assert said[-1] == f"wiring: {tmp_path / 'topology.conf'} was not written: RuntimeError: boom"
     verdicts = fleet(down=("gpu01", "gpu02", "gpu04"))
     monkeypatch.setattr(wr.fw, "duplicate_guids", boom)

@@ -150,6 +150,36 @@ def cabling_csv(readings: dict[str, WiringReading], policy: WiringPolicy,
     return out.getvalue()
 
 
+def captured_plan(readings: dict[str, WiringReading],
+                  nics: dict[str, list[tuple[str, int]]] | None = None) -> tuple[list[dict], list[str]]:
+    """The fabric plan a known-good fleet shows: for each rail, the leaves
+    (GUIDs, LLDP chassis ids) its NICs reach, as ``wiring_rails`` entries.
+    A leaf seen on several rails is put on the rail most of its sightings
+    are on; the others are named (a swapped cable, or a fleet that is not
+    rail-optimised), as are rails no node has a neighbour on."""
+    seen: dict[str, dict[int, list[str]]] = {}  # leaf id -> rail -> "node:NIC"
+    rails = 0
+    for node in sorted(readings, key=natural_key):
+        for rail, nic, name in _rails(readings[node], (nics or {}).get(node)):
+            rails = max(rails, rail + 1)
+            if nic is None or nic.error or not nic.neighbours or not nic.neighbours[0].guid:
+                continue
+            seen.setdefault(nic.neighbours[0].guid.lower(), {}).setdefault(rail, []).append(f"{node}:{name}")
+    plan: list[list[str]] = [[] for _ in range(rails)]
+    notes = []
+    for leaf, by_rail in sorted(seen.items()):
+        rail = max(sorted(by_rail), key=lambda r: len(by_rail[r]))
+        plan[rail].append(leaf)
+        for other, where in sorted(by_rail.items()):
+            if other != rail:
+                notes.append(f"leaf {leaf} is rail {rail}'s (by {len(by_rail[rail])} NIC(s)) but rail {other} "
+                             f"reaches it at {', '.join(where)}: left out of rail {other}")
+    for rail, leaves in enumerate(plan):
+        if not leaves:
+            notes.append(f"rail {rail}: no node has a neighbour on it: give its leaf by hand")
+    return [{"leaf_guids": leaves} for leaves in plan], notes
+
+
 # -- Slurm topology.conf (topology/tree) and Kubernetes labels -------------------------------
 
 def slurm_name(leaf: str) -> str:

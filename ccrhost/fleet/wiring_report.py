@@ -1,7 +1,7 @@
 """The fabric's wiring across the fleet, from the nodes' verdicts (issue 48):
 each node's stored wiring reading (``Verdict.readings.wiring``) taken back,
 the fleet findings of ``ccrhost.fleet.wiring`` made from them, the files
-(``cabling.csv``, ``topology.conf``, ``node-labels.json``) written into
+(``cabling.csv``, ``topology.conf``, ``node-labels.json``, ``wiring-plan.yaml``) written into
 the report directory, and ``leaf_suspect`` added to the verdict of each
 failing node under a suspect leaf. ``ccrhost slurm verify`` and the
 deploy's fleet report both call :func:`report`.
@@ -36,7 +36,7 @@ FABRIC_CODES = frozenset({
     "allreduce_slow",                                                    # allreduce.yaml
 })
 
-FILES = ("cabling.csv", "topology.conf", "node-labels.json")
+FILES = ("cabling.csv", "topology.conf", "node-labels.json", "wiring-plan.yaml")
 
 
 @dataclass
@@ -137,6 +137,15 @@ def suspects(failures: list[tuple[fw.Failure, frozenset[str] | None]], leaves: d
     return out
 
 
+def plan_yaml(rails: list[dict], notes: list[str]) -> str:
+    """The captured plan as inventory data (``wiring_rails``), its doubts as comments above it."""
+    import yaml
+
+    head = ("# The fabric plan these nodes' readings show (ccrhost fleet/wiring.py captured_plan): from a\n"
+            "# known-good fleet, paste it into the inventory's data to judge every node against it.\n")
+    return head + "".join(f"# {n}\n" for n in notes) + yaml.safe_dump({"wiring_rails": rails}, sort_keys=False)
+
+
 def suspect_reason(leaf: str, finding: fw.Finding) -> Reason:
     return Reason(WARN, "leaf_suspect", f"{finding.message}: check the leaf switch {leaf}")
 
@@ -199,7 +208,8 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
     texts = {"cabling.csv": lambda: fw.cabling_csv(readings, policy, nics),
              "topology.conf": lambda: fw.topology_conf(readings, policy, nics),
              "node-labels.json": lambda: json.dumps(fw.node_labels(readings, policy, nics), indent=2,
-                                                    sort_keys=True) + "\n"}
+                                                    sort_keys=True) + "\n",
+             "wiring-plan.yaml": lambda: plan_yaml(*fw.captured_plan(readings, nics))}
     targets = [(name, Path(directory) / name) for name in FILES] if directory is not None else []
     if topology_conf:
         targets.append(("topology_conf", Path(topology_conf)))

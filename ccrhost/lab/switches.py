@@ -84,6 +84,11 @@ def netdevs(lab, node: Node) -> list[str]:
     return [netdev for _, netdev, _ in nics(lab, node)]
 
 
+def leaf_mac(state: LabState, rail: int) -> str:
+    """The leaf's LLDP chassis id, fixed as a switch's base MAC is (not its first port's, which a recabling moves)."""
+    return f"02:1f:{state.subnet:02x}:{rail:02x}:00:00"
+
+
 def leaf_guid(state: LabState, rail: int) -> str:
     """The leaf's node GUID (an InfiniBand plan's ``leaf_guids``)."""
     return f"0x0002c903{state.subnet:02x}{rail:02x}0000"
@@ -137,6 +142,7 @@ def _start_leaf(lab, state: LabState, rail: int) -> None:
     conf = folder / "lldpd.conf"
     # read by lldpd through lldpcli before its first frame (lldpd waits for the configuration)
     conf.write_text(f"configure system hostname {leaf_name(rail)}\n"
+                    f"configure system chassisid {leaf_mac(state, rail)}\n"
                     f"configure system description \"{DESCRIPTION}\"\n"
                     "configure lldp portidsubtype ifname\n"
                     f"configure lldp tx-interval {TX_INTERVAL}\n"

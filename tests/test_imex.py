@@ -63,7 +63,7 @@ def test_the_aws_pcs_sample_parses_whole():
 def test_an_older_daemon_without_versions_parses():
     d = probe.parse_domain(lines("dra_driver_single_node_no_version.txt"))
     assert d.nodes == [m.ImexNode(0, "10.136.206.48", "READY", None)]
-    assert d.table == {(0, 0): "C"} and d.state == "UP"
+    assert d.table == {"0,0": "C"} and d.cell(0, 0) == "C" and d.state == "UP"
 
 
 def test_a_line_the_tool_never_prints_is_refused_naming_it():
@@ -206,3 +206,13 @@ def test_settings_build_the_policy():
     assert s.imex_policy() == m.ImexPolicy(True, "imex-custom", "/dev/nvidia-caps-imex-channels/channel0")
     with pytest.raises(Exception, match="imex_rack"):
         validate_host("gpu01", {"imex_rack": "rack a"})
+
+
+def test_a_tray_with_another_node_map_or_version_fails_itself_and_only_warns_the_others():
+    for bad in ("!M!", "!V!"):
+        odd = {**{(5, j): bad for j in range(18) if j != 5}, **{(i, 5): bad for i in range(18) if i != 5}}
+        code = "imex_nodemap_mismatch" if bad == "!M!" else "imex_version_mismatch"
+        assert codes(m.check_imex(reading(edited(cells=odd), addresses=(NODE5,)), m.ImexPolicy())) == [("FAIL", code)]
+        other = m.check_imex(reading(edited(cells=odd)), m.ImexPolicy())  # node #10's view
+        assert codes(other) == [("WARN", "imex_peer_down")], bad
+        assert f"node #5 (172.31.50.44) - node #10 (172.31.54.95): {bad}" in other[0].message

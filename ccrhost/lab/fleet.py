@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from ccrhost.lab import slurm as lab_slurm
+from ccrhost.lab import rack as lab_rack
 from ccrhost.lab import switches as lab_switches
 from ccrhost.lab.profile import (
     FABRIC_PREFIX,
@@ -224,6 +225,7 @@ class Lab:
                 self._create_node(state, node, loaded[node.profile], faults.get(node_name, []), offsets[i - 1])
                 self.save(state)
             self._write_known_hosts(state)
+            lab_rack.write(self, state)  # the NVLink rack's trays, for their IMEX daemons' view
             for node in state.nodes:
                 self._wait_ssh(node)
             if wiring:
@@ -463,7 +465,10 @@ class Lab:
             "module_versions": versions,
             "link_flap": built["flap"],
             "qos_boot": built["qos"],  # each netdev's DCB state at power-on
+            "rack": lab_rack.record(self, self.load(), profile, faults),  # an NVLink rack's tray, else None
         })
+        if profile.nvlink_rack and "imex_channel_missing" not in kinds:  # node-init.sh makes the device
+            (ndir / "boot" / "imex_channel").write_text(lab_rack.CHANNEL)
 
     @staticmethod
     def _garble_file(ndir: Path, value: str) -> None:

@@ -20,7 +20,7 @@ FAULTS = {
 }
 LIVE = tuple(FAULTS)
 # the units a lab node runs (systemctl shows every other name as not-found)
-UNITS = ("slurmd", "nvidia-persistenced", "nvidia-dcgm", "nvidia-fabricmanager", "chronyd")
+UNITS = ("slurmd", "nvidia-persistenced", "nvidia-dcgm", "nvidia-fabricmanager", "chronyd", "nvidia-imex")
 MEMLOCK_DEFAULT_KIB = 8192
 
 

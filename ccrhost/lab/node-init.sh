@@ -79,6 +79,9 @@ for p in $(cat "$N/boot/share" 2>/dev/null); do
     /bin/mkdir -p "$p" && /bin/mount --move "$N/share/$i" "$p"
     i=$((i + 1))
 done
+if [ -e "$N/boot/imex_channel" ]; then  # an NVLink rack's tray: the IMEX channel device (lab/rack.py)
+    c=$(cat "$N/boot/imex_channel") && mkdir -p "${c%/*}" && mknod "$c" c 234 0
+fi
 "$(cat "$N/boot/python")" "$2/labsysfsd.py" </dev/null >>"$N/sysfsd.log" 2>&1 &
 : > "$N/boot/ready"
 exec sleep infinity

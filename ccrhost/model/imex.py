@@ -50,9 +50,18 @@ class ImexNode:
 class ImexDomain:
     """``nvidia-imex-ctl -N``: the node list, the connectivity table and the domain's state."""
     nodes: list[ImexNode] = field(default_factory=list)
-    table: dict[tuple[int, int], str] = field(default_factory=dict)  # (from, to) -> cell
+    table: dict[str, str] = field(default_factory=dict)  # "from,to" -> cell (a JSON object's keys are strings)
     state: str | None = None          # "Domain State: UP"
     error: str | None = None          # why it could not be read (the tool's own words)
+
+    def cell(self, i: int, j: int) -> str | None:
+        return self.table.get(f"{i},{j}")
+
+    def set_cell(self, i: int, j: int, cell: str) -> None:
+        self.table[f"{i},{j}"] = cell
+
+    def links(self) -> list[tuple[int, int]]:
+        return [(int(a), int(b)) for a, _, b in (k.partition(",") for k in self.table)]
 
 
 @dataclass
@@ -146,10 +155,11 @@ def check_imex(reading: ImexReading, policy: ImexPolicy) -> list[Reason]:
 
 def _table(domain: ImexDomain, by_index: dict[int, ImexNode], own: set[int]) -> list[Reason]:
     """The connectivity cells of this node's row and column (every cell where it is not known).
-    A peer cut off from most of the domain is that peer's fault (WARN here, its own check
-    FAILs); a cell between this node and a peer the rest still reach is this node's FAIL."""
+    A peer at odds with most of the domain (cut off, or !M!/!V! with most) is that peer's fault
+    (WARN here, its own check FAILs); a cell between this node and a peer the rest still reach
+    is this node's FAIL."""
     def bad(i, j):
-        cell = domain.table.get((i, j))
+        cell = domain.cell(i, j)
         return cell is not None and cell != CONNECTED and cell in CELLS
 
     def cut_off(p):
@@ -160,13 +170,19 @@ def _table(domain: ImexDomain, by_index: dict[int, ImexNode], own: set[int]) -> 
         return by_index[i].text() if i in by_index else f"node #{i}"
 
     reasons: list[Reason] = []
-    pairs = sorted({tuple(sorted(k)) for k in domain.table if bad(*k) and (not own or set(k) & own)})
+    pairs = sorted({tuple(sorted(k)) for k in domain.links() if bad(*k) and (not own or set(k) & own)})
     said: set[str] = set()
     lost: list[str] = []
     down: list[str] = []
     for i, j in pairs:
-        cells = [c for c in (domain.table.get((i, j)), domain.table.get((j, i))) if c and c != CONNECTED]
+        cells = [c for c in (domain.cell(i, j), domain.cell(j, i)) if c and c != CONNECTED]
         where = f"IMEX connectivity {name(i)} - {name(j)}: " + " / ".join(dict.fromkeys(map(_cell_text, cells)))
+        peer = j if i in own else i if j in own else None
+        other = i if peer == j else j
+        if peer is not None and peer != other and cut_off(peer) and not cut_off(other):
+            # the peer is at odds with most of the domain (cut off, another node map or version): its fault
+            down.append(f"{where[len('IMEX connectivity '):]}")
+            continue
         if "!M!" in cells:
             if "M" not in said:
                 said.add("M")
@@ -179,12 +195,7 @@ def _table(domain: ImexDomain, by_index: dict[int, ImexNode], own: set[int]) -> 
                 said.add("V")
                 reasons.append(Reason(FAIL, "imex_version_mismatch", where))
             continue
-        peer = j if i in own else i if j in own else None
-        other = i if peer == j else j
-        if peer is not None and peer != other and cut_off(peer) and not cut_off(other):
-            down.append(f"{where[len('IMEX connectivity '):]}")
-        else:
-            lost.append(f"{where[len('IMEX connectivity '):]}")
+        lost.append(f"{where[len('IMEX connectivity '):]}")
     # one reason per kind, naming the first peers: a tray cut off from 17 peers is one fault
     if lost:
         reasons.append(Reason(FAIL, "imex_peer_disconnected", f"IMEX connectivity: {len(lost)} pair(s) not "

@@ -21,6 +21,7 @@ from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
 from ccrhost.model import history as hist
 from ccrhost.model import host_health as hh
+from ccrhost.model import imex as nvl
 from ccrhost.model import fabric as fab
 from ccrhost.model import gpus as gpu_peaks
 from ccrhost.model import wiring as wr
@@ -61,6 +62,7 @@ class Readings:
     baseline: hb.BaselineReading | None = None    # None: the host baseline was not read (not judged)
     host_health: hh.HostHealthReading | None = None  # None: the host's health was not read (not judged)
     wiring: wr.StoredWiring | None = None         # None: no wiring reading was read back (not judged)
+    imex: nvl.ImexReading | None = None           # None: the IMEX probe was not run (UNKNOWN where imex_enable)
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -116,6 +118,8 @@ class Policy:
     gpudirect_figures: tuple[dp.GdrFigure, ...] = ()  # the platform's ib_write_bw.gpudirect, published and fleet
     host_health: hh.HostHealthPolicy = hh.HostHealthPolicy()
     wiring: wr.WiringPolicy = wr.WiringPolicy()  # wiring_*: off unless wiring_enable
+    imex: nvl.ImexPolicy = nvl.ImexPolicy()      # imex_*: an NVLink rack's tray (GB200/GB300 NVL72) when enabled
+    nvlinks: nvl.NvlinkFigures = nvl.NvlinkFigures()  # the platform's hardware.nvlinks_per_gpu and nvlink_gbs
 
 
 @dataclass
@@ -321,6 +325,21 @@ def _degraded_links(level: str, what: str, checks, **part) -> list[Reason]:
             for code, have, capable, text in checks if have and capable and have < capable]
 
 
+def tray_reasons(readings: Readings, policy: Policy) -> list[Reason]:
+    """An NVLink rack's tray (imex_enable): the IMEX domain as this tray
+    sees it, and, where GPU health was read, its GPUs' clique, cluster UUID,
+    fabric health and NVLinks against the platform's figures."""
+    if readings.imex is None:
+        reasons = [Reason(UNKNOWN, "imex_unreadable", "the IMEX probe was not run on this path")]
+    else:
+        reasons = nvl.check_imex(readings.imex, policy.imex)
+    health = readings.gpu_health
+    if health is not None and not health.error and health.gpus:  # a GPU read that failed is GPU health's UNKNOWN
+        reasons += nvl.check_gpu_fabric(health.gpus)
+        reasons += nvl.check_nvlinks(health.gpus, policy.nvlinks)
+    return reasons
+
+
 def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Policy = Policy()) -> Verdict:
     reasons: list[Reason] = []
     ports = readings.ports
@@ -439,6 +458,8 @@ def evaluate(readings: Readings, expect: Expectation = Expectation(), policy: Po
 
     if readings.gpu_health is not None:
         reasons += gh.check_gpu_health(readings.gpu_health, gpus, policy.gpu_health, bool(readings.gpu_error))
+    if policy.imex.enabled:  # a rack's tray: its IMEX domain, its GPUs' fabric membership and NVLinks
+        reasons += tray_reasons(readings, policy)
     if readings.host_health is not None:  # its kernel-log lines come from the GPU health probe's one read
         health = readings.gpu_health
         fabric_gpus = health is not None and any(g.fabric_state is not None for g in health.gpus)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # the check runs on kept settings (node.prepared), without th
 def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_pci=None, started=None,
               gather_health=None, gather_fabric=None, refresh_nic: bool = False, query_nic=None,
               deadline: float | None = None, skipped: list[str] | None = None, read_busy=None,
-              gather_baseline=None, gather_host=None, refresh_wiring: bool = False, read_wiring=None) -> Verdict:
+              gather_baseline=None, gather_host=None, refresh_wiring: bool = False, read_wiring=None,
+              gather_imex=None) -> Verdict:
     """Gather this node's readings and evaluate them. ``started``: the reads
     already under way (:class:`ccrhost.node.gather.Started`), else they
     start here. ``gather`` (RDMA and GPUs) and ``gather_pci`` (the data
@@ -64,6 +65,11 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         from ccrhost.probes import baseline as baseline_probe
 
         gather_baseline = _start(baseline_probe.read_local, *asked.ask(), timeout=timeout).result
+    if gather is None and gather_imex is None and policy.imex.enabled:  # an NVLink rack's tray, read beside the rest
+        from ccrhost.node.gather import _start
+        from ccrhost.probes import imex as imex_probe
+
+        gather_imex = _start(imex_probe.read_local, policy.imex, settings.imex_config, timeout=timeout).result
     if gather is None:
         from ccrhost.node.gather import Started
         from ccrhost.probes import fabric as fabric_probe
@@ -101,6 +107,7 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
 
         readings.baseline = kept(gather_baseline(), asked)
     readings.host_health = gather_host() if gather_host is not None else None
+    readings.imex = gather_imex() if gather_imex is not None else None
     if settings.allreduce_state:  # the stored results and their age: the check never runs the test itself
         from ccrhost.node.allreduce import stored_reading
 

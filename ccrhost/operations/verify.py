@@ -32,7 +32,7 @@ def fabric(snap, settings, first=None):
 
 
 def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allreduce=None,
-                 nic_fw=None, dcgm=None, skipped=None, wiring=None) -> Verdict:
+                 nic_fw=None, dcgm=None, skipped=None, wiring=None, imex=None) -> Verdict:
     """The node's verdict from one snapshot (``probes.node.NodeSnapshot``),
     as ``ccrhost check`` makes it from the same output: RDMA ports that
     cannot be read are UNKNOWN ``rdma_unreadable`` (never a FAIL for what
@@ -54,6 +54,7 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
     readings.dcgm = dcgm
     readings.busy = skipped
     readings.wiring = wiring
+    readings.imex = imex
     asked = settings.policy().baseline
     if asked is not None:  # read in the same snapshot; judged only where a key asks
         from ccrhost.model.baseline import BaselineReading, kept
@@ -138,6 +139,12 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
 
         nic_reading = NicFwReading(time.time(), {r.mode: r.to_dict() for r in nic_results})
     wiring = wiring_result(snap, settings) if settings.wiring_enable else None
+    imex = None
+    if settings.imex_enable:  # an NVLink rack's tray: its IMEX domain, read now
+        from ccrhost.facts.imex import ImexQuery
+
+        imex = fact_cache._real(host).get_fact(ImexQuery, unit=settings.imex_unit, channel=settings.imex_channel,
+                                               config=settings.imex_config, attempt=time.time())
     wiring_reading = None
     if wiring is not None:
         from ccrhost.model.wiring import StoredWiring
@@ -155,7 +162,7 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
                                            if r.check in ("dcgm_diag", "nvbandwidth")},
                              required=settings.verify_dcgm)
     verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading, nic_reading,
-                           diag, skipped, wiring_reading)
+                           diag, skipped, wiring_reading, imex)
     if report is not None:
         report.record(host.name, verdict, executed=state.current_stage == StateStage.Execute,
                       address=host.data.get("ssh_hostname"), settings=settings)

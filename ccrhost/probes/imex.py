@@ -81,7 +81,7 @@ def parse_domain(lines: list[str]) -> ImexDomain:
             if len(cells) != len(columns):
                 raise ImexFormatError(f"connectivity row {text.strip()!r}: {len(cells)} cells for {len(columns)} nodes")
             for to, cell in zip(columns, cells):
-                domain.table[(int(m.group(1)), to)] = cell
+                domain.set_cell(int(m.group(1)), to, cell)
             continue
         raise ImexFormatError(f"a line nvidia-imex-ctl -N does not print: {text.strip()[:200]!r}")
     if domain.state is None and not domain.nodes:

@@ -11,6 +11,7 @@ from ccrhost.model import fabric
 from ccrhost.model.gpu_health import GpuHealthPolicy
 from ccrhost.model.history import HistoryPolicy
 from ccrhost.model.host_health import HostHealthPolicy
+from ccrhost.model.imex import NvlinkFigures
 from ccrhost.model.verdict import Policy
 from ccrhost.settings.active import ActiveSettings
 from ccrhost.settings.baseline import BaselineSettings
@@ -118,6 +119,7 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
                              verify_dcgm=self.verify_dcgm, verify_active_when_busy=self.verify_active_when_busy,
                              host_health_state=self.host_health_state,
                              wiring_state=self.wiring_state, wiring_valid_for=self.wiring_valid_for,
+                             imex_config=self.imex_config,
                              slurm_conf=self.slurm_conf,
                              wiring_leaf_suspect_fraction=self.wiring_leaf_suspect_fraction,
                              wiring_leaf_suspect_min_nodes=self.wiring_leaf_suspect_min_nodes,
@@ -159,6 +161,8 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
             gpudirect_figures=self._gpudirect_figures(),
             host_health=self.host_health_policy(),
             wiring=self.wiring_policy(),
+            imex=self.imex_policy(),
+            nvlinks=NvlinkFigures.of(self.platform()),
         )
 
     def _gpudirect_figures(self) -> tuple:

@@ -387,3 +387,69 @@ def test_an_infiniband_port_without_a_pkey_read_is_unknown_not_a_missing_key():
     reasons = wm.check_wiring(r, policy(pkey=0x8001), [("mlx5_0", 1)])
     assert [(x.code, x.message) for x in reasons] == [
         ("wiring_unreadable", "NIC mlx5_0 port 1: its P_Key table was not read")]
+
+
+# -- review fixes: what is read again, what is UNKNOWN, what a port number is -------------------
+
+def whole_roce():
+    return wm.WiringReading({f"mlx5_{i}/1": wm.NicWiring(f"mlx5_{i}", 1, "Ethernet", f"ens{i + 1}np0",
+                                                          [wm.Neighbour("lldp", f"leaf-r{i}", None, "swp1")])
+                             for i in range(2)})
+
+
+def test_a_reading_with_any_port_unread_or_alone_is_read_again_at_the_next_health_check(tmp_path):
+    path = str(tmp_path / "active.json")
+    node_wiring.run_and_store(path, 86400, read=lambda devices: whole_roce(), clock=lambda: 1000.0)
+    assert not node_wiring.due(path, 86400, clock=lambda: 2000.0)  # whole and young: as its age asks
+    assert node_wiring.due(path, 86400, clock=lambda: 1000.0 + 43200)  # half its validity
+    quiet = whole_roce()
+    quiet.nics["mlx5_1/1"].neighbours = []  # lldpd up before the switch's first frame, or a cable being fixed
+    node_wiring.run_and_store(path, 86400, read=lambda devices: quiet, clock=lambda: 1000.0)
+    assert node_wiring.due(path, 86400, clock=lambda: 1001.0)
+    down = whole_roce()
+    down.lldp_error = "lldpctl -f json exit 1: ... (is lldpd running?)"
+    node_wiring.run_and_store(path, 86400, read=lambda devices: down, clock=lambda: 1000.0)
+    assert node_wiring.due(path, 86400, clock=lambda: 1001.0)
+
+
+def test_an_unreadable_wiring_says_nothing_against_the_node():
+    from ccrhost.model.reasons import is_proof
+
+    assert is_proof("wiring_unreadable") and is_proof("wiring_never_read") and is_proof("wiring_stale")
+    assert not is_proof("wiring_no_neighbour") and not is_proof("wiring_wrong_rail")
+
+
+def test_an_infiniband_port_that_is_down_has_no_neighbour_and_one_that_is_up_but_unasked_is_unknown():
+    nic = wm.NicWiring("mlx5_0", 1, "InfiniBand", "ibp1s0", [], "smpquery nodeinfo exit 255: ...", state="DOWN")
+    reading = wm.WiringReading({"mlx5_0/1": nic})
+    reasons = wm.check_wiring(reading, policy(), [("mlx5_0", 1)])
+    assert codes(reasons) == [(FAIL, "wiring_no_neighbour")]
+    assert reasons[0].message == ("NIC mlx5_0 port 1 (ibp1s0) (rail 0): the port is DOWN: no switch at the end of "
+                                  "its cable")
+    nic.state = "ACTIVE"
+    assert codes(wm.check_wiring(reading, policy(), [("mlx5_0", 1)])) == [(UNKNOWN, "wiring_unreadable")]
+
+
+def test_no_lldp_frame_on_any_port_is_unknown_not_a_failure_per_port():
+    reading = whole_roce()
+    for nic in reading.nics.values():
+        nic.neighbours = []
+    reasons = wm.check_wiring(reading, policy(), [("mlx5_0", 1), ("mlx5_1", 1)])
+    assert codes(reasons) == [(UNKNOWN, "wiring_unreadable")]
+    assert reasons[0].message.startswith("lldpd runs but has no LLDP neighbour on any compute port (ens1np0, "
+                                         "ens2np0)")
+    reading.nics["mlx5_0/1"].neighbours = [wm.Neighbour("lldp", "leaf-r0", None, "swp1")]  # one port hears: a cable
+    assert codes(wm.check_wiring(reading, policy(), [("mlx5_0", 1), ("mlx5_1", 1)])) == [(FAIL, "wiring_no_neighbour")]
+
+
+def test_a_gid_whose_type_was_not_read_is_unknown():
+    nic = wm.NicWiring("mlx5_0", 1, "Ethernet", "ens1np0", [wm.Neighbour("lldp", "leaf-r0", None, "swp1")],
+                       gids={3: ("0000:0000:0000:0000:0000:ffff:c613:0001", None)})
+    reasons = wm.check_wiring(wm.WiringReading({"mlx5_0/1": nic}), policy(gid_index=3), [("mlx5_0", 1)])
+    assert codes(reasons) == [(UNKNOWN, "wiring_unreadable")]
+
+
+@pytest.mark.parametrize("name, number", [("swp12", 12), ("swp12s2", 12), ("Ethernet48", 48), ("eth3", 3),
+                                          ("1/1/17", 17), ("Eth1/5/2", 2), (None, None)])
+def test_a_leaf_port_number_from_its_name(name, number):
+    assert wm.Neighbour("lldp", "leaf", None, name).port_number() == number

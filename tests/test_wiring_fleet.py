@@ -188,3 +188,21 @@ def test_the_captured_plan_takes_each_leaf_to_the_rail_most_nics_reach_it_on():
     # no neighbour at all on a rail: said, and its entry left empty for a person to fill
     rails, notes = captured_plan({"node3": node(0, 1, None)})
     assert rails[2] == {"leaf_guids": []} and notes == ["rail 2: no node has a neighbour on it: give its leaf by hand"]
+
+
+def test_leaves_without_a_mac_or_guid_chassis_id_are_planned_by_name():
+    from ccrhost.fleet.wiring import captured_plan
+    from ccrhost.model.wiring import Neighbour, NicWiring, WiringReading
+
+    def node(*chassis):  # LLDP chassis ids of subtype local: no MAC a plan's leaf_guids can take
+        return WiringReading({f"mlx5_{i}/1": NicWiring(f"mlx5_{i}", 1, "Ethernet", f"ens{i}",
+                                                        [Neighbour("lldp", name, f"id-{name}", "swp1")])
+                              for i, name in enumerate(chassis)})
+
+    rails, notes = captured_plan({"a": node("leaf-r0-a", "leaf-r1-a"), "b": node("leaf-r0-b", "leaf-r1-a")})
+    assert rails == [{"leaf": "leaf-r0-*"}, {"leaf": "leaf-r1-a"}]
+    assert notes == ["rail 0: leaves leaf-r0-a, leaf-r0-b have no MAC or GUID chassis id: the pattern 'leaf-r0-*' "
+                     "stands for them; check that it matches no other rail's leaf"]
+    from ccrhost.settings import validate_host
+
+    assert validate_host("n", {"wiring_rails": rails}).wiring_policy().rails[0].leaf == "leaf-r0-*"

@@ -124,6 +124,12 @@ def test_each_wiring_fault_is_its_own_nodes_reason_on_the_check_the_prolog_and_t
     for node in ("node1", "node3"):
         lab_ssh(lab, node, f"{config(lab)} && cd {REPO} && SLURM_CONF={lab_slurm.conf_path(lab)} "
                            f"{sys.executable} -m ccrhost check --config /tmp/wiring.yaml --format nhc --drain")
+    # and as the prolog runs (--drain --drain-unknown): an unreadable wiring says nothing against the node
+    run = in_node(lab, "node3", sys.executable, "-m", "ccrhost", "check", "--config", "/tmp/wiring.yaml", "--format",
+                  "nhc", "--drain", "--drain-unknown",
+                  env=(f"PATH={PATH}", "SLURM_SCRIPT_CONTEXT=prolog_slurmd", "SLURM_JOB_ID=7", f"PYTHONPATH={REPO}",
+                       f"SLURM_CONF={lab_slurm.conf_path(lab)}"))
+    assert run.returncode == 0, run.stdout + run.stderr  # the job starts
     states = lab_slurm.node_states(lab)
     assert "drain" in states["node1"][0] and "wiring_wrong_rail" in states["node1"][1], states["node1"]
     assert "drain" not in states["node3"][0], states["node3"]

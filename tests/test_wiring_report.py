@@ -302,3 +302,97 @@ def test_a_fault_in_a_file_or_the_findings_is_said_and_nothing_else_stops(monkey
     assert wr.report(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path / "b", said.append, now=NOW) is None
     assert said == ["wiring: not reported: RuntimeError: boom"] and not (tmp_path / "b").exists()
     assert all(r.code != "leaf_suspect" for v in verdicts.values() for r in v.reasons)  # nothing half added
+
+
+# -- review fixes ---------------------------------------------------------------------------------
+
+def test_topology_conf_goes_to_slurm_only_when_every_node_of_the_cluster_is_placed(tmp_path):
+    verdicts = fleet()
+    to_slurm = tmp_path / "slurm-topology.conf"
+    said = []
+    got = wr.build(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW,
+                   topology_conf=str(to_slurm), cluster=[*verdicts, "gpu07"])  # gpu07: busy, not checked
+    assert not to_slurm.exists() and (tmp_path / "topology.conf").exists()
+    assert got.failed["topology_conf"].startswith("not written: 1 node(s) of the cluster have no leaf in these "
+                                                  "readings (gpu07)")
+    assert said[-1] == f"wiring: {to_slurm} {got.failed['topology_conf']}"
+    wr.build(verdicts, dict.fromkeys(verdicts, SETTINGS), tmp_path, said.append, now=NOW,
+             topology_conf=str(to_slurm), cluster=list(verdicts))
+    assert to_slurm.read_text() == (tmp_path / "topology.conf").read_text()
+
+
+def test_each_node_is_judged_by_its_own_plan():
+    other = validate_host("n", {"wiring_enable": True, "wiring_rails": [{"leaf": f"leaf-r{k}-b"} for k in range(4)]})
+    verdicts = fleet()
+    plans = {n: SETTINGS if n <= "gpu04" else other for n in verdicts}
+    got = wr.build(verdicts, plans, None, now=NOW)
+    # group b's nodes follow their own plan: nothing to recable, both groups under their leaves
+    readings = {n: wr.node_reading(v.readings.wiring)[0] for n, v in verdicts.items()}
+    from ccrhost.fleet import wiring as fw
+
+    policies = {n: s.wiring_policy() for n, s in plans.items()}
+    assert fw.cabling_csv(readings, policies) == "node,nic,rail,expected_leaf,found_leaf_port\n"
+    assert got.findings == []
+    strict = {n: validate_host("n", {"wiring_enable": True, "wiring_rails": [{"leaf": f"leaf-r{k}-a"}
+                                                                             for k in range(4)]}).wiring_policy()
+              for n in verdicts}
+    assert fw.cabling_csv(readings, strict).count("\n") == 1 + 2 * 4  # one plan for all: group b all wrong
+
+
+def test_a_fault_naming_no_nic_makes_one_suspect_for_the_leaves_its_nodes_share(tmp_path):
+    verdicts = fleet()
+    for name in ("gpu01", "gpu02", "gpu03"):  # an all-reduce fault names no NIC
+        v = verdicts[name]
+        v.reasons.append(wr.Reason("FAIL", "allreduce_slow", "busbw below the gate"))
+        v.status = "FAIL"
+    got = wr.build(verdicts, dict.fromkeys(verdicts, SETTINGS), None, now=NOW)
+    assert [f.kind for f in got.findings] == ["leaf_suspect"]
+    assert got.findings[0].message.startswith("leaves leaf-r0-a, leaf-r1-a, leaf-r2-a, leaf-r3-a: 3 of its 4 nodes "
+                                              "failed allreduce_slow")
+    reason = next(r for r in verdicts["gpu01"].reasons if r.code == "leaf_suspect")
+    assert reason.message.endswith("check the leaf switches leaf-r0-a, leaf-r1-a, leaf-r2-a, leaf-r3-a")
+
+
+def test_failures_the_nodes_histories_keep_count_within_the_window(tmp_path):
+    from ccrhost.model.history import Episode, History
+
+    verdicts = fleet(down=("gpu01",))
+    for name, at in (("gpu02", NOW - 1800), ("gpu03", NOW - 3000), ("gpu04", NOW - 7200)):
+        verdicts[name].readings.history = History([Episode(at, ["port_down"], "investigate")])
+    got = wr.build(verdicts, dict.fromkeys(verdicts, SETTINGS), None, now=NOW)  # window: 1 h
+    # gpu01's port down names its NIC (mlx5_3: leaf-r3-a); the histories name none; gpu04's is two hours old
+    by_nodes = {f.nodes: f.message for f in got.findings}
+    assert set(by_nodes) == {("gpu01", "gpu02", "gpu03"), ("gpu02", "gpu03")}
+    assert by_nodes[("gpu01", "gpu02", "gpu03")].startswith("leaf leaf-r3-a: 3 of its 4 nodes failed port_down in "
+                                                             "the last 3600 s")
+    assert by_nodes[("gpu02", "gpu03")].startswith("leaves leaf-r0-a, leaf-r1-a, leaf-r2-a: 2 of its 4 nodes")
+
+
+def test_lids_are_per_subnet_and_excluded_ports_are_not_the_fabrics():
+    from ccrhost.fleet import wiring as fw
+
+    def ib(prefix, lid, guid):
+        return wm.NicWiring("mlx5_0", 1, "InfiniBand", "ib0", lid=lid, node_guid=guid,
+                            gids={0: (f"{prefix}:0000:0000:0000:0001", None)})
+
+    two = {"a": wm.WiringReading({"mlx5_0/1": ib("fe80:0000:0000:0000", 5, "0x1")}),
+           "b": wm.WiringReading({"mlx5_0/1": ib("fec0:0000:0000:0000", 5, "0x2")})}
+    assert fw.lid_problems(two) == []  # LID 5 in each of two subnets
+    same = {"a": two["a"], "b": wm.WiringReading({"mlx5_0/1": ib("fe80:0000:0000:0000", 5, "0x1")})}
+    assert [f.kind for f in fw.lid_problems(same)] == ["duplicate_lid"]
+    assert [f.kind for f in fw.duplicate_guids(same)] == ["duplicate_guid"]
+    # where the compute ports are known, another fabric's ports (rdma_exclude_devices) are left out
+    assert fw.lid_problems(same, {"a": [("mlx5_0", 1)], "b": []}) == []
+    assert fw.duplicate_guids(same, {"a": [("mlx5_0", 1)], "b": []}) == []
+
+
+def test_two_leaves_whose_names_make_one_slurm_name_stay_two_switches():
+    from ccrhost.fleet import wiring as fw
+
+    def one(leaf):
+        return wm.WiringReading({"mlx5_0/1": wm.NicWiring("mlx5_0", 1, "Ethernet", "e0",
+                                                          [wm.Neighbour("lldp", leaf, None, "swp1")])})
+
+    text = fw.topology_conf({"a1": one("sw:a"), "a2": one("sw:a"), "b1": one("sw/a")}, wm.WiringPolicy(True))
+    assert "SwitchName=sw_a Nodes=a[1-2]" in text
+    assert "SwitchName=sw_a_1 Nodes=b1" in text and "# sw_a_1: sw/a" in text

@@ -283,7 +283,8 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
             from ccrhost.fleet.wiring_report import report as wiring_report
 
             to_slurm = opts.topology_conf if not opts.dry_run else None  # a dry run changes nothing of Slurm's
-            wiring = wiring_report(verdicts, settings, opts.report_dir, say, topology_conf=to_slurm)
+            wiring = wiring_report(verdicts, settings, opts.report_dir, say, topology_conf=to_slurm,
+                                   cluster=list(nodes))
             if wiring is not None and opts.topology_conf and opts.dry_run:
                 say(f"wiring: dry run: {opts.topology_conf} not written (the report directory's topology.conf is)")
             if opts.drain:

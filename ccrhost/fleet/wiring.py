@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from dataclasses import dataclass
 
@@ -35,13 +36,22 @@ def _rails(reading: WiringReading, nics: list[tuple[str, int]] | None) -> list[t
 
 # -- identifiers and the subnet manager ---------------------------------------------------
 
-def duplicate_guids(readings: dict[str, WiringReading]) -> list[Finding]:
+def _compute(reading: WiringReading, node: str, nics: dict[str, list[tuple[str, int]]] | None):
+    """The node's compute ports' readings (all it read where ``nics`` does not say): a storage
+    fabric's or an excluded device's ports are not this fabric's."""
+    own = (nics or {}).get(node)
+    keys = sorted(reading.nics, key=natural_key) if own is None else [f"{d}/{p}" for d, p in own]
+    return [reading.nics[k] for k in keys if k in reading.nics]
+
+
+def duplicate_guids(readings: dict[str, WiringReading],
+                    nics: dict[str, list[tuple[str, int]]] | None = None) -> list[Finding]:
     """A node GUID on two nodes (or two devices of one): cloned or badly
     flashed NICs, which the subnet manager cannot tell apart (UFM fabric
     validation "duplicate GUIDs")."""
     seen: dict[str, set[tuple[str, str]]] = {}
     for node, reading in readings.items():
-        for nic in reading.nics.values():
+        for nic in _compute(reading, node, nics):
             if nic.node_guid:
                 seen.setdefault(nic.node_guid, set()).add((node, nic.device))
     out = []
@@ -53,27 +63,28 @@ def duplicate_guids(readings: dict[str, WiringReading]) -> list[Finding]:
     return out
 
 
-def _ib_ports(readings: dict[str, WiringReading]):
+def _ib_ports(readings: dict[str, WiringReading], nics: dict[str, list[tuple[str, int]]] | None = None):
     for node, reading in sorted(readings.items(), key=lambda kv: natural_key(kv[0])):
-        for key in sorted(reading.nics, key=natural_key):
-            nic = reading.nics[key]
+        for nic in _compute(reading, node, nics):
             if nic.link_layer == "InfiniBand":
                 yield node, nic
 
 
-def lid_problems(readings: dict[str, WiringReading]) -> list[Finding]:
+def lid_problems(readings: dict[str, WiringReading],
+                 nics: dict[str, list[tuple[str, int]]] | None = None) -> list[Finding]:
     """An InfiniBand port with LID 0 (no subnet manager has swept it) and a
-    LID on two ports (UFM fabric validation "zero or duplicate LIDs")."""
+    LID on two ports of one subnet (UFM fabric validation "zero or duplicate
+    LIDs"); two subnets (GID prefixes) each number their own LIDs."""
     out, seen = [], {}
-    for node, nic in _ib_ports(readings):
+    for node, nic in _ib_ports(readings, nics):
         if nic.lid is None:
             continue
         if nic.lid == 0:
             out.append(Finding("zero_lid", f"{node} {nic.device} port {nic.port}: LID 0 (no subnet manager has "
                                "assigned it one)", (node,)))
             continue
-        seen.setdefault(nic.lid, []).append((node, nic))
-    for lid, where in sorted(seen.items()):
+        seen.setdefault((_prefix(nic), nic.lid), []).append((node, nic))
+    for (_, lid), where in sorted(seen.items()):
         if len(where) > 1:
             out.append(Finding("duplicate_lid", f"LID {lid} on " + ", ".join(f"{n} {x.device} port {x.port}"
                                                                           for n, x in where),
@@ -81,7 +92,8 @@ def lid_problems(readings: dict[str, WiringReading]) -> list[Finding]:
     return out
 
 
-def subnet_managers(readings: dict[str, WiringReading]) -> list[Finding]:
+def subnet_managers(readings: dict[str, WiringReading],
+                    nics: dict[str, list[tuple[str, int]]] | None = None) -> list[Finding]:
     """More than one master subnet manager seen on one subnet: each port's
     master by its LID (``sminfo``'s when it says MASTER, else the port's
     ``sm_lid``), grouped by the subnet prefix of GID 0, so two fabrics with
@@ -89,7 +101,7 @@ def subnet_managers(readings: dict[str, WiringReading]) -> list[Finding]:
     or several masters")."""
     seen: dict[str, dict[int, set[str]]] = {}
     guids: dict[int, str] = {}
-    for node, nic in _ib_ports(readings):
+    for node, nic in _ib_ports(readings, nics):
         if nic.sm is not None and nic.sm.state == "SMINFO_MASTER":
             lid = nic.sm.lid
             guids[lid] = nic.sm.guid
@@ -116,6 +128,15 @@ def _prefix(nic: NicWiring) -> str:
 
 # -- the cabling against the plan --------------------------------------------------------
 
+Plans = WiringPolicy | dict[str, WiringPolicy]  # one plan, or each node's own (its settings')
+
+
+def plan_of(policy: Plans, node: str, rail: int) -> RailPlan | None:
+    """The rail's entry of the node's plan (None: beyond the plan)."""
+    own = policy.get(node, WiringPolicy()) if isinstance(policy, dict) else policy
+    return own.rails[rail] if rail < len(own.rails) else None
+
+
 def link_ok(nic: NicWiring | None, plan: RailPlan | None) -> bool:
     """The NIC was read, has a neighbour, and (where planned) it is the planned leaf and port."""
     if nic is None or nic.error or not nic.neighbours:
@@ -124,7 +145,7 @@ def link_ok(nic: NicWiring | None, plan: RailPlan | None) -> bool:
     return plan is None or (plan.leaf_matches(n) and plan.port_matches(n))
 
 
-def cabling_csv(readings: dict[str, WiringReading], policy: WiringPolicy,
+def cabling_csv(readings: dict[str, WiringReading], policy: Plans,
                 nics: dict[str, list[tuple[str, int]]] | None = None, every: bool = False) -> str:
     """The cabling diff: one row per NIC whose link is not as planned (every
     NIC with ``every``): node, NIC, rail, expected leaf, found leaf:port."""
@@ -134,7 +155,7 @@ def cabling_csv(readings: dict[str, WiringReading], policy: WiringPolicy,
     for node in sorted(readings, key=natural_key):
         reading = readings[node]
         for rail, nic, name in _rails(reading, (nics or {}).get(node)):
-            plan = policy.rails[rail] if rail < len(policy.rails) else None
+            plan = plan_of(policy, node, rail)
             if not every and link_ok(nic, plan):
                 continue
             if reading.error or nic is None:
@@ -167,6 +188,12 @@ def captured_plan(readings: dict[str, WiringReading],
             seen.setdefault(nic.neighbours[0].guid.lower(), {}).setdefault(rail, []).append(f"{node}:{name}")
     plan: list[list[str]] = [[] for _ in range(rails)]
     notes = []
+    names: dict[str, str] = {}  # leaf id -> its name, for ids a plan cannot take as GUIDs
+    for node in readings:
+        for nic in readings[node].nics.values():
+            for n in nic.neighbours[:1]:
+                if n.guid and n.name:
+                    names.setdefault(n.guid.lower(), n.name)
     for leaf, by_rail in sorted(seen.items()):
         rail = max(sorted(by_rail), key=lambda r: len(by_rail[r]))
         plan[rail].append(leaf)
@@ -174,10 +201,24 @@ def captured_plan(readings: dict[str, WiringReading],
             if other != rail:
                 notes.append(f"leaf {leaf} is rail {rail}'s (by {len(by_rail[rail])} NIC(s)) but rail {other} "
                              f"reaches it at {', '.join(where)}: left out of rail {other}")
+    entries = []
     for rail, leaves in enumerate(plan):
         if not leaves:
             notes.append(f"rail {rail}: no node has a neighbour on it: give its leaf by hand")
-    return [{"leaf_guids": leaves} for leaves in plan], notes
+        if all(_GUID_OR_MAC.fullmatch(x) for x in leaves):
+            entries.append({"leaf_guids": leaves})
+            continue
+        # LLDP chassis ids that are no MAC (subtype local, ifname): the leaves by name instead
+        named = sorted({names.get(x, x) for x in leaves})
+        pattern = named[0] if len(named) == 1 else os.path.commonprefix(named) + "*"
+        if len(named) > 1:
+            notes.append(f"rail {rail}: leaves {', '.join(named)} have no MAC or GUID chassis id: the pattern "
+                         f"{pattern!r} stands for them; check that it matches no other rail's leaf")
+        entries.append({"leaf": pattern})
+    return entries, notes
+
+
+_GUID_OR_MAC = re.compile(r"0x[0-9a-f]{1,16}|([0-9a-f]{2}:){5}[0-9a-f]{2}")  # what settings/wiring.py's Guid takes
 
 
 # -- Slurm topology.conf (topology/tree) and Kubernetes labels -------------------------------
@@ -189,7 +230,7 @@ def slurm_name(leaf: str) -> str:
     return (re.sub(r"[^A-Za-z0-9_.-]", "_", leaf) or "_")[:64]
 
 
-def node_leaves(readings: dict[str, WiringReading], policy: WiringPolicy,
+def node_leaves(readings: dict[str, WiringReading], policy: Plans,
                 nics: dict[str, list[tuple[str, int]]] | None = None) -> dict[str, list[tuple[int, str]]]:
     """Each node's good links (rail, leaf): a link that fails (unread, no
     neighbour, not the planned leaf or port) is left out."""
@@ -200,14 +241,14 @@ def node_leaves(readings: dict[str, WiringReading], policy: WiringPolicy,
             continue
         good = []
         for rail, nic, _ in _rails(reading, (nics or {}).get(node)):
-            plan = policy.rails[rail] if rail < len(policy.rails) else None
+            plan = plan_of(policy, node, rail)
             if link_ok(nic, plan):
                 good.append((rail, nic.neighbours[0].leaf))
         out[node] = good
     return out
 
 
-def topology_conf(readings: dict[str, WiringReading], policy: WiringPolicy,
+def topology_conf(readings: dict[str, WiringReading], policy: Plans,
                   nics: dict[str, list[tuple[str, int]]] | None = None, root: str = "fabric",
                   spines: dict[str, tuple[str, ...]] | None = None) -> str:
     """A topology/tree ``topology.conf``: ``SwitchName=<leaf> Nodes=<hostlist>``
@@ -223,17 +264,20 @@ def topology_conf(readings: dict[str, WiringReading], policy: WiringPolicy,
     import fnmatch
 
     leaves: dict[str, list[str]] = {}
-    names: dict[str, str] = {}
+    names: dict[str, str] = {}     # Slurm name -> leaf
+    slurm_of: dict[str, str] = {}  # leaf -> Slurm name
     left_out = []
     for node, good in sorted(node_leaves(readings, policy, nics).items(), key=lambda kv: natural_key(kv[0])):
         if not good:
             left_out.append(node)
             continue
         leaf = good[0][1]
-        name = slurm_name(leaf)
-        if names.setdefault(name, leaf) != leaf:  # two leaves that read the same once made a Slurm name
-            name = slurm_name(f"{name[:55]}_{len(names)}")
-            names[name] = leaf
+        name = slurm_of.get(leaf)
+        if name is None:  # one Slurm name per leaf; two leaves that read the same once get two
+            name = slurm_name(leaf)
+            if name in names:
+                name = slurm_name(f"{name[:55]}_{len(names)}")
+            names[name], slurm_of[leaf] = leaf, name
         leaves.setdefault(name, []).append(node)
     lines = ["# topology.conf (topology/tree) from the nodes' discovered leaves (ccrhost fleet/wiring.py)"]
     for name in sorted(leaves, key=natural_key):
@@ -266,7 +310,7 @@ def label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
-def node_labels(readings: dict[str, WiringReading], policy: WiringPolicy,
+def node_labels(readings: dict[str, WiringReading], policy: Plans,
                 nics: dict[str, list[tuple[str, int]]] | None = None) -> dict[str, dict[str, str]]:
     """node -> labels: topograph's leaf key (the same leaf as topology.conf's)
     and ``ccrhost/rail<N>-leaf`` for each good link; none for a failing one."""

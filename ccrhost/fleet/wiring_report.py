@@ -89,9 +89,14 @@ def _policy(s):
 
 def fabric_failures(verdicts: dict[str, Verdict], now: float) -> list[tuple[fw.Failure, frozenset[str] | None]]:
     """Each FAIL node's fabric codes of this run (:data:`FABRIC_CODES`), at
-    ``now``, each with the NICs its reasons name (None: the node's, all)."""
+    ``now``, each with the NICs its reasons name (None: the node's, all),
+    and those of the earlier failing checks its history keeps
+    (``verify_history``: each episode's time and FAIL codes, no NIC names)."""
     out = []
     for node, v in sorted(verdicts.items(), key=lambda kv: natural_key(kv[0])):
+        history = v.readings.history
+        for ep in (history.episodes if history is not None else ()):
+            out += [(fw.Failure(node, code, ep.time), None) for code in ep.codes if code in FABRIC_CODES]
         if v.status != FAIL:
             continue
         nics: dict[str, set[str] | None] = {}
@@ -134,6 +139,22 @@ def suspects(failures: list[tuple[fw.Failure, frozenset[str] | None]], leaves: d
                                                                            for r, _ in members[failure.node])):
                 counted.append(failure)
         out += [(leaf, f) for f in fw.leaf_suspect(counted, members, now, window_s, fraction, min_nodes)]
+    return _merged(out)
+
+
+def _merged(found: list[tuple[str, fw.Finding]]) -> list[tuple[str, fw.Finding]]:
+    """One finding for the leaves that share the same failing nodes on the same code (a fault that
+    names no NIC counts at each leaf of its nodes: eight rails, one fault, not eight suspects)."""
+    groups: dict[tuple, list[tuple[str, fw.Finding]]] = {}
+    for leaf, f in found:
+        groups.setdefault((f.nodes, f.message.split(": ", 1)[1]), []).append((leaf, f))
+    out = []
+    for (nodes, rest), members in groups.items():
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        leaves = ", ".join(leaf for leaf, _ in members)
+        out.append((leaves, fw.Finding("leaf_suspect", f"leaves {leaves}: {rest}", nodes)))
     return out
 
 
@@ -147,28 +168,32 @@ def plan_yaml(rails: list[dict], notes: list[str]) -> str:
 
 
 def suspect_reason(leaf: str, finding: fw.Finding) -> Reason:
-    return Reason(WARN, "leaf_suspect", f"{finding.message}: check the leaf switch {leaf}")
+    return Reason(WARN, "leaf_suspect", f"{finding.message}: check the leaf switch{'es' if ', ' in leaf else ''} {leaf}")
 
 
 def report(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | None, say=None,
-           now: float | None = None, topology_conf: str | None = None) -> WiringReport | None:
+           now: float | None = None, topology_conf: str | None = None,
+           cluster: list[str] | None = None) -> WiringReport | None:
     """:func:`build`; a fault in it is said on ``say`` and returns None: the
     fleet's wiring never keeps the drains or the fleet reports from coming."""
     try:
-        return build(verdicts, settings, directory, say, now, topology_conf)
+        return build(verdicts, settings, directory, say, now, topology_conf, cluster)
     except Exception as exc:
         (say or (lambda line: None))(f"wiring: not reported: {type(exc).__name__}: {exc}")
         return None
 
 
 def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | None, say=None,
-          now: float | None = None, topology_conf: str | None = None) -> WiringReport | None:
+          now: float | None = None, topology_conf: str | None = None,
+          cluster: list[str] | None = None) -> WiringReport | None:
     """The fleet's wiring from the verdicts of the nodes whose settings turn
     wiring on (None when none does): the findings, said one a line on
     ``say``; the files written into ``directory`` (and the topology.conf to
     ``topology_conf`` too); ``leaf_suspect`` added to the verdicts it names
-    (WARN: a FAIL stays FAIL). The plan and thresholds are those of the
-    first such node by name."""
+    (WARN: a FAIL stays FAIL). Each node's links are judged by its own plan;
+    the thresholds are those of the first such node by name. ``cluster``:
+    every node Slurm has, without which ``topology_conf`` is not written
+    (a node placed under no switch could share no job)."""
     from ccrhost.output import write_atomic
 
     on = sorted((n for n in verdicts if _wiring_on(settings.get(n))), key=natural_key)
@@ -188,12 +213,14 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
             continue
         readings[node] = reading
         nics[node] = compute_nics([(p.device, p.port) for p in v.readings.ports if not p.efa])
-    leaves = fw.node_leaves(readings, policy, nics)
+    plans = {node: _policy(settings[node]) for node in on}  # each node judged by its own plan, as its check was
+    leaves = fw.node_leaves(readings, plans, nics)
     found = suspects(fabric_failures({n: verdicts[n] for n in on}, now), leaves, readings, nics, now,
                      getattr(first, "wiring_leaf_suspect_window_hours", 1) * 3600,
                      getattr(first, "wiring_leaf_suspect_fraction", 0.5),
                      getattr(first, "wiring_leaf_suspect_min_nodes", 2))
-    out.findings = fw.duplicate_guids(readings) + fw.lid_problems(readings) + fw.subnet_managers(readings)
+    out.findings = fw.duplicate_guids(readings, nics) + fw.lid_problems(readings, nics) + \
+        fw.subnet_managers(readings, nics)
     out.findings += [f for _, f in found]
     for leaf, finding in found:
         for node in finding.nodes:
@@ -205,13 +232,20 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
             + "; ".join(f"{n}: {why}" for n, why in out.skipped.items()))
     for f in out.findings:
         say(f"wiring: {f.kind}: {f.message}")
-    texts = {"cabling.csv": lambda: fw.cabling_csv(readings, policy, nics),
-             "topology.conf": lambda: fw.topology_conf(readings, policy, nics),
-             "node-labels.json": lambda: json.dumps(fw.node_labels(readings, policy, nics), indent=2,
+    texts = {"cabling.csv": lambda: fw.cabling_csv(readings, plans, nics),
+             "topology.conf": lambda: fw.topology_conf(readings, plans, nics),
+             "node-labels.json": lambda: json.dumps(fw.node_labels(readings, plans, nics), indent=2,
                                                     sort_keys=True) + "\n",
              "wiring-plan.yaml": lambda: plan_yaml(*fw.captured_plan(readings, nics))}
     targets = [(name, Path(directory) / name) for name in FILES] if directory is not None else []
-    if topology_conf:
+    unplaced = sorted(set(cluster or ()) - {n for n, good in leaves.items() if good}, key=natural_key)
+    if topology_conf and unplaced:
+        # topology.conf(5): every node must be under a switch, or no job spans it and the rest
+        out.failed["topology_conf"] = (f"not written: {len(unplaced)} node(s) of the cluster have no leaf in "
+                                       f"these readings ({', '.join(unplaced[:8])}{', ...' if len(unplaced) > 8 else ''}): "
+                                       "check them too (busy or drained ones were not), or fix their cabling")
+        say(f"wiring: {topology_conf} {out.failed['topology_conf']}")
+    elif topology_conf:
         targets.append(("topology_conf", Path(topology_conf)))
     for name, path in targets:
         try:

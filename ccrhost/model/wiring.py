@@ -40,8 +40,11 @@ class Neighbour:
         return self.name or self.guid or "?"
 
     def port_number(self) -> int | None:
-        """The port's number: IB LocalPort, or the last digit run of an LLDP port name."""
-        found = re.findall(r"[0-9]+", self.port or "")
+        """The port's number: IB LocalPort, or the number of an LLDP port name: ``swp12`` and a
+        breakout's ``swp12s2`` are 12 (Cumulus), ``Ethernet48`` 48 (SONiC), else the last digit run."""
+        name = self.port or ""
+        m = re.fullmatch(r"(?:swp|eth|Ethernet)(\d+)(?:s\d+)?", name)
+        found = [m.group(1)] if m else re.findall(r"[0-9]+", name)
         return int(found[-1]) if found else None
 
 
@@ -60,6 +63,7 @@ class NicWiring:
     lid: int | None = None                  # ports/<n>/lid
     sm_lid: int | None = None               # ports/<n>/sm_lid
     sm: SmInfo | None = None                # sminfo over this port, where read
+    state: str | None = None                # ports/<n>/state: "ACTIVE", "DOWN", ... (None: not read)
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,22 @@ def check_wiring(reading: WiringReading, policy: WiringPolicy, nics: list[tuple[
         reasons += _gid_reasons(nic, policy.gid_index)
     if policy.distinct_leaves:
         reasons += _shared_leaf_reasons(leaves, policy.rails)
-    return reasons
+    return _no_lldp_anywhere(reading, nics, reasons)
+
+
+def _no_lldp_anywhere(reading: WiringReading, nics: list[tuple[str, int]], reasons: list[Reason]) -> list[Reason]:
+    """Not one LLDP frame on any of two or more Ethernet compute ports while lldpd runs: the host
+    sees none at all (a NIC firmware LLDP agent takes them, or the switches send none), which
+    says nothing of the cables: UNKNOWN, not a FAIL per port."""
+    eth = [reading.nics.get(f"{d}/{p}") for d, p in nics]
+    eth = [n for n in eth if n is not None and n.link_layer == "Ethernet" and not n.error]
+    silent = [r for r in reasons if r.code == "wiring_no_neighbour" and any(r.nic == n.device for n in eth)]
+    if len(eth) < 2 or len(silent) != len(eth):
+        return reasons
+    names = ", ".join(n.netdev or n.device for n in eth)
+    return [r for r in reasons if r not in silent] + [Reason(
+        UNKNOWN, "wiring_unreadable", f"lldpd runs but has no LLDP neighbour on any compute port ({names}): a NIC "
+        "firmware LLDP agent may take the frames, or the switches send none; the cabling is not known")]
 
 
 def _neighbour_reasons(nic: NicWiring, rail: int, plan: RailPlan | None, lldp_error: str | None,
@@ -159,6 +178,10 @@ def _neighbour_reasons(nic: NicWiring, rail: int, plan: RailPlan | None, lldp_er
     if not ib and lldp_error:
         return [Reason(UNKNOWN, "wiring_unreadable", f"{where}: its LLDP neighbour cannot be read: {lldp_error}",
                        nic=nic.device, port=nic.port)]
+    if ib and nic.state is not None and nic.state != "ACTIVE" and not nic.neighbours:
+        # no link, so no directed route: the cable (or the switch port) is gone, not the query
+        return [Reason(FAIL, "wiring_no_neighbour", f"{where} (rail {rail}): the port is {nic.state}: no switch at "
+                       "the end of its cable", nic=nic.device, port=nic.port)]
     if nic.error:
         return [Reason(UNKNOWN, "wiring_unreadable", f"{where}: its neighbour cannot be read: {nic.error}",
                        nic=nic.device, port=nic.port)]
@@ -221,6 +244,9 @@ def _gid_reasons(nic: NicWiring, index: int | None) -> list[Reason]:
     entry = nic.gids.get(index)
     if entry is not None and entry[1] == ROCE_V2:
         return []
+    if entry is not None and entry[1] is None:
+        return [Reason(UNKNOWN, "wiring_unreadable", f"{_where(nic)}: GID index {index} holds {entry[0]}, whose type "
+                       "(gid_attrs/types) was not read", nic=nic.device, port=nic.port)]
     have = ", ".join(f"{i}: {t or '?'}" for i, (_, t) in sorted(nic.gids.items()) if t == ROCE_V2) or "none"
     what = "no GID" if entry is None else f"{entry[0]} of type {entry[1] or 'unknown'}"
     return [Reason(FAIL, "wiring_gid_missing", f"{_where(nic)}: GID index {index} holds {what}, not a RoCE v2 GID "
@@ -250,7 +276,8 @@ def reading_from_dict(data: dict) -> WiringReading:
                 n.get("error"), None if n.get("pkeys") is None else [int(k) for k in n["pkeys"]],
                 {int(i): (str(g[0]), g[1]) for i, g in (n.get("gids") or {}).items()},
                 n.get("node_guid"), n.get("lid"), n.get("sm_lid"),
-                None if sm is None else SmInfo(int(sm["lid"]), str(sm["guid"]), int(sm["priority"]), str(sm["state"])))
+                None if sm is None else SmInfo(int(sm["lid"]), str(sm["guid"]), int(sm["priority"]), str(sm["state"])),
+                n.get("state"))
         return WiringReading(nics, data.get("lldp_error"), data.get("error"))
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         raise ValueError(f"not a stored wiring reading: {exc!r}") from None

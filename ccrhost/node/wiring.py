@@ -17,7 +17,7 @@ import time
 from ccrhost.model.active import ActiveResult
 from ccrhost.model.plain import plain
 from ccrhost.model.status import OK, UNKNOWN
-from ccrhost.model.wiring import CHECK, StoredWiring, WiringReading
+from ccrhost.model.wiring import CHECK, StoredWiring, WiringReading, reading_from_dict
 from ccrhost.node import active
 
 MODE = "node"  # one reading per node: the key is wiring/node
@@ -50,13 +50,25 @@ def stored_reading(path: str, clock=time.time) -> StoredWiring:
 
 
 def due(path: str, valid_for: float, clock=time.time) -> bool:
-    """Read again: none stored, the last read failed, or past half its validity
-    (so a reading is renewed before the prolog would find it stale)."""
+    """Read again: none stored, the last read failed, past half its validity
+    (so a reading is renewed before the prolog would find it stale), or a
+    reading with any port not fully read or without a neighbour (lldpd not up
+    yet at boot, a cable being fixed): such a node is read at every health
+    check until its reading is whole, a good one only as its age asks."""
     stored = stored_reading(path, clock)
     if stored.error or stored.result is None:
         return True
     try:
         result = ActiveResult.from_dict(stored.result)
+        reading = reading_from_dict(result.data or {})
     except (ValueError, TypeError):
         return True
-    return result.status != OK or result.age(stored.read_at) >= valid_for / 2 or result.age(stored.read_at) < 0
+    age = result.age(stored.read_at)
+    return result.status != OK or age >= valid_for / 2 or age < 0 or not whole(reading)
+
+
+def whole(reading: WiringReading) -> bool:
+    """Every port read, and each with a neighbour."""
+    return (reading.error is None and reading.lldp_error is None
+            and all(n.error is None and n.neighbours for n in reading.nics.values()
+                    if n.link_layer in ("Ethernet", "InfiniBand")))

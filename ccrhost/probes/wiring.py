@@ -235,6 +235,8 @@ def _sysfs(lines: list[str], net: list[str]) -> dict[str, NicWiring]:
         try:
             if leaf == "link_layer":
                 nic.link_layer = sysfs.parse_link_layer(value)
+            elif leaf == "state":
+                nic.state = sysfs.parse_port_state(value)[1]
             elif leaf in ("lid", "sm_lid"):
                 setattr(nic, leaf, sysfs.parse_int(value))
             elif leaf == "pkeys" and len(parts) == 5:

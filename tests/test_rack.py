@@ -78,7 +78,7 @@ def test_what_is_not_known_is_unknown():
                             rack.tray("gb03", "r1", gpus(A), driver=None)])
     assert codes(out) == {"gb01": [("UNKNOWN", "rack_unreadable")], "gb02": [("UNKNOWN", "rack_unreadable")],
                           "gb03": [("UNKNOWN", "rack_unreadable")]}
-    assert out["gb03"][0].message == "gb03: its driver version was not read"
+    assert out["gb03"][0].message == "gb03: its driver version was not read (rack r1)"
     with pytest.raises(ValueError, match="unknown version kind 'cuda'"):
         rack.tray("gb01", "r1", gpus(A), cuda="12.8")
 

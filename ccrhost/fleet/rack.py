@@ -6,7 +6,8 @@ clique, run one driver, Fabric Manager and IMEX version, and be the trays
 the inventory (``imex_rack``) puts in it. Each check names the odd tray
 out. :func:`block_topology` writes Slurm's ``topology.conf`` for the
 ``topology/block`` plugin (one block per rack, failing trays left out).
-Not yet wired into a command: the main session does that.
+The fleet paths (``ccrhost slurm verify``, the deploy's report) run them
+through fleet/rack_report.py.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def _versions(name: str, members: list[Tray], out: dict[str, list[Reason]]) -> N
             if kind not in t.versions:
                 continue  # not asked for on this fleet
             if t.versions[kind] is None:
-                out[t.host].append(Reason(UNKNOWN, "rack_unreadable", f"{t.host}: its {what} version was not read"))
+                out[t.host].append(Reason(UNKNOWN, "rack_unreadable", f"{t.host}: its {what} version was not read (rack {name})"))
             else:
                 read[t.host] = t.versions[kind]
         if len(set(read.values())) < 2:

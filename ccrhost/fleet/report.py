@@ -272,6 +272,11 @@ class FleetReport:
         wiring = wiring_report(verdicts, self.settings, self.directory, say)
         if wiring is not None:
             meta["wiring"] = wiring.to_dict()
+        from ccrhost.fleet.rack_report import report as rack_report  # the NVLink racks (issue 49)
+
+        racks = rack_report(verdicts, self.settings, self.directory, say)
+        if racks is not None:
+            meta["rack"] = racks.to_dict()
         paths = write_reports(verdicts, self.directory, meta, addresses=self.addresses, stream=stream)
         if stream is not None:
             stream.write("\n" + text_table(verdicts))

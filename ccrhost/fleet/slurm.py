@@ -102,11 +102,18 @@ def slurm():
               "made from their discovered leaves to PATH, replaced atomically (as into <report-dir>), e.g. the "
               "controller's /etc/slurm/topology.conf; not with --dry-run. slurmctld loads it only when reconfigured: run "
               "`scontrol reconfigure` after.")
+@click.option("--topology-block", "topology_block", metavar="PATH",
+              type=click.Path(dir_okay=False, writable=True),
+              help="Where nodes' settings turn imex_enable on: also write the block topology.conf of their NVLink "
+              "racks (one BlockName per imex_rack, failing trays left out; as <report-dir>/topology-block.conf) to "
+              "PATH, replaced atomically; not with --dry-run. For Slurm 23.11+ with TopologyPlugin=topology/block "
+              "(Slurm 22.05 has no topology/block); slurmctld loads it only when reconfigured: run "
+              "`scontrol reconfigure` after.")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
            nccl_port, nccl_profile, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout,
-           include_busy, evidence_max_mb, dry_run, topology_conf):
+           include_busy, evidence_max_mb, dry_run, topology_conf, topology_block):
     """Check every idle node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -129,6 +136,7 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
     opts.include_busy = include_busy
     opts.dry_run = dry_run
     opts.topology_conf = topology_conf
+    opts.topology_block = topology_block
     if nccl:
         opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
                                  nccl_max_nodes, nccl_port, nccl_srun_options, nccl_profile)

@@ -53,6 +53,7 @@ class VerifyOptions:
     dry_run: bool = False              # --dry-run: the drains and resumes are said, not done
     include_busy: bool = False         # --include-busy: also ask for nodes running a job (wait for them)
     topology_conf: str | None = None   # --topology-conf: also write the fleet's topology.conf here (wiring on)
+    topology_block: str | None = None  # --topology-block: also write the racks' topology/block file here (imex on)
 
 
 class Progress:

@@ -215,6 +215,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
     evidence: dict = {}  # node -> slurm_evidence.Fetched: the bundles its check named
     would: dict[str, list[str]] = {}  # node -> the scontrol lines a dry run or an observing node did not run
     wiring = None  # fleet/wiring_report.WiringReport, where any node's settings turn wiring on
+    racks = None  # fleet/rack_report.RackReport, where any node's settings turn imex_enable on
     try:
         if inside:
             say(f"running in the existing allocation of job {inside}")
@@ -287,6 +288,14 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                                    cluster=list(nodes))
             if wiring is not None and opts.topology_conf and opts.dry_run:
                 say(f"wiring: dry run: {opts.topology_conf} not written (the report directory's topology.conf is)")
+            # the NVLink racks (issue 49): a FAIL rack reason drains its tray below, the block file leaves it out
+            from ccrhost.fleet.rack_report import FILE as BLOCK_FILE
+            from ccrhost.fleet.rack_report import report as rack_report
+
+            racks = rack_report(verdicts, settings, opts.report_dir, say,
+                                topology_block=opts.topology_block if not opts.dry_run else None)
+            if racks is not None and opts.topology_block and opts.dry_run:
+                say(f"rack: dry run: {opts.topology_block} not written (the report directory's {BLOCK_FILE} is)")
             if opts.drain:
                 # before the allocation ends, so no job lands on a node about to be drained
                 # (capped: after the last batch; a job that landed meanwhile runs to its end)
@@ -317,7 +326,8 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                                 **({"evidence": {n: f.to_dict() for n, f in sorted(evidence.items())}}
                                    if evidence else {}),
                                 **({"would_run": dict(sorted(would.items()))} if would else {}),
-                                **({"wiring": wiring.to_dict()} if wiring is not None else {})},
+                                **({"wiring": wiring.to_dict()} if wiring is not None else {}),
+                                **({"rack": racks.to_dict()} if racks is not None else {})},
                           addresses={n: v.address for n, v in nodes.items()})
     stream = stream if stream is not None else sys.stderr
     stream.write("\n" + text_table(verdicts))

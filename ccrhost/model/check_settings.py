@@ -40,6 +40,7 @@ class CheckSettings:
     wiring_state: str | None = None        # HostSettings.wiring_state: the stored wiring reading, if judged
     wiring_valid_for: float = 86400        # wiring_valid_for: how long a wiring reading the check stores holds
     imex_config: str = "/etc/nvidia-imex/config.cfg"  # imex_config: what nvidia-imex-ctl -N reads (imex_enable)
+    imex_rack: str | None = None           # imex_rack: the tray's rack (fleet/rack_report.py)
     slurm_conf: str | None = None          # slurm_conf: where squeue and scontrol find Slurm (busy read, idle node)
     # the fleet's view of the wiring (fleet/wiring_report.py): when a leaf is suspect
     wiring_leaf_suspect_fraction: float = 0.5     # wiring_leaf_suspect_fraction

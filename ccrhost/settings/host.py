@@ -119,7 +119,7 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
                              verify_dcgm=self.verify_dcgm, verify_active_when_busy=self.verify_active_when_busy,
                              host_health_state=self.host_health_state,
                              wiring_state=self.wiring_state, wiring_valid_for=self.wiring_valid_for,
-                             imex_config=self.imex_config,
+                             imex_config=self.imex_config, imex_rack=self.imex_rack,
                              slurm_conf=self.slurm_conf,
                              wiring_leaf_suspect_fraction=self.wiring_leaf_suspect_fraction,
                              wiring_leaf_suspect_min_nodes=self.wiring_leaf_suspect_min_nodes,

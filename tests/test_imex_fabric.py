@@ -199,3 +199,9 @@ def test_a_speed_not_read_is_unknown_and_no_figure_is_not_judged():
     assert codes(reasons) == [("UNKNOWN", "gpu_nvlink_speed_unread")]
     # GB300 has no per-link speed figure: only the count is judged
     assert m.check_nvlinks([GpuHealth(0, nvlinks=links)], m.NvlinkFigures.of(plat.resolve("gb300-nvl72"))) == []
+
+
+def test_a_link_listed_inactive_is_gpu_healths_and_not_counted_again():
+    links = [NvLink(n, n != 4, speed_gbs=53.125 if n != 4 else None) for n in range(18)]
+    assert m.check_nvlinks([GpuHealth(0, "0000:01:00.0", nvlinks=links)],
+                           m.NvlinkFigures.of(plat.resolve("gb200-nvl72"))) == []

@@ -18,12 +18,12 @@ pytestmark = pytest.mark.lab
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TRAYS = [f"node{i}" for i in range(1, 7)]
 # what a site running these trays sets beside the platform: the lab's channel device lives in the tray's /run
-DATA = {"verify_profile": "gb200-nvl72", "imex_channel": lab_rack.CHANNEL}
+DATA = {"verify_profile": "gb200-nvl72", "imex_channel": lab_rack.CHANNEL, "imex_rack": "rack1"}
 # the GPU faults, one tray each: (fault, code, a piece of its message)
 GPU_FAULTS = {
-    "node3": ("gpu_clique=7", "gpu_fabric_split", None),
+    "node3": ("gpu_clique=1:7", "gpu_fabric_split", "clique 7: GPU 1"),
     "node4": ("fabric_degraded=2", "gpu_fabric_degraded_bw", "GPU 2 ("),
-    "node5": ("nvlink_down=1:4", "gpu_nvlink_count_low", "GPU 1 ("),
+    "node5": ("nvlink_down=1:4", "gpu_nvlink_down", "GPU 1 ("),  # GPU health's, not repeated by the tray's count
 }
 TRAY_CODES = {"imex_", "gpu_fabric", "gpu_nvlink"}
 
@@ -75,8 +75,9 @@ def test_a_healthy_rack_is_ok_and_each_gpu_fault_fails_its_tray_alone_on_every_p
         assert verdict["status"] == "OK", (node, verdict["reasons"])
     # the tray reads what a GB200 NVL72 tray shows
     q = lab_ssh(lab, "node1", "nvidia-smi -q -i 0").stdout
-    assert f"ClusterUUID                       : {lab_rack.cluster_uuid(lab.load().name, lab.load().subnet)}" in q
-    assert "CliqueId                          : 32766" in q
+    # as a GB200's nvidia-smi -q prints them (tests/fixtures/gpu/fabric_clique_unhealthy_dra626.txt)
+    assert f"        ClusterUUID                       : {lab_rack.cluster_uuid(lab.load().name, lab.load().subnet)}\n" in q
+    assert "        CliqueId                          : 32766\n" in q
     for node, (fault, _, _) in GPU_FAULTS.items():
         lab.fault(node, fault)
     try:
@@ -90,6 +91,9 @@ def test_a_healthy_rack_is_ok_and_each_gpu_fault_fails_its_tray_alone_on_every_p
             for path_name, verdict in (("check", check(lab, node)), ("prolog", prolog(lab, node)),
                                        ("deploy", deployed[lab.node(node).address])):
                 assert tray_reasons(verdict) == wanted, (node, path_name, verdict["reasons"])
+                # the deploy's rack view (fleet/rack.py) names the same tray, and no other
+                rack_codes = {r["code"] for r in verdict["reasons"] if r["code"].startswith("rack_")}
+                assert rack_codes == ({"rack_fabric_split"} if path_name == "deploy" and node == "node3" else set())
                 assert verdict["status"] == ("FAIL" if code else "OK"), (node, path_name, verdict["reasons"])
                 if text:
                     assert any(text in r["message"] for r in verdict["reasons"] if r["code"] == code)

@@ -406,7 +406,7 @@ class Lab:
         (ndir / "boot" / "cmdline").write_text(kernel_cmdline(profile))
         from ccrhost.lab import host  # CPUs, memory, swap, mounts, clocksource: the host baseline's files
 
-        host.render(ndir, faults)
+        host.render(ndir, faults, profile.hugepages)
         driver = effective_driver(profile, faults)
         if driver is not None:
             (ndir / "boot" / "nvidia_version").write_text(nvidia_proc_version(driver))

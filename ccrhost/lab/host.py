@@ -130,7 +130,7 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def render(ndir: Path, faults) -> None:
+def render(ndir: Path, faults, hugepages: dict[str, int] | None = None) -> None:
     """The node's host files for this boot: /sys image entries and the /proc stand-ins node-init.sh binds.
     Every fault value is checked before anything is written."""
     sysfs, boot = ndir / "image" / "sys", ndir / "boot"
@@ -148,7 +148,7 @@ def render(ndir: Path, faults) -> None:
     for n in sorted(possible - {0}):  # CPU 0 has no online file on x86: it cannot go offline
         _write(cpu / f"cpu{n}/online", "1\n" if n in online else "0\n")
     for size in HUGEPAGE_SIZES:
-        _write(sysfs / f"kernel/mm/hugepages/hugepages-{size}/nr_hugepages", "0\n")
+        _write(sysfs / f"kernel/mm/hugepages/hugepages-{size}/nr_hugepages", f"{(hugepages or {}).get(size, 0)}\n")
     _write(sysfs / "devices/system/clocksource/clocksource0/current_clocksource", CLOCKSOURCE + "\n")
     _write(sysfs / "devices/system/clocksource/clocksource0/available_clocksource", "tsc hpet acpi_pm \n")
     _write(boot / "cpuinfo", cpuinfo(online))

@@ -38,7 +38,7 @@ class _Model(BaseModel):
 # by a newer ccrhost is refused rather than half understood.
 FORMAT_VERSION = 2
 FORMAT_2_KEYS = {
-    "": {"capture", "pci_functions", "iommu_units", "kernel_cmdline"},
+    "": {"capture", "pci_functions", "iommu_units", "kernel_cmdline", "nvlink_rack", "hugepages"},
     "nic_defaults": {"hca_type", "mtu", "rate", "qos"},
     "nics": {"link_layer", "rate_gbps", "rate", "pcie", "fw_ver", "board_id", "hca_type", "mtu", "qos",
              "gids"},
@@ -278,6 +278,8 @@ class Profile(_Model):
     kernel_cmdline: str | None = Field(None, pattern=r"^[^\n]*$")
     # a tray of the lab's NVLink rack (lab/rack.py): fabric clique and IMEX domain shared with its kind
     nvlink_rack: bool = False
+    # huge pages reserved at boot (nr_hugepages per size, /sys/kernel/mm/hugepages): a tuned profile's
+    hugepages: dict[Literal["2048kB", "1048576kB"], int] = {}
 
     @model_validator(mode="after")
     def _peermem_needs_driver(self):

@@ -19,7 +19,8 @@ FAULTS = {
     "imex_nodemap": "this tray's IMEX nodes_config.cfg differs from the rack's: its links show !M! (node map "
                     "mismatch) both ways",
     "imex_version": "[VERSION]: this tray runs another IMEX version (default 565.57.01): its links show !V!",
-    "gpu_clique": "ID: this tray's GPUs registered with clique ID (nvidia-smi -q Fabric/CliqueId)",
+    "gpu_clique": "[INDEX:]ID: GPU INDEX (default 0) registered with clique ID, not the rack's (nvidia-smi -q "
+                  "Fabric/CliqueId)",
     "fabric_degraded": "[INDEX]: GPU INDEX's (default 0) NVLink fabric bandwidth is degraded (Fabric/Health "
                        "Bandwidth: Degraded)",
     "imex_channel_missing": "the IMEX channel device was not created at boot (set at lab up)",
@@ -32,8 +33,8 @@ CLIQUE = 32766       # the rack's clique ID
 
 def refused(faults) -> str | None:
     for f in faults:
-        if f.kind == "gpu_clique" and not (f.value or "").isdigit():
-            return f"fault gpu_clique={f.value}: need a clique ID (a whole number)"
+        if f.kind == "gpu_clique" and not all(x.isdigit() for x in (f.value or "").split(":", 1)):
+            return f"fault gpu_clique={f.value}: need a clique ID, or GPU:ID (whole numbers)"
         if f.kind == "fabric_degraded" and f.value is not None and not f.value.isdigit():
             return f"fault fabric_degraded={f.value}: need a GPU index"
         if f.kind == "imex_version" and f.value is not None and not f.value.replace(".", "").isdigit():

@@ -306,7 +306,9 @@ def check_nvlinks(gpus: list[GpuHealth], figures: NvlinkFigures) -> list[Reason]
         if g.nvlinks is None:
             continue
         up = [n for n in g.nvlinks if n.up]
-        if figures.per_gpu and not any(n.up is None for n in g.nvlinks) and len(up) < figures.per_gpu:
+        # a link listed inactive is GPU health's gpu_nvlink_down: counted here only are links not listed at all
+        listed_down = any(n.up is False for n in g.nvlinks)
+        if figures.per_gpu and not any(n.up is None for n in g.nvlinks) and not listed_down and len(up) < figures.per_gpu:
             reasons.append(Reason(FAIL, "gpu_nvlink_count_low",
                                   f"{_where(g)}: {len(up)} NVLinks up, below {figures.per_gpu} "
                                   f"(hardware.nvlinks_per_gpu of {src})", gpu=g.index))

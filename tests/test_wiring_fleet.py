@@ -150,7 +150,7 @@ def test_leaf_suspect_names_the_leaf_and_its_failing_nodes():
                 fw.Failure("gpu006", "pause_storm", now - 10)]
     found = fw.leaf_suspect(failures, leaves, now, 3600, 0.6)
     assert found == [fw.Finding("leaf_suspect", "leaf leaf-a: 3 of its 4 nodes failed link_flap in the last 3600 s: "
-                                "gpu001, gpu002, gpu003", ("gpu001", "gpu002", "gpu003"))]
+                                "gpu001, gpu002, gpu003", ("gpu001", "gpu002", "gpu003"), "link_flap")]
     # leaf-c holds all eight: 4 of 8 is under 0.6, 5 of 8 is not; 4 of 8 is at 0.5
     assert [f.message.split(":")[0] for f in fw.leaf_suspect(failures + [fw.Failure("gpu007", "link_flap", now)],
                                                               leaves, now, 3600, 0.6)] == ["leaf leaf-a", "leaf leaf-c"]

@@ -396,3 +396,16 @@ def test_two_leaves_whose_names_make_one_slurm_name_stay_two_switches():
     text = fw.topology_conf({"a1": one("sw:a"), "a2": one("sw:a"), "b1": one("sw/a")}, wm.WiringPolicy(True))
     assert "SwitchName=sw_a Nodes=a[1-2]" in text
     assert "SwitchName=sw_a_1 Nodes=b1" in text and "# sw_a_1: sw/a" in text
+
+
+def test_the_suspect_leafs_nodes_ask_for_a_person_at_the_switch_not_a_reboot_each():
+    verdicts = fleet(down=("gpu01", "gpu02", "gpu04"))
+    for name in ("gpu01", "gpu02", "gpu04"):  # port_down's own action, as if it were one a machine may carry out
+        v = verdicts[name]
+        v.reasons = [wr.replace(r, action="reboot") if r.code == "port_down" else r for r in v.reasons]
+        assert v.action == "reboot"
+    wr.build(verdicts, dict.fromkeys(verdicts, SETTINGS), None, now=NOW)
+    for name in ("gpu01", "gpu02", "gpu04"):
+        assert verdicts[name].action == "investigate"  # slurm remediate reboots none of them
+        assert verdicts[name].reasons[-1].message.endswith("check the leaf switch leaf-r3-a")
+    assert verdicts["gpu03"].action == "none"

@@ -27,6 +27,7 @@ class Finding:
     kind: str          # "duplicate_guid", "duplicate_lid", "zero_lid", "several_sms", "leaf_suspect"
     message: str
     nodes: tuple[str, ...]
+    code: str | None = None  # leaf_suspect: the fabric code its nodes failed
 
 
 def _rails(reading: WiringReading, nics: list[tuple[str, int]] | None) -> list[tuple[int, NicWiring | None, str]]:
@@ -354,5 +355,5 @@ def leaf_suspect(failures: list[Failure], leaves: dict[str, list[tuple[int, str]
             failing = sorted(nodes & recent[code], key=natural_key)
             if len(failing) >= min_nodes and len(failing) >= fraction * len(nodes):
                 out.append(Finding("leaf_suspect", f"leaf {leaf}: {len(failing)} of its {len(nodes)} nodes failed "
-                                   f"{code} in the last {window_s:g} s: {', '.join(failing)}", tuple(failing)))
+                                   f"{code} in the last {window_s:g} s: {', '.join(failing)}", tuple(failing), code))
     return out

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ccrhost.fleet import wiring as fw
+from ccrhost.model.actions import INVESTIGATE
 from ccrhost.model.active import ActiveResult
 from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, WARN, Reason
@@ -154,7 +155,7 @@ def _merged(found: list[tuple[str, fw.Finding]]) -> list[tuple[str, fw.Finding]]
             out.append(members[0])
             continue
         leaves = ", ".join(leaf for leaf, _ in members)
-        out.append((leaves, fw.Finding("leaf_suspect", f"leaves {leaves}: {rest}", nodes)))
+        out.append((leaves, fw.Finding("leaf_suspect", f"leaves {leaves}: {rest}", nodes, members[0][1].code)))
     return out
 
 
@@ -225,6 +226,10 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
     for leaf, finding in found:
         for node in finding.nodes:
             v = verdicts[node]
+            # the switch, not the node: its own failures of that code ask a person to look (the leaf), never
+            # an automatic reset or reboot of N nodes (slurm remediate acts on reset_gpu and reboot only)
+            v.reasons = [replace(r, action=INVESTIGATE) if r.level == FAIL and r.code == finding.code else r
+                         for r in v.reasons]
             v.reasons.append(suspect_reason(leaf, finding))
             v.status = worst([v.status, WARN])
     if out.skipped:

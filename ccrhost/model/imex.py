@@ -6,7 +6,8 @@ The readings come from probes/imex.py (``nvidia-imex-ctl -N``, the IMEX
 unit, the channel device) and the GPU health probe (probes/gpu_health.py:
 the ``Fabric`` section of ``nvidia-smi -q`` or ``nvmlDeviceGetGpuFabricInfoV``,
 and the NVLinks). What could not be read is UNKNOWN with its own code,
-never a pass. Not yet part of ``ccrhost check``: the main session wires it.
+never a pass. The verdict judges a tray with these where ``imex_enable`` is on
+(``model.verdict.tray_reasons``), on every path.
 """
 
 from __future__ import annotations

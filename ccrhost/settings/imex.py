@@ -1,6 +1,6 @@
 """IMEX and NVLink tray keys: the IMEX service, its channel device, and the
 rack (NVLink domain) a tray belongs to (model/imex.py, fleet/rack.py;
-issue 49). Not yet read by ``ccrhost check``: the main session wires it."""
+issue 49). Read where ``imex_enable`` is on: model/verdict.py tray_reasons."""
 
 from __future__ import annotations
 

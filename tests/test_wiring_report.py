@@ -409,3 +409,25 @@ def test_the_suspect_leafs_nodes_ask_for_a_person_at_the_switch_not_a_reboot_eac
         assert verdicts[name].action == "investigate"  # slurm remediate reboots none of them
         assert verdicts[name].reasons[-1].message.endswith("check the leaf switch leaf-r3-a")
     assert verdicts["gpu03"].action == "none"
+
+
+def test_a_dead_leaf_still_has_its_nodes_where_the_plan_names_it():
+    """A leaf that dies sends no LLDP: the deploy's fresh readings show no neighbour on its rail.
+    Where the plan names that rail's leaf exactly, its nodes are still its own."""
+    exact = validate_host("n", {"wiring_enable": True, "wiring_rails": [{"leaf": f"leaf-r{k}-a"} for k in range(4)]})
+    out = {}
+    for i in range(1, 5):
+        r = reading("a", i)
+        if i < 4:  # leaf-r2-a is dead for three of its four nodes (the fourth's reading is older)
+            r.nics["mlx5_2/1"].neighbours = []
+        stored = wm.StoredWiring(NOW, node_wiring.result(r, 86400, NOW - 60).to_dict())
+        pol = Policy(wiring=exact.wiring_policy())
+        out[f"gpu{i:02d}"] = evaluate(Readings(ports=[port(k) for k in range(4)], gpus=[gpu(k) for k in range(8)],
+                                               wiring=stored), Expectation(), pol)
+    assert [out[f"gpu0{i}"].status for i in range(1, 5)] == ["FAIL", "FAIL", "FAIL", "OK"]
+    got = wr.build(out, dict.fromkeys(out, exact), None, now=NOW)
+    assert [f.message.split(":")[0] for f in got.findings] == ["leaf leaf-r2-a"]
+    assert got.findings[0].nodes == ("gpu01", "gpu02", "gpu03")
+    # with a pattern for that rail the plan names no one leaf: nothing to count them under
+    patterned = validate_host("n", {"wiring_enable": True, "wiring_rails": RAILS})
+    assert wr.build(out, dict.fromkeys(out, patterned), None, now=NOW).findings == []

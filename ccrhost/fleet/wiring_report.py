@@ -27,14 +27,15 @@ from ccrhost.model.wiring import StoredWiring, WiringReading, compute_nics, read
 # physical errors and transport retries, the slow ib_write_bw and all-reduce
 # through it. Left out: codes of the node's own setup (global_pause_on, the
 # PCIe link, the GPU data path), a wrong all-reduce result (the GPUs or
-# their memory), and the wiring codes themselves (a link without a good
-# neighbour is no leaf's member: fleet/wiring.py node_leaves).
+# their memory), and the wiring codes but a neighbour gone (a leaf that died; its nodes are its own
+# where the plan names it: planned()).
 FABRIC_CODES = frozenset({
     "port_down", "port_rate", "measured_slow",                           # ports.yaml
     "link_flap",                                                         # links.yaml
     "pause_storm", "pfc_pause_share", "netdev_rx_drops_high",            # fabric.yaml
     "netdev_phy_errors_high", "rdma_transport_failing",
     "allreduce_slow",                                                    # allreduce.yaml
+    "wiring_no_neighbour",                                               # wiring.yaml: a dead leaf sends no LLDP
 })
 
 FILES = ("cabling.csv", "topology.conf", "node-labels.json", "wiring-plan.yaml")
@@ -110,14 +111,31 @@ def fabric_failures(verdicts: dict[str, Verdict], now: float) -> list[tuple[fw.F
     return out
 
 
+def planned(leaves: dict[str, list[tuple[int, str]]], plans: dict, nics: dict[str, list[tuple[str, int]]]
+            ) -> dict[str, list[tuple[int, str]]]:
+    """The leaves each node is cabled to, for the suspects: its good links, and where a link is
+    not good (a dead leaf sends no LLDP and answers no query) the leaf its plan names, where the
+    plan names exactly one (a leaf name without a pattern): a leaf that dies still has its nodes."""
+    out = {}
+    for node, good in leaves.items():
+        have = {rail for rail, _ in good}
+        extra = []
+        for rail in range(len(nics.get(node, ()))):
+            plan = fw.plan_of(plans, node, rail)
+            if rail not in have and plan is not None and plan.leaf and not any(c in plan.leaf for c in "*?["):
+                extra.append((rail, plan.leaf))
+        out[node] = sorted(good + extra)
+    return out
+
+
 def suspects(failures: list[tuple[fw.Failure, frozenset[str] | None]], leaves: dict[str, list[tuple[int, str]]],
              readings: dict[str, WiringReading], nics: dict[str, list[tuple[str, int]]], now: float,
              window_s: float, fraction: float, min_nodes: int) -> list[tuple[str, fw.Finding]]:
     """(leaf, finding) for each suspect leaf, ``fw.leaf_suspect`` asked leaf
     by leaf (so each finding's leaf is known without reading its message).
     A failure that names NICs counts only at the leaves those NICs reach: a
-    port down on rail 3 says nothing of the node's rail-0 leaf; one whose
-    NIC is not among the wired ones counts at each of the node's leaves."""
+    port down on rail 3 says nothing of the node's rail-0 leaf, and one whose
+    NICs reach no known leaf counts at none."""
     by_leaf: dict[str, dict[str, list[tuple[int, str]]]] = {}
     for node, good in leaves.items():
         for rail, leaf in good:
@@ -135,9 +153,9 @@ def suspects(failures: list[tuple[fw.Failure, frozenset[str] | None]], leaves: d
         for failure, named in failures:
             if failure.node not in members:
                 continue
-            wired = set().union(*(names(failure.node, r) for r, _ in leaves[failure.node]))
-            if named is None or not named & wired or named & set().union(*(names(failure.node, r)
-                                                                           for r, _ in members[failure.node])):
+            # a failure naming NICs counts at the leaves they reach; one whose NICs reach no known leaf
+            # (a port down sends no LLDP) says nothing of the node's other leaves
+            if named is None or named & set().union(*(names(failure.node, r) for r, _ in members[failure.node])):
                 counted.append(failure)
         out += [(leaf, f) for f in fw.leaf_suspect(counted, members, now, window_s, fraction, min_nodes)]
     return _merged(out)
@@ -216,7 +234,7 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
         nics[node] = compute_nics([(p.device, p.port) for p in v.readings.ports if not p.efa])
     plans = {node: _policy(settings[node]) for node in on}  # each node judged by its own plan, as its check was
     leaves = fw.node_leaves(readings, plans, nics)
-    found = suspects(fabric_failures({n: verdicts[n] for n in on}, now), leaves, readings, nics, now,
+    found = suspects(fabric_failures({n: verdicts[n] for n in on}, now), planned(leaves, plans, nics), readings, nics, now,
                      getattr(first, "wiring_leaf_suspect_window_hours", 1) * 3600,
                      getattr(first, "wiring_leaf_suspect_fraction", 0.5),
                      getattr(first, "wiring_leaf_suspect_min_nodes", 2))

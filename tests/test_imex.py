@@ -119,9 +119,22 @@ def test_the_command_quotes_the_settings_paths():
 # --- the judge ----------------------------------------------------------------------
 
 def test_domain_down_fails_naming_its_state():
-    reasons = m.check_imex(reading(edited(state="DEGRADED")), m.ImexPolicy())
+    reasons = m.check_imex(reading(edited(state="DOWN")), m.ImexPolicy())
     assert codes(reasons) == [("FAIL", "imex_domain_down")]
-    assert reasons[0].message == "IMEX Domain State: DEGRADED, not UP"
+    assert reasons[0].message == "IMEX Domain State: DOWN, not UP"
+
+
+def test_a_degraded_domain_is_this_trays_fault_only_where_its_own_row_says_so():
+    # every tray sees one state: a lost peer degrades the domain for all; this tray reaches every peer
+    reasons = m.check_imex(reading(edited(state="DEGRADED")), m.ImexPolicy())
+    assert codes(reasons) == [("WARN", "imex_peer_down")]
+    assert reasons[0].message.startswith("IMEX Domain State: DEGRADED: this tray is READY and reaches every peer")
+    # this tray (#10) lost a peer itself
+    reasons = m.check_imex(reading(edited(state="DEGRADED", cells={(10, 3): "D", (3, 10): "D"})), m.ImexPolicy())
+    assert codes(reasons) == [("FAIL", "imex_domain_down"), ("FAIL", "imex_peer_disconnected")]
+    # this tray is not READY
+    reasons = m.check_imex(reading(edited(state="DEGRADED", status={10: "UNAVAILABLE"})), m.ImexPolicy())
+    assert ("FAIL", "imex_domain_down") in codes(reasons)
 
 
 def test_no_domain_state_line_is_unknown():
@@ -216,3 +229,9 @@ def test_a_tray_with_another_node_map_or_version_fails_itself_and_only_warns_the
         other = m.check_imex(reading(edited(cells=odd)), m.ImexPolicy())  # node #10's view
         assert codes(other) == [("WARN", "imex_peer_down")], bad
         assert f"node #5 (172.31.50.44) - node #10 (172.31.54.95): {bad}" in other[0].message
+
+
+def test_an_odd_version_is_one_reason_from_the_node_list_and_the_cells_alike():
+    cells = {**{(10, j): "!V!" for j in range(18) if j != 10}, **{(i, 10): "!V!" for i in range(18) if i != 10}}
+    reasons = m.check_imex(reading(edited(version={10: "580.65"}, cells=cells)), m.ImexPolicy())
+    assert codes(reasons) == [("FAIL", "imex_version_mismatch")]

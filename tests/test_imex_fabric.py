@@ -41,8 +41,12 @@ def member(i: int, uuid: str = UUID, clique: int = 2, **kw) -> GpuHealth:
 def test_dra626_sample_clique_and_cluster_are_read():
     g = query("fabric_clique_unhealthy_dra626.txt")
     assert (g.fabric_state, g.fabric_status, g.clique_id, g.cluster_uuid) == ("Completed", "Success", 2, UUID)
-    assert g.health == {}  # Summary Unhealthy alone says no fault: Bandwidth Full, no other row printed
-    assert m.check_gpu_fabric([g]) == []
+    # Summary Unhealthy, and no row printed says why (Bandwidth Full): not a pass, UNKNOWN naming it
+    assert g.health == {"unreadable": "Summary 'Unhealthy' and no row that says why"}
+    reasons = m.check_gpu_fabric([g])
+    assert codes(reasons) == [("UNKNOWN", "gpu_fabric_unreadable")]
+    assert reasons[0].message == ("GPU 0 (0000:01:00.0) fabric health: Summary 'Unhealthy' and no row that says "
+                                  "why")
 
 
 def test_a_degraded_bandwidth_row_is_its_own_reason():
@@ -59,9 +63,18 @@ def test_a_health_value_no_driver_prints_is_unknown():
     assert codes(m.check_gpu_fabric([g])) == [("UNKNOWN", "gpu_fabric_unreadable")]
 
 
-def test_azure506_sample_is_in_no_clique():
+def test_azure506_sample_failed_to_register_which_is_gpu_healths_reason_alone():
+    from ccrhost.model.gpu_health import GpuHealthPolicy, GpuHealthReading, check_gpu_health
+
     g = query("fabric_insufficient_azhpc506.txt")
     assert (g.fabric_status, g.clique_id, g.cluster_uuid) == ("Insufficient Resources", 0, m.ZERO_UUID)
+    assert m.check_gpu_fabric([g]) == []  # not registered: no clique is the consequence, not a second fault
+    health = check_gpu_health(GpuHealthReading(gpus=[g]), [], GpuHealthPolicy(), False)
+    assert "gpu_fabric_not_ready" in [r.code for r in health]
+
+
+def test_a_registered_gpu_in_no_clique_fails():
+    g = query("fabric_insufficient_azhpc506.txt", lambda s: s.replace("Insufficient Resources", "Success"))
     reasons = m.check_gpu_fabric([g])
     assert codes(reasons) == [("FAIL", "gpu_fabric_no_clique")]
     assert reasons[0].message == ("GPU 0 (0000:01:00.0) is in no NVLink domain: ClusterUUID "

@@ -110,15 +110,19 @@ def test_a_tray_at_odds_with_the_imex_domain_fails_itself_and_only_warns_the_oth
     lab.fault("node2", fault)
     try:
         for node in TRAYS:
-            verdict = check(lab, node)
-            if node == "node2":
-                assert ("FAIL", code) in tray_reasons(verdict), verdict["reasons"]
-                assert verdict["status"] == "FAIL"
-            else:  # a peer's fault: said, never drained
-                assert tray_reasons(verdict) == [("WARN", "imex_peer_down")], (node, verdict["reasons"])
-                message = next(r["message"] for r in verdict["reasons"] if r["code"] == "imex_peer_down")
-                assert lab.node("node2").address in message
-                assert verdict["status"] == "WARN"
+            for path_name, verdict in (("check", check(lab, node)), ("prolog", prolog(lab, node))):
+                if node == "node2":
+                    assert ("FAIL", code) in tray_reasons(verdict), (path_name, verdict["reasons"])
+                    assert verdict["status"] == "FAIL"
+                else:  # a peer's fault: said once, never drained
+                    assert tray_reasons(verdict) == [("WARN", "imex_peer_down")], (node, path_name, verdict["reasons"])
+                    message = next(r["message"] for r in verdict["reasons"] if r["code"] == "imex_peer_down")
+                    assert lab.node("node2").address in message
+                    assert verdict["status"] == "WARN"
+        if fault == "imex_peer_lost":  # the domain is DEGRADED for every tray, the lost one UNAVAILABLE to the rest
+            shown = lab_ssh(lab, "node1", "nvidia-imex-ctl -N -c /etc/nvidia-imex/config.cfg").stdout
+            assert f"Node #1   - {lab.node('node2').address:<15} - UNAVAILABLE\n" in shown, shown
+            assert shown.endswith("Domain State: DEGRADED\n")
     finally:
         lab.clear("node2", fault)
 

@@ -343,3 +343,19 @@ def test_the_deploys_fleet_report_without_imex_writes_no_block_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ccr-report.html", "ccr-report.json", "ccr-report.txt",
                                                           "ccr-report.xml"]
     assert "rack" not in json.loads((tmp_path / "ccr-report.json").read_text())
+
+
+def test_the_block_file_goes_to_slurm_only_when_every_node_was_judged(monkeypatch, tmp_path):
+    """A busy or drained tray is not checked by slurm verify: a block file without it would keep it from every
+    job, so the controller's file is left as it was and the run says which nodes were missing."""
+    from ccrhost.fleet import rack_report as rr
+
+    conf = tmp_path / "controller-topology.conf"
+    conf.write_text("BlockName=old Nodes=x\n")
+    verdicts = rack(odd="gb03")
+    settings = {h: validate_host(h, {"imex_enable": True, "imex_rack": "nvl72-a"}) for h in verdicts}
+    said = []
+    got = rr.build(verdicts, settings, tmp_path, said.append, topology_block=str(conf), cluster=[*verdicts, "gb09"])
+    assert conf.read_text() == "BlockName=old Nodes=x\n" and (tmp_path / "topology-block.conf").exists()
+    assert got.failed["topology_block"].startswith("not written: 1 node(s) of the cluster were not judged here (gb09)")
+    assert said[-1] == f"rack: {conf} {got.failed['topology_block']}"

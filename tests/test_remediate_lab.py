@@ -21,8 +21,9 @@ from ccrhost.lab import slurm as lab_slurm
 pytestmark = pytest.mark.lab
 SLURM_NODES = 2
 INTERVAL = lab_slurm.HEALTHCHECK_INTERVAL
-PENDING = "    Remapped Rows\n        Correctable Error             : 0\n        Uncorrectable Error           : 0\n" \
-          "        Pending                       : "  # nvidia-smi -q, driver 550's layout
+# nvidia-smi -q, driver 550's layout: keys padded to column 42 (tests/fixtures/gpu/nvsmi_q_a40_550.txt)
+PENDING = "    Remapped Rows\n" + "".join(f"{'        ' + key:<42}: {value}\n" for key, value in (
+    ("Correctable Error", 0), ("Uncorrectable Error", 0))) + f"{'        Pending':<42}: "
 
 
 def remediate_ssh(lab) -> str:

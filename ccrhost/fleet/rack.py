@@ -85,8 +85,9 @@ def check_racks(trays: list[Tray]) -> dict[str, list[Reason]]:
                                           f"{' and '.join(map(_domain, sorted(t.domains)))} (rack {name})"))
         held[name] = _majority(single)
         if held[name] is None and len(set(single.values())) > 1:
+            # no odd tray can be named (a tie, or only part of the rack checked): said, nobody drained
             for host, d in sorted(single.items()):
-                out[host].append(Reason(FAIL, "rack_fabric_split",
+                out[host].append(Reason(UNKNOWN, "rack_unreadable",
                                         f"rack {name}: no NVLink domain is held by most of its trays; {host} reports "
                                         f"{_domain(d)} (" + ", ".join(f"{h}: {_domain(x)}" for h, x in
                                                                       sorted(single.items()) if h != host) + ")"))
@@ -109,12 +110,12 @@ def check_racks(trays: list[Tray]) -> dict[str, list[Reason]]:
         if d is not None:
             by_domain.setdefault(d, []).append(name)
     for d, names in by_domain.items():
-        if len(names) > 1:
+        if len(names) > 1:  # the inventory's fault (one rack named twice), not the trays': said, nobody drained
             for name in names:
                 for t in racks[name]:
-                    out[t.host].append(Reason(FAIL, "rack_membership_mismatch",
+                    out[t.host].append(Reason(UNKNOWN, "rack_unreadable",
                                               f"{t.host}: racks {' and '.join(sorted(names))} of the inventory are "
-                                              f"one NVLink domain ({_domain(d)})"))
+                                              f"one NVLink domain ({_domain(d)}): fix imex_rack"))
     for name, members in sorted(racks.items()):
         _versions(name, members, out)
     return out
@@ -133,10 +134,10 @@ def _versions(name: str, members: list[Tray], out: dict[str, list[Reason]]) -> N
         if len(set(read.values())) < 2:
             continue
         common = _majority(read)
-        if common is None:
+        if common is None:  # no odd tray can be named: said, nobody drained
             text = ", ".join(f"{h} {v}" for h, v in sorted(read.items()))
             for host in read:
-                out[host].append(Reason(FAIL, "rack_version_mismatch",
+                out[host].append(Reason(UNKNOWN, "rack_unreadable",
                                         f"rack {name}: no {what} version is held by most of its trays: {text}"))
             continue
         for host, v in sorted(read.items()):

@@ -49,20 +49,27 @@ def imex_on(s) -> bool:
     return bool(own if own is not None else s.policy().imex.enabled)
 
 
-def imex_version(verdict: Verdict) -> str | None:
+NO_VERSION = object()  # the tool printed the node list without versions (older daemons): nothing to compare
+
+
+def imex_version(verdict: Verdict):
     """This tray's own IMEX version: its entry of ``nvidia-imex-ctl -N``'s node
-    list (the one at an address of its own); None where not read."""
+    list (the one at an address of its own); None where not read;
+    :data:`NO_VERSION` where the list carries none (an older daemon)."""
     reading = verdict.readings.imex
     if reading is None or reading.error or reading.domain.error:
         return None
-    own = [n.version for n in reading.domain.nodes if n.address in reading.addresses and n.version]
-    return own[0] if own else None
+    own = [n for n in reading.domain.nodes if n.address in reading.addresses]
+    if own and not any(n.version for n in reading.domain.nodes):
+        return NO_VERSION
+    return own[0].version if own and own[0].version else None
 
 
 def node_tray(host: str, verdict: Verdict, rack: str | None) -> fr.Tray:
     health = verdict.readings.gpu_health
     gpus = health.gpus if health is not None and not health.error else None
-    versions = {"imex": imex_version(verdict)}
+    imex = imex_version(verdict)
+    versions = {} if imex is NO_VERSION else {"imex": imex}
     datapath = verdict.readings.datapath
     if datapath is not None:  # the data path's read carries the driver's version (model/datapath.py HostVersions)
         versions["driver"] = None if datapath.error else datapath.versions.nvidia
@@ -70,23 +77,25 @@ def node_tray(host: str, verdict: Verdict, rack: str | None) -> fr.Tray:
 
 
 def report(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | None, say=None,
-           topology_block: str | None = None) -> RackReport | None:
+           topology_block: str | None = None, cluster: list[str] | None = None) -> RackReport | None:
     """:func:`build`; a fault in it is said on ``say`` and returns None: the
     rack view never keeps the drains or the fleet reports from coming."""
     try:
-        return build(verdicts, settings, directory, say, topology_block)
+        return build(verdicts, settings, directory, say, topology_block, cluster)
     except Exception as exc:
         (say or (lambda line: None))(f"rack: not reported: {type(exc).__name__}: {exc}")
         return None
 
 
 def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | None, say=None,
-          topology_block: str | None = None) -> RackReport | None:
+          topology_block: str | None = None, cluster: list[str] | None = None) -> RackReport | None:
     """The racks of the nodes whose settings turn imex_enable on (None when
     none does): each rack reason said on ``say`` and added to its tray's
     verdict (the worst of its own status and these); the block topology, with
     what it leaves out as comments at its end, written into ``directory``
-    (and to ``topology_block`` too)."""
+    (and to ``topology_block`` too, only where every node of ``cluster``,
+    the nodes Slurm lists, was judged here: a tray left unchecked, busy or
+    drained, would be in no block and share no job)."""
     from ccrhost.output import write_atomic
 
     on = sorted((n for n in verdicts if imex_on(settings.get(n))), key=natural_key)
@@ -115,7 +124,13 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
     if out.left_out:
         text += "".join(f"# left out: {line}\n" for line in out.left_out)
     targets = [(FILE, Path(directory) / FILE)] if directory is not None else []
-    if topology_block:
+    unchecked = sorted(set(cluster or ()) - set(settings), key=natural_key)  # judged here: tray or not, it is known
+    if topology_block and unchecked:
+        out.failed[TOPOLOGY_BLOCK] = (f"not written: {len(unchecked)} node(s) of the cluster were not judged "
+                                      f"here ({', '.join(unchecked[:8])}{', ...' if len(unchecked) > 8 else ''}): a "
+                                      "block file without them keeps them from every job; check them too")
+        say(f"rack: {topology_block} {out.failed[TOPOLOGY_BLOCK]}")
+    elif topology_block:
         targets.append((TOPOLOGY_BLOCK, Path(topology_block)))
     for name, path in targets:
         try:

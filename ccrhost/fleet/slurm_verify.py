@@ -293,7 +293,8 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
             from ccrhost.fleet.rack_report import report as rack_report
 
             racks = rack_report(verdicts, settings, opts.report_dir, say,
-                                topology_block=opts.topology_block if not opts.dry_run else None)
+                                topology_block=opts.topology_block if not opts.dry_run else None,
+                                cluster=list(nodes))
             if racks is not None and opts.topology_block and opts.dry_run:
                 say(f"rack: dry run: {opts.topology_block} not written (the report directory's {BLOCK_FILE} is)")
             if opts.drain:

@@ -22,14 +22,15 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
-import uuid
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
+from ccrhost.lab import boot as lab_boot
 from ccrhost.lab import slurm as lab_slurm
+from ccrhost.lab.boot import LINK_BURST_KB, shim_python
+from ccrhost.lab.boot import write_node_record as _write_node_record
 from ccrhost.lab import rack as lab_rack
 from ccrhost.lab import switches as lab_switches
 from ccrhost.lab.profile import (
@@ -38,15 +39,10 @@ from ccrhost.lab.profile import (
     LIVE_KINDS,
     Fault,
     ProfileError,
-    effective_driver,
     fabric_ipv4,
-    kernel_cmdline,
     link_files,
     load_profile,
-    module_table,
-    nvidia_proc_version,
     parse_fault,
-    render_sysfs,
     ssh_over,
     upper_name,
 )
@@ -60,27 +56,13 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 MAX_NODES = 256
-# tbf's bucket on each shaped link (KiB): after idle this much passes at once, so a timed transfer of
-# a few MB must not start on a full bucket unawares (the all_reduce_perf shim sends it ahead, untimed)
-LINK_BURST_KB = 256
 NODES_PER_24 = 245  # 198.18.<subnet>.11 to .255; more take the next /24 too
 
 
 # Shims a check or deploy runs many times: served by each node's labsysfsd
 # (shims/labtools.py) so that a call costs no interpreter start.
-MLX_TOOLS = ("mlxconfig", "mstconfig", "mlxlink", "mstlink")  # removed from a node by the mlx_tools_missing fault
 BOOT_CLEARS = ("xid", "gpu_fell_off")  # faults a power cycle ends (Lab.reboot)
 SERVED_SHIMS = ("ethtool", "nvidia-smi", "journalctl", "dmesg", "setpci", "mlnx_qos", "dcb")
-
-
-def shim_python() -> str:
-    """An interpreter the nodes can see: shims need only the standard
-    library, and the controller's venv may sit under /tmp, which each node
-    replaces with its own."""
-    for candidate in ("/usr/bin/python3", os.path.realpath(getattr(sys, "_base_executable", sys.executable))):
-        if os.access(candidate, os.X_OK) and not candidate.startswith(("/tmp/", "/run/")):
-            return candidate
-    raise LabError("no python3 outside /tmp and /run for the lab's shims (install python3)")
 
 
 def _run(*cmd: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
@@ -100,18 +82,6 @@ def preflight() -> None:
         missing.append("sftp-server (package openssh-sftp-server)")
     if missing:
         raise LabError("missing: " + ", ".join(missing))
-
-
-def _write_node_record(folder: Path, info: dict) -> None:
-    """A node's record as node.json, and as node.marshal for the shims:
-    every shim run reads it, and importing json costs a run some 7 ms,
-    half of what the shim takes, where marshal is built in."""
-    text = json.dumps(info)
-    # marshal of the JSON's own reading: both files hold the same plain values
-    for name, data in (("node.json", text.encode()), ("node.marshal", marshal.dumps(json.loads(text)))):
-        tmp = folder / f".{name}.tmp"
-        tmp.write_bytes(data)
-        tmp.replace(folder / name)  # the shims never read half a file
 
 
 
@@ -376,112 +346,8 @@ class Lab:
         return int(slow[0]) if slow else state.link_mbit
 
     def _prepare_boot(self, node: Node) -> None:
-        """Render the node's hardware as it looks right after power-on."""
-        from ccrhost.lab.profile import Profile
-
-        ndir = self.node_dir(node)
-        saved = json.loads((ndir / "profile.json").read_text())
-        profile = Profile(**saved["profile"]).for_node(saved.get("identity_offset", 0))
-        faults = [parse_fault(f"{node.name}:{f}")[1] for f in saved["faults"]]
-        for sub in ("image", "boot", "shims", "kernel", "share"):
-            if (ndir / sub).exists():
-                shutil.rmtree(ndir / sub)
-        (ndir / "boot").mkdir()
-        built = render_sysfs(profile, faults, ndir / "image" / "sys", node.index)
-        kinds = {f.kind for f in faults}
-        if profile.configfs_mounted and "configfs_unmounted" not in kinds:
-            (ndir / "boot" / "configfs_mounted").write_text("")
-        readonly = []
-        for value in [f.value for f in faults if f.kind == "ecn_readonly"]:
-            readonly += [f"/sys/class/net/{nd}/ecn" for nd, nic in built["netdevs"].items()
-                         if profile.ofed and value in (None, nic)]
-        for value in [f.value for f in faults if f.kind == "garble"]:
-            self._garble_file(ndir, value or "")
-        (ndir / "boot" / "readonly").write_text("\n".join(readonly))
-        for kind in ("etc_readonly", "etc_full"):
-            if kind in kinds:
-                (ndir / "boot" / kind).write_text("")
-        (ndir / "boot" / "python").write_text(shim_python())
-        # /proc files the node shows instead of the machine's
-        (ndir / "boot" / "cmdline").write_text(kernel_cmdline(profile))
-        from ccrhost.lab import host  # CPUs, memory, swap, mounts, clocksource: the host baseline's files
-
-        host.render(ndir, faults, profile.hugepages)
-        driver = effective_driver(profile, faults)
-        if driver is not None:
-            (ndir / "boot" / "nvidia_version").write_text(nvidia_proc_version(driver))
-        shims = self.dir / "shims"
-        gone = (["ib_write_bw"] if "perftest_missing" in kinds else []) + \
-            (list(MLX_TOOLS) if "mlx_tools_missing" in kinds else []) + \
-            ([] if profile.ofed else ["ofed_info"])  # the upstream stack has no ofed_info
-        if gone:
-            shims = ndir / "shims"
-            shutil.copytree(self.dir / "shims", shims, dirs_exist_ok=True)
-            for tool in gone:
-                (shims / tool).unlink()
-        # the NICs' flash: first power-on writes it, each later one loads Next Boot (lab/nicfw.py)
-        from ccrhost.lab import nicfw
-
-        nicfw.prepare(ndir, built["nics"], faults)
-        (ndir / "boot" / "shims").write_text(str(shims))
-        import ccrhost
-
-        install = {os.path.realpath(sys.prefix), os.path.dirname(os.path.dirname(os.path.realpath(ccrhost.__file__)))}
-        hidden = sorted(p for p in install if p.startswith(("/tmp/", "/run/")))
-        outermost = [p for p in hidden if not any(p.startswith(q + "/") for q in hidden)]
-        (ndir / "boot" / "share").write_text("\n".join(outermost))
-
-        kver = os.uname().release
-        moddir = ndir / "usrlib" / "upper" / "modules" / kver
-        moddir.mkdir(parents=True, exist_ok=True)
-
-        def ko(name: str) -> str:
-            return f"kernel/drivers/infiniband/{name}.ko"
-
-        dep_table, _, versions = module_table(profile, faults)
-        (moddir / "modules.dep").write_text("".join(
-            f"{ko(name)}: {' '.join(ko(d) for d in deps)}".rstrip() + "\n"
-            for name, deps in dep_table.items()))
-        (moddir / "modules.builtin").write_text("".join(
-            f"kernel/fs/{name}/{name}.ko\n" for name in profile.modules.builtin))
-        _write_node_record(ndir, {
-            "name": node.name, "dir": str(ndir), "profile": profile.name,
-            "link_mbit": self.load().link_mbit,  # nominal: a link_slow node measures slow
-            "link_burst_bytes": LINK_BURST_KB * 1024,  # what the shaper lets through at once after idle
-            "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
-            "nics": built["nics"],
-            "gpus": profile.gpus.model_dump(),
-            # the profile's (a capture's), else one per node and GPU; made here
-            # so that nvidia-smi, run by every probe, needs no uuid and hashlib
-            "gpu_uuids": list(profile.gpus.uuids) or [
-                "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.name}-gpu{i}")) for i in range(profile.gpus.count)],
-            "gpu_bdfs": [g["bdf"] for g in built["gpus"]],
-            # the profile's, else 13 digits per node and GPU, as NVIDIA prints a board's serial
-            "gpu_serials": list(profile.gpus.serials) or [
-                str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.name}-gpu{i}-serial").int % 10**13).rjust(13, "1")
-                for i in range(profile.gpus.count)],
-            "faults": [str(f) for f in faults],
-            "ofed": profile.ofed,
-            "module_versions": versions,
-            "link_flap": built["flap"],
-            "qos_boot": built["qos"],  # each netdev's DCB state at power-on
-            "rack": lab_rack.record(self, self.load(), profile, faults),  # an NVLink rack's tray, else None
-        })
-        if profile.nvlink_rack and "imex_channel_missing" not in kinds:  # node-init.sh makes the device
-            (ndir / "boot" / "imex_channel").write_text(lab_rack.CHANNEL)
-
-    @staticmethod
-    def _garble_file(ndir: Path, value: str) -> None:
-        """The garble fault at boot: PATH holds TEXT (in the rendered /sys, or
-        in the node's /etc layer, which survives reboots as a disk does)."""
-        path, sep, text = value.partition(":")
-        parts = Path(path).parts
-        if not sep or len(parts) < 3 or parts[:2] not in (("/", "sys"), ("/", "etc")) or ".." in parts:
-            raise ProfileError(f"fault garble={value}: expected /sys/...:TEXT or /etc/...:TEXT")
-        base = ndir / "image" / "sys" if parts[1] == "sys" else ndir / "etc" / "upper"
-        target = base.joinpath(*parts[2:])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text + "\n")
+        """Render the node's hardware as it looks right after power-on (lab/boot.py)."""
+        lab_boot.prepare(self, node)
 
     def garble(self, name: str, tool: str, find: str, replace: str) -> None:
         """Corrupt a running node's tool output from now until its next boot:

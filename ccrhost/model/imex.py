@@ -125,8 +125,6 @@ def check_imex(reading: ImexReading, policy: ImexPolicy) -> list[Reason]:
     if domain.state is None:
         reasons.append(Reason(UNKNOWN, "imex_unreadable", "nvidia-imex-ctl -N printed no Domain State line"))
         return reasons
-    if domain.state != DOMAIN_UP:
-        reasons.append(Reason(FAIL, "imex_domain_down", f"IMEX Domain State: {domain.state}, not UP"))
     by_index = {n.index: n for n in domain.nodes}
     own = {n.index for n in domain.nodes if n.address in reading.addresses}
     if reading.addresses and not own:
@@ -143,6 +141,7 @@ def check_imex(reading: ImexReading, policy: ImexPolicy) -> list[Reason]:
         if n.index in mine and n.status != NODE_READY:
             reasons.append(Reason(FAIL, "imex_node_not_ready", f"IMEX {n.text()} is {n.status}, not READY"))
     versions = [n.version for n in domain.nodes if n.version]
+    told = False
     if len(set(versions)) > 1:
         common = max(set(versions), key=versions.count)
         odd = [n for n in domain.nodes if n.version and n.version != common]
@@ -150,11 +149,23 @@ def check_imex(reading: ImexReading, policy: ImexPolicy) -> list[Reason]:
             reasons.append(Reason(FAIL, "imex_version_mismatch",
                                   "IMEX versions differ: " + ", ".join(f"{n.text()} {n.version}" for n in odd)
                                   + f" (the others {common})"))
-    reasons += _table(domain, by_index, own)
-    return reasons
+            told = True
+    table = _table(domain, by_index, own, {"V"} if told else set())
+    if domain.state != DOMAIN_UP:
+        # one state for the whole domain: a lost peer degrades it for every tray (nvidia-imex-ctl -N: the lost
+        # node UNAVAILABLE, "Domain State: DEGRADED"). This tray's fault only where it is not READY, or its
+        # own row and column fail it; else the peers' (their own checks say why)
+        mine = bool(own) and all(by_index[i].status == NODE_READY for i in own) and not any(
+            r.level == FAIL for r in table + reasons)
+        if not mine or domain.state == "DOWN":
+            reasons.append(Reason(FAIL, "imex_domain_down", f"IMEX Domain State: {domain.state}, not UP"))
+        elif not any(r.code == "imex_peer_down" for r in table):
+            table.append(Reason(WARN, "imex_peer_down", f"IMEX Domain State: {domain.state}: this tray is READY "
+                                "and reaches every peer; another tray's own check says why"))
+    return reasons + table
 
 
-def _table(domain: ImexDomain, by_index: dict[int, ImexNode], own: set[int]) -> list[Reason]:
+def _table(domain: ImexDomain, by_index: dict[int, ImexNode], own: set[int], said: set[str]) -> list[Reason]:
     """The connectivity cells of this node's row and column (every cell where it is not known).
     A peer at odds with most of the domain (cut off, or !M!/!V! with most) is that peer's fault
     (WARN here, its own check FAILs); a cell between this node and a peer the rest still reach
@@ -172,7 +183,7 @@ def _table(domain: ImexDomain, by_index: dict[int, ImexNode], own: set[int]) -> 
 
     reasons: list[Reason] = []
     pairs = sorted({tuple(sorted(k)) for k in domain.links() if bad(*k) and (not own or set(k) & own)})
-    said: set[str] = set()
+    said = set(said)  # the kinds already told (the node list's versions): one reason per fault
     lost: list[str] = []
     down: list[str] = []
     for i, j in pairs:
@@ -273,6 +284,9 @@ def check_gpu_fabric(gpus: list[GpuHealth]) -> list[Reason]:
         reasons.append(Reason(UNKNOWN, "gpu_fabric_unreadable",
                               "no fabric cluster UUID or clique ID read for " + ", ".join(map(_where, unread))))
     for g in gpus:
+        registering = g.fabric_state not in (None, "Completed") or g.fabric_status not in (None, "Success")
+        if registering:
+            continue  # not registered yet (or failed to): GPU health's gpu_fabric_not_ready says so
         if g.cluster_uuid is not None and g.clique_id is not None and (g.cluster_uuid == ZERO_UUID or g.clique_id == 0):
             reasons.append(Reason(FAIL, "gpu_fabric_no_clique",
                                   f"{_where(g)} is in no NVLink domain: ClusterUUID {g.cluster_uuid}, "

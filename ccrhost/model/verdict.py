@@ -334,7 +334,10 @@ def tray_reasons(readings: Readings, policy: Policy) -> list[Reason]:
     else:
         reasons = nvl.check_imex(readings.imex, policy.imex)
     health = readings.gpu_health
-    if health is not None and not health.error and health.gpus:  # a GPU read that failed is GPU health's UNKNOWN
+    if health is None:  # never read on this path: not a pass
+        reasons.append(Reason(UNKNOWN, "gpu_fabric_unreadable", "GPU health was not read: the GPUs' NVLink domain "
+                              "and fabric health are not known"))
+    elif not health.error:  # a GPU read that failed is GPU health's UNKNOWN
         reasons += nvl.check_gpu_fabric(health.gpus)
         reasons += nvl.check_nvlinks(health.gpus, policy.nvlinks)
     return reasons

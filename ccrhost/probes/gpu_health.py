@@ -198,7 +198,11 @@ def _fabric_health(f: dict[str, str]) -> dict[str, str] | None:
             out[name] = value
         elif value not in _HEALTH_OK:
             out["unreadable"] = f"{row} {value!r}"
-    return out if seen else None
+    summary = f.get("Fabric/Health/Summary", "N/A").strip()
+    if summary == "Unhealthy" and not out:
+        # the driver calls the fabric unhealthy and no row it printed says why: not a pass
+        out["unreadable"] = "Summary 'Unhealthy' and no row that says why"
+    return out if seen or summary == "Unhealthy" else None
 
 
 _NVGPU = re.compile(r"^GPU (\d+): ")

@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from slurm_fakes import run_verify as fake_verify
 from test_checks import gpu, port
 
 from ccrhost.fleet import rack_report as rr
@@ -221,40 +222,11 @@ def test_an_unwritable_file_is_named_and_a_fault_adds_nothing(monkeypatch, tmp_p
 # -- ccrhost slurm verify ----------------------------------------------------------------
 
 def run_verify(monkeypatch, tmp_path, verdicts, racks, **options):
-    """run_verify with Slurm faked (as tests/test_wiring_report.py does): the nodes idle, the job submitted,
-    each check step printing its verdict and its check.yaml (``racks``: node -> imex_rack; None: imex off)."""
-    import io
-
-    from test_slurm_verify import task_lines
-
-    from ccrhost.fleet import slurm_verify
-    from ccrhost.fleet.slurm_check import parse_check_task
-    from ccrhost.fleet.slurm_client import SlurmNode
-    from ccrhost.fleet.slurm_job import VerifyOptions
-    from ccrhost.node import drain as node_drain
-
-    drained = {}
-
-    def drain(v, node=None, **kw):
-        drained[node] = drain_reason(v)
-        return node_drain._note(f"drained {node}: {drained[node]}")
-
+    """run_verify with Slurm faked (tests/slurm_fakes.py); ``racks``: node -> imex_rack (None: imex off)."""
     def config(node):
         return "{}\n" if racks[node] is None else f"imex_enable: true\nimex_rack: {racks[node]}\n"
 
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(slurm_verify, "list_nodes", lambda p, n: {
-        name: SlurmNode(name, f"10.0.0.{i}", "idle", None) for i, name in enumerate(verdicts, 1)})
-    monkeypatch.setattr(slurm_verify, "submit", lambda usable, opts, say: "77")
-    monkeypatch.setattr(slurm_verify, "run_slurm", lambda *a, **k: None)
-    monkeypatch.setattr(slurm_verify, "_check_step", lambda job, nodes, opts, say: {
-        n: parse_check_task(task_lines(n, json.dumps(verdicts[n].to_dict(), default=str), verdicts[n].exit_code,
-                                       config=config(n))) for n in nodes})
-    monkeypatch.setattr(node_drain, "drain", drain)
-    stream = io.StringIO()
-    code, got, paths = slurm_verify.run_verify(VerifyOptions("gpu", report_dir=str(tmp_path / "report"), **options),
-                                               stream=stream)
-    return code, got, drained, stream.getvalue()
+    return fake_verify(monkeypatch, tmp_path, verdicts, config, **options)
 
 
 def test_slurm_verify_drains_the_odd_tray_and_writes_the_block_file(monkeypatch, tmp_path):

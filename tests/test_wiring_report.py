@@ -6,6 +6,7 @@ verify --topology-conf`."""
 import json
 
 import pytest
+from slurm_fakes import run_verify as fake_verify
 from test_checks import gpu, port
 
 from ccrhost.fleet import wiring_report as wr
@@ -172,35 +173,7 @@ CONFIG = "wiring_enable: true\nwiring_rails:\n" + "".join(f"- leaf: leaf-r{k}-*\
 
 def run_verify(monkeypatch, tmp_path, verdicts, **options):
     """run_verify with Slurm faked: the nodes idle, the job submitted, each check step printing its verdict."""
-    import io
-
-    from test_slurm_verify import task_lines
-
-    from ccrhost.fleet import slurm_verify
-    from ccrhost.fleet.slurm_check import parse_check_task
-    from ccrhost.fleet.slurm_client import SlurmNode
-    from ccrhost.fleet.slurm_job import VerifyOptions
-    from ccrhost.node import drain as node_drain
-
-    drained = {}
-
-    def drain(v, node=None, **kw):
-        drained[node] = drain_reason(v)
-        return node_drain._note(f"drained {node}: {drained[node]}")
-
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(slurm_verify, "list_nodes", lambda p, n: {
-        name: SlurmNode(name, f"10.0.0.{i}", "idle", None) for i, name in enumerate(verdicts, 1)})
-    monkeypatch.setattr(slurm_verify, "submit", lambda usable, opts, say: "77")
-    monkeypatch.setattr(slurm_verify, "run_slurm", lambda *a, **k: None)
-    monkeypatch.setattr(slurm_verify, "_check_step", lambda job, nodes, opts, say: {
-        n: parse_check_task(task_lines(n, json.dumps(verdicts[n].to_dict(), default=str), verdicts[n].exit_code,
-                                       config=CONFIG)) for n in nodes})
-    monkeypatch.setattr(node_drain, "drain", drain)
-    stream = io.StringIO()
-    code, got, paths = slurm_verify.run_verify(VerifyOptions("gpu", report_dir=str(tmp_path / "report"), **options),
-                                               stream=stream)
-    return code, got, drained, stream.getvalue()
+    return fake_verify(monkeypatch, tmp_path, verdicts, lambda node: CONFIG, **options)
 
 
 def test_slurm_verify_writes_the_files_and_drains_with_leaf_suspect(monkeypatch, tmp_path):

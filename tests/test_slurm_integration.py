@@ -100,6 +100,7 @@ EVERY_KEY = {
     "wiring_enable": True, "wiring_rails": ({"leaf": "leaf-r0-*", "ports": "1-32"}, {"leaf_guids": ("0xe41d2d03004bef70",)}),
     "wiring_distinct_leaves": False, "wiring_pkey": "0x8001", "wiring_gid_index": 3, "wiring_valid_for": 3600,
     "wiring_leaf_suspect_fraction": 0.75, "wiring_leaf_suspect_min_nodes": 3, "wiring_leaf_suspect_window_hours": 2,
+    "wiring_spines": {"spine-1": ["leaf-r0-*"]},
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

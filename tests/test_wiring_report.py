@@ -404,3 +404,20 @@ def test_a_dead_leaf_still_has_its_nodes_where_the_plan_names_it():
     # with a pattern for that rail the plan names no one leaf: nothing to count them under
     patterned = validate_host("n", {"wiring_enable": True, "wiring_rails": RAILS})
     assert wr.build(out, dict.fromkeys(out, patterned), None, now=NOW).findings == []
+
+
+def test_the_sites_spines_go_above_their_leaves_in_topology_conf(tmp_path):
+    spined = validate_host("n", {"wiring_enable": True, "wiring_rails": RAILS,
+                                 "wiring_spines": {"spine-1": ["leaf-r0-a"], "spine-2": ["leaf-r0-b"]}})
+    verdicts = fleet()
+    for settings in (spined, spined.check_settings()):  # the deploy's settings, and what slurm verify keeps
+        wr.build(verdicts, dict.fromkeys(verdicts, settings), tmp_path, now=NOW)
+        assert (tmp_path / "topology.conf").read_text().splitlines()[1:] == [
+            "SwitchName=leaf-r0-a Nodes=gpu[01-04]",
+            "SwitchName=leaf-r0-b Nodes=gpu[05-06]",
+            "SwitchName=spine-1 Switches=leaf-r0-a",
+            "SwitchName=spine-2 Switches=leaf-r0-b",
+            "SwitchName=fabric Switches=spine-[1-2]",
+        ]
+    with pytest.raises(Exception, match="wiring_spines"):
+        validate_host("n", {"wiring_spines": {"spine 1": ["leaf-*"]}})

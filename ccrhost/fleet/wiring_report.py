@@ -256,7 +256,8 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
     for f in out.findings:
         say(f"wiring: {f.kind}: {f.message}")
     texts = {"cabling.csv": lambda: fw.cabling_csv(readings, plans, nics),
-             "topology.conf": lambda: fw.topology_conf(readings, plans, nics),
+             "topology.conf": lambda: fw.topology_conf(readings, plans, nics,
+                                                        spines=dict(getattr(first, "wiring_spines", None) or {})),
              "node-labels.json": lambda: json.dumps(fw.node_labels(readings, plans, nics), indent=2,
                                                     sort_keys=True) + "\n",
              "wiring-plan.yaml": lambda: plan_yaml(*fw.captured_plan(readings, nics))}

@@ -46,6 +46,7 @@ class CheckSettings:
     wiring_leaf_suspect_fraction: float = 0.5     # wiring_leaf_suspect_fraction
     wiring_leaf_suspect_min_nodes: int = 2        # wiring_leaf_suspect_min_nodes
     wiring_leaf_suspect_window_hours: float = 1   # wiring_leaf_suspect_window_hours
+    wiring_spines: tuple = ()                     # wiring_spines, as (spine, (leaf patterns)) pairs
 
     def expectation(self) -> Expectation:
         return self.expected

@@ -123,7 +123,8 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
                              slurm_conf=self.slurm_conf,
                              wiring_leaf_suspect_fraction=self.wiring_leaf_suspect_fraction,
                              wiring_leaf_suspect_min_nodes=self.wiring_leaf_suspect_min_nodes,
-                             wiring_leaf_suspect_window_hours=self.wiring_leaf_suspect_window_hours)
+                             wiring_leaf_suspect_window_hours=self.wiring_leaf_suspect_window_hours,
+                             wiring_spines=tuple((k, tuple(v)) for k, v in sorted(self.wiring_spines.items())))
 
     def policy(self) -> Policy:
         workload = self.verify_workload

@@ -92,6 +92,12 @@ class WiringSettings(BaseModel):
     wiring_leaf_suspect_window_hours: float = Field(
         1, gt=0, le=720, description="Hours within which the failures of one fabric code count together for a suspect leaf.",
     )
+    wiring_spines: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")],
+                        list[LeafPattern]] = Field(
+        {}, description="The spines above the leaves, for the topology.conf the fleet view writes: spine name -> "
+        "fnmatch patterns of its leaves (`{spine-1: [\"leaf-r*-a\"]}`). A node's readings show its leaves, never "
+        "the spines; without this every leaf goes under one root switch.",
+    )
 
     @field_validator("wiring_rails", mode="before")
     @classmethod

@@ -218,3 +218,20 @@ def test_a_link_listed_inactive_is_gpu_healths_and_not_counted_again():
     links = [NvLink(n, n != 4, speed_gbs=53.125 if n != 4 else None) for n in range(18)]
     assert m.check_nvlinks([GpuHealth(0, "0000:01:00.0", nvlinks=links)],
                            m.NvlinkFigures.of(plat.resolve("gb200-nvl72"))) == []
+
+
+def test_the_mask_says_no_partition_and_a_disconnected_fabric_manager():
+    import pynvml
+
+    no_partition = pynvml.NVML_GPU_FABRIC_HEALTH_MASK_PARTITION_ASSIGNED_FALSE << \
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_PARTITION_ASSIGNED
+    gfm_down = pynvml.NVML_GPU_FABRIC_HEALTH_MASK_GFM_STATE_DISCONNECTED << \
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_GFM_STATE
+    assert m.health_faults(no_partition) == {"partition_assigned": "false"}
+    assert m.health_faults(gfm_down) == {"gfm_state": "disconnected"}
+    # assigned (1 << 12) and connected (1 << 14) are no fault
+    assert m.health_faults((1 << 12) | (1 << 14)) == {}
+    g = GpuHealth(0, "0000:01:00.0", fabric_state="Completed", fabric_status="Success", clique_id=2,
+                  cluster_uuid=UUID, health_mask=no_partition | gfm_down)
+    assert codes(m.check_gpu_fabric([g])) == [("FAIL", "gpu_fabric_no_partition"),
+                                              ("WARN", "gpu_fabric_gfm_disconnected")]

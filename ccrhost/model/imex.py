@@ -229,7 +229,10 @@ def _first(items: list[str], n: int = 4) -> str:
 HEALTH_FIELDS = {
     "degraded_bw": (0, 0x3), "route_recovery": (2, 0x3), "route_unhealthy": (4, 0x3),
     "access_timeout_recovery": (6, 0x3), "incorrect_configuration": (8, 0xf),
+    # the fault is the value 2 for these two: PARTITION_ASSIGNED_FALSE, GFM_STATE_DISCONNECTED
+    "partition_assigned": (12, 0x3), "gfm_state": (14, 0x3),
 }
+FAULT_IS_TWO = ("partition_assigned", "gfm_state")
 INCORRECT_CONFIGURATION = {  # NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_*
     2: "incorrect system GUID", 3: "incorrect chassis serial number", 4: "no partition",
     5: "insufficient NVLinks", 6: "incompatible GPU firmware", 7: "invalid location", 8: "GPU state invalid",
@@ -249,6 +252,9 @@ def health_faults(mask: int) -> dict[str, str]:
         if name == "incorrect_configuration":
             if value >= 2:
                 out[name] = INCORRECT_CONFIGURATION.get(value, f"cause {value}")
+        elif name in FAULT_IS_TWO:
+            if value == 2:
+                out[name] = "false" if name == "partition_assigned" else "disconnected"
         elif value == 1:
             out[name] = "true"
     return out
@@ -264,6 +270,11 @@ def _health_reason(name: str, where: str, detail: str, gpu: int) -> Reason:
         return Reason(FAIL, "gpu_fabric_route_unhealthy", f"{where} NVLink fabric route unhealthy", gpu=gpu)
     if name == "access_timeout_recovery":
         return Reason(WARN, "gpu_fabric_access_timeout", f"{where} NVLink fabric access timeout recovery", gpu=gpu)
+    if name == "partition_assigned":
+        return Reason(FAIL, "gpu_fabric_no_partition", f"{where} is assigned to no NVLink partition", gpu=gpu)
+    if name == "gfm_state":
+        return Reason(WARN, "gpu_fabric_gfm_disconnected", f"{where}: the global fabric manager is disconnected "
+                      "(the fabric runs on, but no route can be recovered)", gpu=gpu)
     return Reason(FAIL, "gpu_fabric_incorrect_config", f"{where} NVLink fabric incorrect configuration: {detail}",
                   gpu=gpu)
 

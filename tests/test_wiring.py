@@ -453,3 +453,17 @@ def test_a_gid_whose_type_was_not_read_is_unknown():
                                           ("1/1/17", 17), ("Eth1/5/2", 2), (None, None)])
 def test_a_leaf_port_number_from_its_name(name, number):
     assert wm.Neighbour("lldp", "leaf", None, name).port_number() == number
+
+
+def test_a_switch_known_by_its_guid_alone_is_judged_by_a_guid_plan_and_unknown_to_a_name_plan():
+    out = lines("node-ib.constructed.txt")
+    i = out.index("@@nodedescrc 0")
+    out[i] = "@@nodedescrc 255"  # the node description query failed after nodeinfo answered
+    reading = probe.parse_command_output(out)
+    nic = reading.nics["mlx5_0/1"]
+    assert nic.error is None and nic.neighbours[0].guid == "0xe41d2d03004bef70" and nic.neighbours[0].name is None
+    by_guid = wm.RailPlan(guids=("0xe41d2d03004bef70",))
+    assert wm.check_wiring(reading, policy(rails=(by_guid,)), [("mlx5_0", 1)]) == []
+    reasons = wm.check_wiring(reading, policy(rails=(wm.RailPlan("leaf-*"),)), [("mlx5_0", 1)])
+    assert codes(reasons) == [(UNKNOWN, "wiring_unreadable")]
+    assert "the name of its switch (0xe41d2d03004bef70) was not read" in reasons[0].message

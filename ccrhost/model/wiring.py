@@ -193,6 +193,9 @@ def _neighbour_reasons(nic: NicWiring, rail: int, plan: RailPlan | None, lldp_er
     leaves.setdefault(n.guid or n.name or "?", []).append((rail, nic))
     if plan is None:
         return []
+    if plan.leaf is not None and n.name is None:  # the plan names leaves; only the switch's GUID was read
+        return [Reason(UNKNOWN, "wiring_unreadable", f"{where} (rail {rail}): the name of its switch ({n.guid}) "
+                       "was not read, and the plan names leaves", nic=nic.device, port=nic.port)]
     if not (plan.leaf_matches(n) and plan.port_matches(n)):
         return [Reason(FAIL, "wiring_wrong_rail", f"{where} (rail {rail}) must reach {plan.describe()}; it reaches "
                        f"{_found(n)}", nic=nic.device, port=nic.port)]

@@ -321,7 +321,9 @@ def _ib(sections, reading: WiringReading) -> None:
         if s.arg == "none":
             current.error = "smpquery is not installed (Debian/Ubuntu package infiniband-diags)"
         elif s.arg != "0":
-            if s.tag != "sminforc":  # no SM answer is the fleet's to judge; the neighbour is this check's
+            # no SM answer is the fleet's to judge; a node description not read leaves the switch known by
+            # its GUID (the judge asks for the name only where the plan names leaves)
+            if s.tag == "nodeinforc" or (s.tag == "nodedescrc" and not current.neighbours):
                 current.error = current.error or f"{what} exit {s.arg}: {said or 'no output'}"
         elif s.tag == "nodeinforc":
             current.neighbours = [parse_nodeinfo(held)]

@@ -130,6 +130,7 @@ def test_a_tray_at_odds_with_the_imex_domain_fails_itself_and_only_warns_the_oth
 def test_the_imex_unit_down_fails_the_tray_and_its_ctl_cannot_answer(rack):
     lab = rack
     lab.fault("node6", "unit_down=nvidia-imex")
+    lab.fault("node6", "unit_down=chronyd")  # a second unit down: the IMEX unit's fault still holds
     try:
         verdict = check(lab, "node6")
         assert ("FAIL", "imex_unit_inactive") in tray_reasons(verdict)

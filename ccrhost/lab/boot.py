@@ -143,7 +143,7 @@ def prepare(lab, node: Node) -> None:
         "module_versions": versions,
         "link_flap": built["flap"],
         "qos_boot": built["qos"],  # each netdev's DCB state at power-on
-        "rack": lab_rack.record(lab, lab.load(), profile, faults),  # an NVLink rack's tray, else None
+        "rack": lab_rack.record(lab, lab.load(), profile),  # an NVLink rack's tray, else None
     })
     if profile.nvlink_rack and "imex_channel_missing" not in kinds:  # node-init.sh makes the device
         (ndir / "boot" / "imex_channel").write_text(lab_rack.CHANNEL)

@@ -47,7 +47,7 @@ def cluster_uuid(lab_name: str, subnet: int) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"ccrhost-lab-{lab_name}-{subnet}-nvl72"))
 
 
-def record(lab, state, profile, faults) -> dict | None:
+def record(lab, state, profile) -> dict | None:
     """What the tray's shims read of the rack (its node.json's ``rack``); None for a node of no rack."""
     if not getattr(profile, "nvlink_rack", False):
         return None

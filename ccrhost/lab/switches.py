@@ -302,8 +302,9 @@ def neighbours(lab, name: str) -> str:
 
 def wait_learned(lab, names: list[str], timeout: float = 20) -> None:
     """Until every named node's lldpd knows, on each cabled NIC, the one
-    neighbour its cable reaches (none behind a silenced port)."""
-    import json
+    neighbour its cable reaches (none behind a silenced port), as the wiring
+    probe's own parser reads ``lldpctl -f json``."""
+    from ccrhost.probes.wiring import WiringFormatError, parse_lldp_json
 
     state = lab.load()
     deadline = time.monotonic() + timeout
@@ -311,15 +312,14 @@ def wait_learned(lab, names: list[str], timeout: float = 20) -> None:
         missing = []
         for name in names:
             try:
-                doc = json.loads(neighbours(lab, name) or "{}")
-            except ValueError:
-                doc = {}
-            seen = _seen(doc)
+                seen = parse_lldp_json(neighbours(lab, name))
+            except WiringFormatError:  # lldpd not answering yet
+                seen = {}
             for dev, (rail, port) in state.wiring["cables"][name].items():
                 if dev in (state.wiring.get("ib") or {}).get(name, {}):
                     continue  # no LLDP on InfiniBand
                 wanted = [] if _silenced(state, rail, port) else [(leaf_name(rail), port)]
-                if seen.get(dev, []) != wanted:
+                if [(n.name, n.port) for n in seen.get(dev, [])] != wanted:
                     missing.append(f"{name}:{dev}")
         if not missing:
             return
@@ -330,18 +330,3 @@ def wait_learned(lab, names: list[str], timeout: float = 20) -> None:
 
 def _silenced(state: LabState, rail: int, port: str) -> bool:
     return [rail, port] in (state.wiring or {}).get("silenced", [])
-
-
-def _seen(doc: dict) -> dict[str, list[tuple[str, str]]]:
-    """interface -> [(chassis name, port id)] from lldpctl's JSON (one entry per neighbour)."""
-    entries = (doc.get("lldp") or {}).get("interface") or []
-    if isinstance(entries, dict):
-        entries = [entries]
-    out: dict[str, list[tuple[str, str]]] = {}
-    for entry in entries:
-        for iface, body in entry.items():
-            chassis = body.get("chassis") or {}
-            name = next(iter(chassis), None) if "id" not in chassis else None
-            port = ((body.get("port") or {}).get("id") or {}).get("value")
-            out.setdefault(iface, []).append((name, port))
-    return out

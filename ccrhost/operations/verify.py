@@ -70,15 +70,21 @@ def node_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
     return evaluate(readings, settings.expectation(), settings.policy())
 
 
+def compute_devices(snap, settings) -> list[str]:
+    """The compute NICs' RDMA devices (no EFA, none of rdma_exclude_devices): what the NIC queries ask."""
+    from ccrhost.model.ports import compute_ports
+
+    return sorted({p.device for p in compute_ports(snap.rdma, settings.rdma_exclude_devices) if not p.efa})
+
+
 def nic_firmware(snap, settings) -> list:
     """Each compute NIC's firmware settings, queried now (``mlxconfig -e q``;
     seconds per NIC), as the active-check results the node stores."""
     from ccrhost.facts.nicfw import NicFirmwareQuery
-    from ccrhost.model.ports import compute_ports
     from ccrhost.node.nicfw import result
 
     now = time.time()
-    devices = sorted({p.device for p in compute_ports(snap.rdma, settings.rdma_exclude_devices) if not p.efa})
+    devices = compute_devices(snap, settings)
     nics = fact_cache._real(host).get_fact(NicFirmwareQuery, devices=tuple(devices), firmware=settings.verify_nic_firmware,
                                            optics=settings.verify_nic_optics, attempt=now)
     return [result(nic, settings.verify_nic_valid_for, now) for nic in nics]
@@ -88,11 +94,10 @@ def wiring_result(snap, settings):
     """The fabric's wiring, read now (LLDP, one MAD round trip per InfiniBand
     port), as the active-check result the node stores."""
     from ccrhost.facts.wiring import WiringQuery
-    from ccrhost.model.ports import compute_ports
     from ccrhost.node.wiring import result
 
     now = time.time()
-    devices = sorted({p.device for p in compute_ports(snap.rdma, settings.rdma_exclude_devices) if not p.efa})
+    devices = compute_devices(snap, settings)
     reading = fact_cache._real(host).get_fact(WiringQuery, devices=tuple(devices), attempt=now)
     return result(reading, settings.wiring_valid_for, now)
 

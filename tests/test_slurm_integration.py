@@ -101,6 +101,9 @@ EVERY_KEY = {
     "wiring_distinct_leaves": False, "wiring_pkey": "0x8001", "wiring_gid_index": 3, "wiring_valid_for": 3600,
     "wiring_leaf_suspect_fraction": 0.75, "wiring_leaf_suspect_min_nodes": 3, "wiring_leaf_suspect_window_hours": 2,
     "wiring_spines": {"spine-1": ["leaf-r0-*"]},
+    "accept_stages": ("check", "node", "pairs"), "accept_budgets": {"node": 7200}, "accept_soak_minutes": 15.0,
+    "accept_dcgm_level": 3, "accept_mesh_group": 16, "accept_mesh_prune": 0.25, "accept_latency_max_p99_us": 5.0,
+    "accept_certificate": "/var/lib/ccrhost/cert.json", "accept_valid_for": 86400,
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.
 EXCLUSIVE = {**EVERY_KEY, "nccl_ib_gid_index": 3, "nccl_ib_addr_family": "AF_INET", "nccl_ib_addr_range": None,

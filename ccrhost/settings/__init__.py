@@ -10,6 +10,7 @@ One module per domain holds its keys as a model (``qos.py``: QosSettings, ...);
 ``validate.py`` checks a host's data against it.
 """
 
+from ccrhost.settings.accept import AcceptSettings
 from ccrhost.settings.active import ActiveSettings
 from ccrhost.settings.baseline import BaselineSettings, MountSpec
 from ccrhost.settings.ccr import CcrSettings, Precision
@@ -57,7 +58,7 @@ __all__ = [
     "AbsPath", "DcqcnName", "DevicePattern", "EightBuffers", "EightSizes", "FabricCounter", "HcaList", "IfnameList",
     "LinkCounter", "ModuleName", "NcclName", "NcclValue", "Precision", "Priority", "ReadReq", "RoceMtu",
     "SearchPath", "VersionText",
-    "ActiveSettings", "BaselineSettings", "MountSpec", "CcrSettings", "DatapathSettings", "EvidenceSettings", "FabricSettings", "GpuHealthSettings",
+    "AcceptSettings", "ActiveSettings", "BaselineSettings", "MountSpec", "CcrSettings", "DatapathSettings", "EvidenceSettings", "FabricSettings", "GpuHealthSettings",
     "HistorySettings", "InstallSettings", "MeasureSettings", "MonitorSettings", "NcclSettings", "NicFwSettings",
     "QosSettings", "ReportSettings", "SlurmSettings",
     "HostSettings", "Workload", "DataError", "InventoryDataError", "owned_keys", "validate_all", "validate_host",

@@ -13,6 +13,7 @@ from ccrhost.model.history import HistoryPolicy
 from ccrhost.model.host_health import HostHealthPolicy
 from ccrhost.model.imex import NvlinkFigures
 from ccrhost.model.verdict import Policy
+from ccrhost.settings.accept import AcceptSettings
 from ccrhost.settings.active import ActiveSettings
 from ccrhost.settings.baseline import BaselineSettings
 from ccrhost.settings.ccr import CcrSettings
@@ -40,7 +41,7 @@ from ccrhost.settings.wiring import WiringSettings
 DOMAINS = (DatapathSettings, QosSettings, NcclSettings, CcrSettings, MeasureSettings, MonitorSettings,
            FabricSettings, GpuHealthSettings, HistorySettings, EvidenceSettings, ActiveSettings, NicFwSettings,
            ReportSettings, SlurmSettings, InstallSettings,
-           BaselineSettings, HostHealthSettings, ImexSettings, WiringSettings)
+           BaselineSettings, HostHealthSettings, ImexSettings, WiringSettings, AcceptSettings)
 
 
 # pydantic orders the fields from the last base class on: reversed, they follow DOMAINS.

@@ -6,7 +6,7 @@ from __future__ import annotations
 # Keys with these prefixes belong to ccrhost; anything else in host data
 # (ssh_*, the site's own keys) is left alone.
 OWNED_PREFIXES = ("ccrhost_", "monitor_", "rdma_", "roce_", "qos_", "pfc_", "ecn_", "dcqcn_", "nccl_", "verify_", "ccr_", "gpu_",
-                  "slurm_", "baseline_", "host_health_", "imex_", "wiring_")
+                  "slurm_", "baseline_", "host_health_", "imex_", "wiring_", "accept_")
 
 # Keys that no longer exist, and what replaced them: refused with that name.
 REMOVED_KEYS = {

@@ -118,7 +118,7 @@ def written_folder(path: str, example: str) -> str:
 # check): one validator (written_file) and one distinctness rule against
 # every other path setting; a new one is added here and nowhere else.
 STATE_PATHS = ("verify_link_state", "verify_gpu_state", "verify_allreduce_state", "verify_history", "verify_dcgm_state",
-               "host_health_state")
+               "host_health_state", "accept_certificate")
 WRITTEN_PATHS = ("slurm_fragment", *STATE_PATHS, "slurm_drain_cap_textfile")
 # the folder the evidence bundles go into (written_folder): no file setting may be it
 WRITTEN_FOLDERS = ("verify_evidence_dir",)

@@ -30,7 +30,7 @@ def run_verify(monkeypatch, tmp_path, verdicts, config_of, **options):
         name: SlurmNode(name, f"10.0.0.{i}", "idle", None) for i, name in enumerate(verdicts, 1)})
     monkeypatch.setattr(slurm_verify, "submit", lambda usable, opts, say: "77")
     monkeypatch.setattr(slurm_verify, "run_slurm", lambda *a, **k: None)
-    monkeypatch.setattr(slurm_verify, "_check_step", lambda job, nodes, opts, say: {
+    monkeypatch.setattr(slurm_verify, "check_step", lambda job, nodes, opts, say: {
         n: parse_check_task(task_lines(n, json.dumps(verdicts[n].to_dict(), default=str), verdicts[n].exit_code,
                                        config=config_of(n))) for n in nodes})
     monkeypatch.setattr(node_drain, "drain", drain)

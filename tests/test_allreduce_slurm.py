@@ -95,7 +95,7 @@ def test_results_are_stored_only_on_nodes_whose_settings_turn_the_gate_on(monkey
                                            "verify_allreduce_state": str(tmp_path / "on" / "active.json")}),
                 "off": validate_host("off", {"verify_allreduce_state": str(tmp_path / "off" / "active.json")})}
     said = []
-    slurm_verify._store_allreduce("7", {n: AllReduceReading(6.0, {"pair": result}) for n in settings}, settings,
+    slurm_verify.store_allreduce("7", {n: AllReduceReading(6.0, {"pair": result}) for n in settings}, settings,
                                   said.append)
     assert set(ran) == {"on"} and not (tmp_path / "off").exists()
     stored = load(str(tmp_path / "on" / "active.json"))

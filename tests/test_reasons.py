@@ -304,7 +304,7 @@ def test_explain_of_an_unknown_code_exits_2_naming_it_and_the_closest(capsys):
         entry(["explain", "zzzz"])
     assert done.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown reason code 'zzzz'; known codes: acs_redirect, acs_unreadable," in err
+    assert "unknown reason code 'zzzz'; known codes: accept_budget_exceeded, accept_not_run, acs_redirect," in err
 
 
 def test_the_handbooks_calc_commands_run(tmp_path, monkeypatch, capsys):

@@ -393,3 +393,82 @@ def sweep_document(partition: str, code: int, verdicts: dict, paths: dict) -> di
             "nodes": {name: {"status": v.status, "codes": reason_codes(v), "action": v.action,
                              "summary": v.summary()} for name, v in sorted(verdicts.items())},
             "reports": {kind: str(path) for kind, path in paths.items()}}
+
+
+@slurm.command()
+@click.option("--partition", "-p", help="Accept this partition's drained nodes (new, or back from repair).")
+@click.option("--nodes", "-w", "nodelist", help="Slurm hostlist of the nodes to accept, e.g. gpu[065-128].")
+@click.option("--max-nodes", "-k", type=click.IntRange(2), default=8, show_default=True,
+              help="Nodes in a stage at once, at most: each batch its own job in the run's reservation; the "
+                   "power-heavy stages (node, soak) load one batch after another.")
+@click.option("--stages", help="Run only these stages (comma-separated, of check,node,mesh,pairs,scale,soak) "
+              "[default: each node's accept_stages].")
+@click.option("--again", help="Run these stages even where a node's certificate holds them (comma-separated).")
+@click.option("--budget", type=click.FloatRange(60), default=24 * 3600, show_default=True,
+              help="Seconds for the whole run; the reservation lasts as long. A stage not started in time is "
+                   "UNKNOWN (accept_budget_exceeded) for its nodes.")
+@click.option("--soak-minutes", type=click.FloatRange(0, min_open=True),
+              help="The soak's length [default: each node's accept_soak_minutes].")
+@click.option("--reservation", help="The reservation's name [default: ccrhost-accept-<time>].")
+@click.option("--ccrhost", "ccrhost_cmd", default="/usr/local/bin/ccrhost", show_default=True,
+              help="The ccrhost command on the nodes.")
+@click.option("--config", default=CHECK_CONFIG, show_default=True, help="The check settings on the nodes.")
+@click.option("--report-dir", default="ccrhost-report", show_default=True,
+              help="Where accept.json and each node's certificate go.")
+@click.option("--wait", "wait_s", type=click.FloatRange(1), default=600, show_default=True,
+              help="Seconds to wait for each batch's allocation.")
+@click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
+@click.option("--measure-seconds", type=click.IntRange(1, 600), default=5, show_default=True,
+              help="ib_write_bw's -D in S3.")
+@click.option("--nccl-binary", help="all_reduce_perf on the nodes [default: verify_allreduce_binary].")
+@click.option("--nccl-max-bytes", help="The size judged [default: verify_allreduce_max_bytes].")
+@click.option("--nccl-iters", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--nccl-timeout", type=click.IntRange(10, 7200), help="Seconds one all-reduce run may take.")
+@click.option("--nccl-profile", metavar="PLATFORM", help="The platform whose figures judge the all-reduce runs.")
+@click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="OPT",
+              help="Passed to sbatch, e.g. --sbatch-option=--account=ops (repeatable).")
+@click.option("--dry-run", is_flag=True, help="List the nodes, the reservation and the resume it would make; "
+              "submit, reserve, resume and drain nothing.")
+def accept(partition, nodelist, max_nodes, stages, again, budget, soak_minutes, reservation, ccrhost_cmd, config,
+           report_dir, wait_s, check_timeout, measure_seconds, nccl_binary, nccl_max_bytes, nccl_iters, nccl_timeout,
+           nccl_profile, sbatch_options, dry_run):
+    """Accept new or repaired nodes: staged burn-in ending in a certificate.
+
+    The nodes (a hostlist, or a partition's drained nodes) go into a
+    reservation of this run, are resumed inside it, and run the stages in
+    order: check (S0), node (S1: DCGM diag, nvbandwidth, GEMM, single-node
+    all-reduce), mesh (S2: ib_write_lat full mesh, pruning, latency), pairs
+    (S3: ib_write_bw), scale (S4: all-reduce over doubling groups, bisected),
+    soak (S5). A node that fails a stage goes no further; each stage is kept
+    in the node's certificate, and a second run re-runs only what does not
+    hold. Only certified nodes return to service; the others are drained
+    naming the stage and codes. A node running a job is never touched.
+    Exit 0 when every node was certified, 2 when one failed, 3 when one is
+    not known (a stage could not run).
+    """
+    from ccrhost.fleet.accept import AcceptOptions, run_accept
+    from ccrhost.model.certificate import STAGES
+
+    def stage_list(text, flag):
+        if text is None:
+            return None
+        picked = tuple(s.strip() for s in text.split(",") if s.strip())
+        bad = [s for s in picked if s not in STAGES]
+        if bad or not picked:
+            raise click.UsageError(f"{flag} {text!r}: allowed a comma-separated list of {', '.join(STAGES)}")
+        return picked
+
+    if not partition and not nodelist:
+        raise click.UsageError("give --nodes or --partition")
+    opts = AcceptOptions(partition=partition, nodelist=nodelist, ccrhost=ccrhost_cmd, config=config,
+                         report_dir=report_dir, max_nodes=max_nodes, stages=stage_list(stages, "--stages"),
+                         again=stage_list(again, "--again") or (), budget=budget, soak_minutes=soak_minutes,
+                         reservation=reservation, dry_run=dry_run, wait=wait_s, check_timeout=check_timeout,
+                         sbatch_options=tuple(sbatch_options), measure_seconds=measure_seconds,
+                         nccl=nccl_options("nvlink,loopback,pair", nccl_binary, nccl_max_bytes, nccl_iters, None,
+                                           nccl_timeout, max_nodes, 29500, (), nccl_profile))
+    try:
+        code, _ = run_accept(opts)
+    except SlurmError as exc:
+        raise VerifyError(str(exc)) from None
+    return code

@@ -141,6 +141,7 @@ class Batches:
 
     def __init__(self, opts: VerifyOptions, say, cap: int, job: str | None = None):
         self.opts, self.say, self.cap, self.job = opts, say, cap, job
+        self.free_states = ("idle",)            # states a node may be taken in (acceptance: also reserved)
         self.lost: dict[str, SlurmNode] = {}   # drained or down while their job waited
         self.busy: dict[str, SlurmNode] = {}   # running another job when their batch came
 
@@ -154,7 +155,7 @@ class Batches:
             yield self.job, list(nodes)
             return
         now = list_nodes(nodelist=",".join(nodes)) if nodes else {}
-        taken = [n for n in nodes if n in now and now[n].state == "idle"]
+        taken = [n for n in nodes if n in now and now[n].state in self.free_states]
         for n in nodes:
             if n not in taken and n in now:
                 self.busy[n] = now[n]

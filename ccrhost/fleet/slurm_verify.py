@@ -82,7 +82,7 @@ def check_step_args(job: str, nodes: list[str], opts: VerifyOptions) -> list[str
             check_script(opts.ccrhost, opts.config, opts.refresh_nic)]
 
 
-def _check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[str, CheckOutput]:
+def check_step(job: str, nodes: list[str], opts: VerifyOptions, say) -> dict[str, CheckOutput]:
     proc = subprocess.Popen(check_step_args(job, nodes, opts), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     err: list[str] = []
@@ -126,7 +126,7 @@ def _fetch_evidence(job: str, outputs: dict[str, CheckOutput], opts: VerifyOptio
     return slurm_evidence.collect(job, named, opts.report_dir, say, opts.check_timeout, opts.evidence_max_bytes)
 
 
-def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: dict, opts: VerifyOptions, say,
+def measure_pairs(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: dict, opts: VerifyOptions, say,
              batches: Batches | None = None):
     from ccrhost.fleet.measure import MeasurePlan, measure_fleet
 
@@ -156,7 +156,7 @@ def _measure(job: str, verdicts: dict[str, Verdict], settings: dict, addresses: 
     return measure_fleet(None, dict.fromkeys(names), plan, runner=runner)
 
 
-def _store_allreduce(job: str | None, readings: dict, settings: dict, say, batches: Batches | None = None) -> None:
+def store_allreduce(job: str | None, readings: dict, settings: dict, say, batches: Batches | None = None) -> None:
     """Each node's results in its state file, where the prolog and the
     health check read them with their age: only on nodes whose settings
     turn the gate on (``verify_allreduce``), each at its own path."""
@@ -235,12 +235,12 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                 for chunk in batches.chunks(usable):
                     with batches.hold(chunk) as (held, taken):
                         if taken:
-                            got = _check_step(held, taken, opts, say)
+                            got = check_step(held, taken, opts, say)
                             outputs.update(got)
                             evidence.update(_fetch_evidence(held, got, opts, say))  # while the batch is held
                 usable = [n for n in usable if n in outputs]
             else:
-                outputs = _check_step(job, usable, opts, say)
+                outputs = check_step(job, usable, opts, say)
                 evidence.update(_fetch_evidence(job, outputs, opts, say))
             settings = {}
             for name in usable:
@@ -249,7 +249,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                     settings[name] = node_settings
             measured, allreduce = {}, {}
             if opts.measure:
-                measured = _measure(job, {n: verdicts[n] for n in usable}, settings,
+                measured = measure_pairs(job, {n: verdicts[n] for n in usable}, settings,
                                     {n: nodes[n].address for n in usable}, opts, say, batches)
                 for name, m in measured.items():
                     verdicts[name] = judge(outputs[name], m)[0]
@@ -261,7 +261,7 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                 readings = run_modes(job, infos, opts.nccl, say, batches=batches)
                 for name, reading in readings.items():
                     verdicts[name] = judge(outputs[name], measured.get(name), reading)[0]
-                _store_allreduce(job, readings, settings, say, batches)
+                store_allreduce(job, readings, settings, say, batches)
                 allreduce = readings
             if opts.dcgm is not None:
                 from ccrhost.fleet.slurm_dcgm import run_diag

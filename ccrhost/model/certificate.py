@@ -36,8 +36,9 @@ STAGES_OF_FILE = {
     "nvbandwidth.yaml": ("node",), "acceptance.yaml": ("node", "scale", "soak"), "allreduce.yaml": ("node", "scale"),
     "connectivity.yaml": ("mesh",), "ports.yaml": ("mesh", "pairs"), "links.yaml": ("mesh", "pairs"),
     "fabric.yaml": ("mesh", "pairs", "soak"), "wiring.yaml": ("mesh", "pairs"), "ccr.yaml": ("pairs",),
-    "nicfw.yaml": ("mesh", "pairs"), "qos.yaml": ("pairs",), "datapath.yaml": ("node", "pairs"),
+    "nicfw.yaml": ("mesh", "pairs"), "datapath.yaml": ("node", "pairs"), "versions.yaml": ("node", "scale"),
     "host_health.yaml": ("soak",), "history.yaml": ("soak",), "imex.yaml": ("node", "scale"),
+    "baseline.yaml": ("check",), "check.yaml": ("check",),
 }
 
 

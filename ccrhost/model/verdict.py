@@ -541,10 +541,15 @@ def apply_fleet_rules(verdicts: dict[str, Verdict], tolerance: float | None = No
     for host, found in fleet_lemons(verdicts).items():
         extra[host].extend(found)
     for host, found in extra.items():
-        if found:
-            verdict = verdicts[host]
-            verdict.reasons.extend(found)
-            verdict.status = worst([verdict.status, *(r.level for r in found)])
+        add_findings(verdicts[host], found)
+
+
+def add_findings(verdict: Verdict, found: list[Reason]) -> None:
+    """Findings that need more than the node (the fleet's rules, an acceptance stage's mesh or group runs) on
+    top of its own verdict: its own reasons are never judged again, its status is the worst of all."""
+    if found:
+        verdict.reasons.extend(found)
+        verdict.status = worst([verdict.status, *(r.level for r in found)])
 
 
 def fleet_lemons(verdicts: dict[str, Verdict]) -> dict[str, list[Reason]]:

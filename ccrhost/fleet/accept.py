@@ -1,0 +1,367 @@
+"""``ccrhost slurm accept``: staged acceptance of new and repaired nodes,
+ending in a certificate per node (issue 50; docs/accept.md).
+
+The run takes the nodes asked for (a hostlist, or a partition's drained
+nodes), leaves every node running a job untouched, holds the rest in a
+reservation of its own and resumes them inside it (so only its jobs land
+there), then runs the stages in order (ccrhost.fleet.accept_stages), each
+on the nodes whose certificate does not already hold it, at most
+``max_nodes`` nodes at once. A node that fails a stage, or whose stage could
+not run (UNKNOWN), goes no further. Every stage is recorded in the node's
+certificate (model/certificate.py), stored on the node and in the report
+directory. At the end the nodes not certified are drained with the stage
+and its codes, and the reservation is deleted: only certified nodes return
+to service. A second run starts from the certificates the nodes keep
+(each node's check reads its own), so it re-runs only what did not pass.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ccrhost.fleet.accept_stages import (
+    Fleet,
+    bounded,
+    not_run,
+    stage_check,
+    stage_mesh,
+    stage_node,
+    stage_pairs,
+    stage_scale,
+    stage_soak,
+)
+from ccrhost.fleet.slurm_client import SlurmError, hostlist, list_nodes, run_slurm, run_steps
+from ccrhost.fleet.slurm_job import Batches, Progress, VerifyError, VerifyOptions
+from ccrhost.model import certificate as cm
+from ccrhost.model.managed import CHECK_CONFIG
+from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN, Reason, worst
+from ccrhost.model.verdict import EXIT_CODES
+
+REPORT = "accept.json"
+CERTS = "certificates"
+FLEET_STAGES = ("mesh", "pairs", "scale")  # a node's result there depends on its peers: run with every live node
+
+
+class AcceptError(VerifyError):
+    def show(self, file=None):
+        import click
+
+        click.echo(f"ccrhost slurm accept: {self.message}", err=True)
+
+
+@dataclass
+class AcceptOptions:
+    partition: str | None = None
+    nodelist: str | None = None
+    ccrhost: str = "/usr/local/bin/ccrhost"
+    config: str = CHECK_CONFIG
+    report_dir: str = "ccrhost-report"
+    max_nodes: int = 8                 # nodes in a stage at once (K)
+    stages: tuple[str, ...] | None = None  # run only these (else each node's accept_stages)
+    again: tuple[str, ...] = ()        # run these even where the certificate holds them (a repair's)
+    budget: float = 24 * 3600          # the whole run, seconds
+    soak_minutes: float | None = None  # else each node's accept_soak_minutes
+    reservation: str | None = None     # its name; None: ccrhost-accept-<time>
+    dry_run: bool = False
+    wait: float = 600
+    check_timeout: float = 300
+    sbatch_options: tuple[str, ...] = ()
+    nccl: object = None                # slurm_nccl.NcclOptions for S1's single-node modes and S4
+    measure_seconds: int = 5
+    measure_timeout: int = 60
+    measure_retries: int = 1
+    measure_port: int = 18515
+
+
+@dataclass
+class Outcome:
+    certificates: dict = field(default_factory=dict)   # node -> Certificate
+    states: dict = field(default_factory=dict)         # node -> certified, failed, incomplete, ...
+    untouched: dict = field(default_factory=dict)      # node -> why (running a job, down)
+    ran: dict = field(default_factory=dict)            # node -> the stages this run ran for it
+
+
+def _targets(opts: AcceptOptions) -> dict:
+    nodes = list_nodes(opts.partition, opts.nodelist)
+    if not opts.nodelist:  # a partition: its drained nodes (new or back from repair)
+        nodes = {n: v for n, v in nodes.items() if "drain" in v.state}
+    if not nodes:
+        raise AcceptError(f"no nodes to accept{f' in partition {opts.partition}' if opts.partition else ''}"
+                          f"{f' matching {opts.nodelist}' if opts.nodelist else ''}")
+    return nodes
+
+
+def _busy(state: str) -> bool:
+    # a job runs there (draining: drained, a job still running); never touched
+    return any(w in state for w in ("alloc", "mix", "comp", "draining")) or state.endswith("*") or "down" in state
+
+
+def _reserve(name: str, nodes: list[str], minutes: int, say, dry: bool) -> list[str]:
+    """The reservation that keeps every other job off ``nodes`` (no IGNORE_JOBS: a job that started since
+    they were listed makes it fail, and nothing is touched), then their drains lifted inside it."""
+    lines = [["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={hostlist(nodes)}",
+              "StartTime=now", f"Duration={minutes}", f"Users={getpass.getuser()}"],
+             ["scontrol", "update", f"NodeName={hostlist(nodes)}", "State=RESUME"]]
+    if dry:
+        return [" ".join(a) for a in lines]
+    run_slurm(*lines[0])
+    say(f"reservation {name} holds {hostlist(nodes)} for at most {minutes} min")
+    drained = [n for n, v in list_nodes(nodelist=hostlist(nodes)).items() if "drain" in v.state or "down" in v.state]
+    if drained:
+        run_slurm("scontrol", "update", f"NodeName={hostlist(drained)}", "State=RESUME", check=False)
+        say(f"resumed inside the reservation: {hostlist(drained)}")
+    return []
+
+
+def _wanted(opts: AcceptOptions, settings) -> tuple[str, ...]:
+    own = settings.accept_stages if settings is not None else cm.STAGES
+    return tuple(s for s in own if opts.stages is None or s in opts.stages)
+
+
+def _prior(fleet: Fleet, name: str):
+    """The certificate the node keeps, as its own check read it (None: none, or unreadable)."""
+    verdict = fleet.verdicts.get(name)
+    cert = getattr(verdict.readings, "certificate", None) if verdict is not None else None
+    return cert if isinstance(cert, cm.Certificate) else None
+
+
+def _versions(fleet: Fleet, name: str) -> dict:
+    from ccrhost.node.certificate import versions
+
+    verdict = fleet.verdicts.get(name)
+    return versions(verdict.readings) if verdict is not None and verdict.evaluated else {}
+
+
+def _stage_result(fleet: Fleet, name: str, stage: str, started: float, run_id: str, clock) -> cm.StageResult:
+    verdict = fleet.verdicts[name]
+    reasons = tuple({"level": r.level, "code": r.code, "message": r.message} for r in verdict.reasons
+                    if r.level != OK)
+    figures = dict((fleet.figures.get(name) or {}).get(stage) or {})
+    if stage == "pairs" or stage == "soak":
+        figures.update((fleet.figures.get(name) or {}).get("gemm") or {})
+    return cm.StageResult(stage, verdict.status, clock(), round(clock() - started, 1), reasons, figures,
+                          _versions(fleet, name), run_id)
+
+
+def run_accept(opts: AcceptOptions, stream=None, clock=time.time) -> tuple[int, Outcome]:
+    say = Progress(stream)
+    stream = stream if stream is not None else sys.stderr
+    start = time.monotonic()
+    nodes = _targets(opts)
+    out = Outcome()
+    for name, node in nodes.items():
+        if _busy(node.state):
+            out.untouched[name] = f"{node.state}: " + ("running a job" if "down" not in node.state else "down")
+    todo = [n for n in nodes if n not in out.untouched]
+    say(f"{len(nodes)} node(s) to accept; not touched: "
+        + (", ".join(f"{n} ({w})" for n, w in sorted(out.untouched.items())) or "none"))
+    run_id = opts.reservation or f"ccrhost-accept-{int(clock())}"
+    minutes = max(1, math.ceil(opts.budget / 60))
+    if opts.dry_run or not todo:
+        for line in _reserve(run_id, todo, minutes, say, True) if todo else []:
+            stream.write(f"dry run: would run: {line}\n")
+        if todo:
+            stream.write(f"dry run: would run the stages each node's certificate does not hold, of "
+                         f"{', '.join(opts.stages or cm.STAGES)}, at most {opts.max_nodes} nodes at once; "
+                         "nothing changed\n")
+        return (0 if not todo or opts.dry_run else 3), out
+    vopts = VerifyOptions(ccrhost=opts.ccrhost, config=opts.config, report_dir=opts.report_dir, wait=opts.wait,
+                          check_timeout=opts.check_timeout, measure_seconds=opts.measure_seconds,
+                          measure_timeout=opts.measure_timeout, measure_retries=opts.measure_retries,
+                          measure_port=opts.measure_port,
+                          sbatch_options=(*opts.sbatch_options, f"--reservation={run_id}"))
+    fleet = Fleet({n: nodes[n].address for n in todo})
+    batches = Batches(vopts, say, opts.max_nodes)
+    batches.free_states = ("idle", "reserved")
+    try:
+        _reserve(run_id, todo, minutes, say, False)
+    except SlurmError as exc:
+        raise AcceptError(f"could not reserve {hostlist(todo)}: {exc}; nothing was changed") from None
+    certs: dict = {}
+    try:
+        _run_stages(opts, fleet, todo, batches, vopts, out, certs, run_id, start, say, clock)
+        _finish(opts, fleet, todo, batches, out, certs, say)
+    finally:
+        run_slurm("scontrol", "delete", f"ReservationName={run_id}", check=False)
+        say(f"reservation {run_id} deleted")
+    paths = write_report(opts.report_dir, out, run_id)
+    stream.write("\n" + text_table(out, clock()))
+    stream.write(f"Reports: {', '.join(str(p) for p in paths)}\n")
+    levels = [OK if s == cm.CERTIFIED else FAIL if s == cm.FAILED else UNKNOWN for s in out.states.values()]
+    return EXIT_CODES[worst(levels or [OK])], out
+
+
+def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, run_id, start, say, clock) -> None:
+    from ccrhost.fleet.slurm_nccl import NcclOptions
+
+    nccl = opts.nccl or NcclOptions()
+    plan: dict[str, tuple[str, ...]] = {}
+    alive = list(todo)
+    for stage in cm.STAGES:
+        left = opts.budget - (time.monotonic() - start)
+        if stage == "check":
+            need = list(alive)
+        else:
+            need = [n for n in alive if stage in plan.get(n, ())]
+        if not need:
+            continue
+        if left <= 0:
+            for name in need:
+                fleet.verdicts[name] = _late(stage, "the run's budget")
+                _record(fleet, certs, out, name, stage, time.time(), run_id, clock)
+            break
+        budget = min(left, min(fleet.settings[n].accept_budget(stage) for n in need if n in fleet.settings)
+                     if any(n in fleet.settings for n in need) else left)
+        held = bounded(batches, time.monotonic() + budget)
+        # a fleet stage runs with every live node (the certified ones as partners) where any node needs it
+        runs = list(alive) if stage in FLEET_STAGES else need
+        say(f"{cm.TITLES[stage]}: {len(need)} node(s)" + (f", {len(runs) - len(need)} partner(s)"
+                                                            if len(runs) > len(need) else ""))
+        began = time.time()
+        if stage == "check":
+            stage_check(fleet, runs, held, vopts, say)
+            for name in runs:
+                settings = fleet.settings.get(name)
+                wanted = _wanted(opts, settings)
+                prior = _prior(fleet, name)
+                if prior is not None:
+                    certs[name] = prior
+                plan[name] = cm.to_run(prior, wanted, clock(), _versions(fleet, name), opts.again)
+                out.ran[name] = [s for s in plan[name]]
+        elif stage == "node":
+            stage_node(fleet, runs, held, vopts, nccl, say, clock)
+        elif stage == "mesh":
+            stage_mesh(fleet, runs, held, say)
+        elif stage == "pairs":
+            stage_pairs(fleet, runs, held, vopts, say)
+        elif stage == "scale":
+            stage_scale(fleet, runs, held, nccl, say)
+        elif stage == "soak":
+            stage_soak(fleet, runs, held, vopts, opts.soak_minutes, say, clock)
+        for name in held.late:
+            if name in runs:
+                fleet.verdicts[name] = _late(stage, f"its budget of {budget:g} s")
+        for name in runs:
+            if stage == "check" or stage in plan.get(name, ()):
+                _record(fleet, certs, out, name, stage, began, run_id, clock)
+        for name in list(alive):
+            verdict = fleet.verdicts.get(name)
+            if verdict is None or verdict.status not in (OK, WARN):
+                alive.remove(name)
+                say(f"{name}: {cm.TITLES[stage]} {verdict.status if verdict else UNKNOWN}: goes no further")
+    for name in todo:
+        settings = fleet.settings.get(name)
+        wanted = _wanted(opts, settings)
+        cert = certs.get(name)
+        if cert is not None:
+            for stage in cm.STAGES:
+                if stage not in wanted and stage not in cert.stages:
+                    cert = cm.record(cert, name, cm.StageResult(stage, cm.SKIPPED, clock(), run=run_id),
+                                     _valid_for(fleet, name), _versions(fleet, name), wanted)
+            certs[name] = cert
+        out.states[name] = cm.state(cert, wanted, clock(), _versions(fleet, name))
+
+
+def _late(stage: str, what: str):
+    return replace(not_run(""), reasons=[Reason(UNKNOWN, "accept_budget_exceeded",
+                                                f"{cm.TITLES[stage]}: not run within {what}")])
+
+
+def _valid_for(fleet: Fleet, name: str) -> float:
+    settings = fleet.settings.get(name)
+    return float(settings.accept_valid_for) if settings is not None else 30 * 86400.0
+
+
+def _record(fleet: Fleet, certs, out: Outcome, name: str, stage: str, began: float, run_id: str, clock) -> None:
+    if name not in fleet.verdicts:
+        fleet.verdicts[name] = not_run(f"{cm.TITLES[stage]}: the node gave no result")
+    wanted = _wanted_for(fleet, name)
+    result = _stage_result(fleet, name, stage, began, run_id, clock)
+    certs[name] = cm.record(certs.get(name), name, result, _valid_for(fleet, name), _versions(fleet, name), wanted)
+    out.certificates[name] = certs[name]
+
+
+def _wanted_for(fleet: Fleet, name: str) -> tuple[str, ...]:
+    settings = fleet.settings.get(name)
+    return settings.accept_stages if settings is not None else cm.STAGES
+
+
+def _finish(opts, fleet: Fleet, todo, batches: Batches, out: Outcome, certs, say) -> None:
+    """Certificates onto the nodes (while the reservation holds them), then a drain for every node not
+    certified, naming the stage that stopped it and its codes."""
+    from ccrhost.node import drain as node_drain
+    from ccrhost.node.certificate import store_script
+
+    out.certificates.update(certs)
+    branches = {n: store_script(fleet.settings[n].accept_certificate, certs[n])
+                for n in todo if n in certs and n in fleet.settings}
+    stored = []
+    for chunk in batches.chunks(list(branches)):
+        with batches.hold(chunk) as (job, taken):
+            if taken:
+                got, err = run_steps(job, {n: branches[n] for n in taken}, "ccrhost-accept-store", 60)()
+                stored += [n for n in taken if n in got]
+                if err:
+                    say(f"storing certificates: {err}")
+    say(f"certificates stored on {len(stored)} of {len(todo)} node(s)")
+    for name in todo:
+        state = out.states.get(name, cm.INCOMPLETE)
+        if state == cm.CERTIFIED:
+            say(f"{name}: certified")
+            continue
+        cert = certs.get(name)
+        failed = cm.first_failure(cert, _wanted_for(fleet, name)) if cert is not None else None
+        verdict = fleet.verdicts.get(name) or not_run("no stage ran")
+        if verdict.status in (OK, WARN):  # passed what ran, yet not certified (a stage left to run)
+            verdict = not_run(f"not certified: {state}")
+        where = cm.TITLES[failed.stage] if failed is not None else "acceptance"
+        note = node_drain.drain(replace(verdict, reasons=[replace(r, message=f"{where}: {r.message}")
+                                                          for r in verdict.reasons]),
+                                node=name, scontrol="scontrol", unknown_drains=True)
+        say(f"{name}: {state} at {where}: {note}")
+
+
+def text_table(out: Outcome, now: float) -> str:
+    """One line per node: its state, the stage that stopped it and why, or the stages it passed."""
+    lines = [f"{'node':<16} {'state':<11} detail"]
+    for name in sorted(set(out.states) | set(out.untouched)):
+        if name in out.untouched:
+            lines.append(f"{name:<16} {'untouched':<11} {out.untouched[name]}")
+            continue
+        cert = out.certificates.get(name)
+        state = out.states[name]
+        detail = ""
+        if cert is not None:
+            failed = next((r for r in cert.stages.values() if not r.passed), None)
+            if failed is not None:
+                codes = ",".join(dict.fromkeys(r["code"] for r in failed.reasons if r["level"] == failed.status))
+                detail = f"{cm.TITLES[failed.stage]}: {failed.status} {codes}"
+            else:
+                detail = "passed: " + ", ".join(s for s in cm.STAGES if s in cert.stages
+                                                 and cert.stages[s].status != cm.SKIPPED)
+        ran = out.ran.get(name)
+        lines.append(f"{name:<16} {state:<11} {detail}" + (f" (ran: {','.join(ran)})" if ran else ""))
+    return "\n".join(lines) + "\n"
+
+
+def write_report(folder: str, out: Outcome, run_id: str) -> list[Path]:
+    root = Path(folder)
+    (root / CERTS).mkdir(parents=True, exist_ok=True)
+    for name, cert in out.certificates.items():
+        path = root / CERTS / f"{name}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(cert.to_dict(), indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    doc = {"run": run_id, "states": dict(sorted(out.states.items())), "untouched": dict(sorted(out.untouched.items())),
+           "ran": {n: list(s) for n, s in sorted(out.ran.items())},
+           "certificates": {n: c.to_dict() for n, c in sorted(out.certificates.items())}}
+    report = root / REPORT
+    report.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return [report, root / CERTS]

@@ -1,0 +1,252 @@
+"""The acceptance stages (issue 50), each run on the nodes that need it
+through the run's capped batches (ccrhost.fleet.slurm_job.Batches, inside
+the run's reservation), each leaving every node it ran on with the one
+verdict (model/verdict.py ``evaluate``, through slurm_check ``judge``) as
+that stage left it. The runner (ccrhost.fleet.accept) picks the nodes and
+records each stage in the certificates.
+
+S0 judges the node's passive readings alone: its stored active results
+(all-reduce, DCGM, GEMM) are what the later stages measure anew, so an old
+result never fails, nor passes, a node here. S2 and S4 add their findings
+on top of the node's own verdict (``add_findings``), as the fleet's rules do.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+
+from ccrhost.fleet.slurm_check import CheckOutput, judge
+from ccrhost.fleet.slurm_job import Batches, VerifyOptions
+from ccrhost.model.active import ActiveReading
+from ccrhost.model.status import UNKNOWN, Reason
+from ccrhost.model.verdict import Verdict, add_findings, evaluate
+
+
+@dataclass
+class Fleet:
+    """What the stages know of the run's nodes so far."""
+
+    addresses: dict[str, str]
+    outputs: dict[str, CheckOutput] = field(default_factory=dict)   # each node's latest check
+    settings: dict = field(default_factory=dict)                     # node -> HostSettings
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    allreduce: dict = field(default_factory=dict)   # node -> AllReduceReading of this run
+    dcgm: dict = field(default_factory=dict)        # node -> ActiveReading of this run (diag, nvbandwidth, GEMM)
+    measured: dict = field(default_factory=dict)    # node -> ib_write_bw measurement of this run
+    figures: dict = field(default_factory=dict)     # node -> {stage: {figure: value}}
+
+    def judge(self, name: str) -> Verdict:
+        """The node's verdict from its latest check and this run's measurements."""
+        return judge(self.outputs[name], self.measured.get(name), self.allreduce.get(name),
+                     self.dcgm.get(name))[0]
+
+    def figure(self, name: str, stage: str, **values) -> None:
+        self.figures.setdefault(name, {}).setdefault(stage, {}).update(
+            {k: v for k, v in values.items() if v is not None})
+
+
+def passive(out: CheckOutput):
+    """S0's verdict: the node's own check with its stored active results left out."""
+    verdict, settings = judge(out)
+    if settings is None or not verdict.evaluated:
+        return verdict, settings
+    readings = replace(verdict.readings, allreduce=None, dcgm=None)
+    return replace(evaluate(readings, settings.expectation(), settings.policy()), evidence=verdict.evidence), settings
+
+
+def _held(batches: Batches, names: list[str]):
+    """Each batch of at most the cap, held while the caller runs steps on it: (job, taken, not taken)."""
+    for chunk in batches.chunks(names):
+        with batches.hold(chunk) as (job, taken):
+            yield job, taken, [n for n in chunk if n not in taken]
+
+
+def not_run(why: str) -> Verdict:
+    from ccrhost.model.verdict import unjudged
+
+    return unjudged(UNKNOWN, "accept_not_run", why)
+
+
+def run_checks(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, say) -> list[str]:
+    """The check step on ``names`` (S0, and the soak's before and after): outputs kept; the nodes it reached."""
+    from ccrhost.fleet.slurm_verify import check_step
+
+    reached = []
+    for job, taken, missed in _held(batches, names):
+        if taken:
+            got = check_step(job, taken, vopts, say)
+            fleet.outputs.update(got)
+            reached += [n for n in taken if n in got]
+        for name in missed:
+            fleet.verdicts[name] = not_run(f"not checked: {_why(batches, name)}")
+    return reached
+
+
+def _why(batches: Batches, name: str) -> str:
+    node = batches.busy.get(name) or batches.lost.get(name)
+    return f"{node.state}" + (f" ({node.reason})" if node.reason else "") if node else "not allocated"
+
+
+def stage_check(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, say) -> None:
+    for name in run_checks(fleet, names, batches, vopts, say):
+        fleet.verdicts[name], settings = passive(fleet.outputs[name])
+        if settings is not None:
+            fleet.settings[name] = settings
+
+
+def _gemm_script(ccrhost: str, config: str, seconds: int | None) -> str:
+    """``ccrhost dcgm --gemm-only`` on the node, its results as slurm_dcgm's step prints them."""
+    import shlex
+
+    extra = f" --gemm-seconds {int(seconds)}" if seconds else ""
+    return (f'echo "@@dcgm"; {shlex.quote(ccrhost)} dcgm --config {shlex.quote(config)} --gemm-only{extra} '
+            f'--format json 2>&1 | base64; echo "@@end"')
+
+
+def run_gemm(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, seconds: int | None, say,
+             label: str) -> dict[str, list]:
+    """dcgmproftester on every GPU of ``names`` for ``seconds`` (None: the node's verify_gemm_seconds), at
+    most the cap at once (the power-heavy load staggered batch by batch): {node: [ActiveResult]} or a note."""
+    from ccrhost.fleet.slurm_client import run_steps
+    from ccrhost.fleet.slurm_dcgm import parse_step
+
+    out: dict = {}
+    for job, taken, missed in _held(batches, names):
+        if taken:
+            longest = max(seconds or fleet.settings[n].verify_gemm_seconds for n in taken)
+            say(f"{label}: GEMM load for {longest} s on {len(taken)} node(s)")
+            lines, err = run_steps(job, {n: _gemm_script(vopts.ccrhost, vopts.config, seconds) for n in taken},
+                                   "ccrhost-gemm", longest + 180)()
+            for name in taken:
+                out[name] = parse_step(lines[name]) if name in lines else (err or "no output from the step")
+        for name in missed:
+            out[name] = f"not run: {_why(batches, name)}"
+    return out
+
+
+def merge_dcgm(fleet: Fleet, name: str, results, now: float) -> None:
+    """Add ``results`` (ActiveResults, or a note of why there are none) to the node's DCGM reading of this run."""
+    from ccrhost.model.active import ActiveResult
+    from ccrhost.model.gemm import CHECK as GEMM
+
+    old = fleet.dcgm.get(name)
+    have = dict(old.results) if old is not None else {}
+    if isinstance(results, str):
+        results = [ActiveResult(GEMM, "fp16", UNKNOWN, "gemm_unreadable", f"GEMM: {results}", now, 3600)]
+    for r in results:
+        have[f"{r.check}/{r.mode}"] = r.to_dict()
+        if r.check == GEMM and r.data:
+            tflops = r.data.get("tflops") or {}
+            fleet.figure(name, "gemm", gemm_tflops_min=r.value,
+                         gemm_tflops_sum=round(sum(tflops.values()), 1) if tflops else None)
+    reading = ActiveReading(now, have)
+    if old is not None:
+        reading.required = old.required
+    fleet.dcgm[name] = reading
+
+
+def stage_node(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, nccl, say,
+               clock=time.time) -> None:
+    """S1: DCGM diag at each node's accept_dcgm_level (with nvbandwidth where its settings run it), the GEMM,
+    and the single-node all-reduce modes."""
+    from ccrhost.fleet.slurm_dcgm import DcgmOptions, run_diag
+    from ccrhost.fleet.slurm_nccl import node_infos, run_modes
+
+    for level in sorted({fleet.settings[n].accept_dcgm_level for n in names}):
+        group = [n for n in names if fleet.settings[n].accept_dcgm_level == level]
+        diag = run_diag(None, group, DcgmOptions(level=level, max_nodes=batches.cap), vopts.ccrhost, vopts.config,
+                        say, batches, clock)
+        for name, reading in diag.items():
+            reading.required = True
+            fleet.dcgm[name] = reading
+    for name, got in run_gemm(fleet, names, batches, vopts, None, say, "S1").items():
+        merge_dcgm(fleet, name, got, clock())
+    singles = tuple(m for m in nccl.modes if m != "pair")
+    if singles:
+        infos = node_infos({n: fleet.verdicts[n] for n in names}, {n: fleet.addresses[n] for n in names})
+        readings = run_modes(None, infos, replace(nccl, modes=singles), say, clock=clock, batches=batches)
+        fleet.allreduce.update(readings)
+    for name in names:
+        fleet.verdicts[name] = fleet.judge(name)
+
+
+def stage_pairs(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, say) -> None:
+    """S3: ib_write_bw between pairs covering every node (slurm verify --measure's pairing and isolation)."""
+    from ccrhost.fleet.slurm_verify import measure_pairs
+
+    measured = measure_pairs(None, {n: fleet.verdicts[n] for n in names}, fleet.settings,
+                             {n: fleet.addresses[n] for n in names}, vopts, say, batches)
+    fleet.measured.update(measured)
+    for name in names:
+        fleet.verdicts[name] = fleet.judge(name)
+        ccr = fleet.verdicts[name].measured_ccr
+        fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None))
+
+
+def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, say) -> dict:
+    """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh)."""
+    from ccrhost.fleet.slurm_mesh import MeshOptions, run_mesh
+
+    first = fleet.settings[names[0]]
+    opts = MeshOptions(group=first.accept_mesh_group, prune=first.accept_mesh_prune,
+                       max_p99_us=first.accept_latency_max_p99_us)
+    devices = {}
+    for name in names:
+        ports = [p for p in fleet.verdicts[name].readings.ports if p.active and not p.efa]
+        if ports:
+            devices[name] = sorted(p.device for p in ports)[0]
+    for name in names:
+        if name not in devices:
+            add_findings(fleet.verdicts[name], [Reason(UNKNOWN, "accept_not_run",
+                                                       "S2 mesh: no active compute RDMA port to test from")])
+    outcome = run_mesh(None, {n: fleet.addresses[n] for n in devices}, devices, opts, say, batches)
+    for name, found in outcome.reasons.items():
+        add_findings(fleet.verdicts[name], list(found))
+    return outcome
+
+
+def stage_scale(fleet: Fleet, names: list[str], batches: Batches, nccl, say) -> object:
+    """S4: all-reduce over growing groups, a failing step bisected (ccrhost.fleet.slurm_scale)."""
+    from ccrhost.fleet.slurm_nccl import node_infos
+    from ccrhost.fleet.slurm_scale import run_scale
+
+    infos = node_infos({n: fleet.verdicts[n] for n in names}, {n: fleet.addresses[n] for n in names})
+    outcome = run_scale(None, infos, nccl, say, batches=batches)
+    for name, found in outcome.reasons.items():
+        add_findings(fleet.verdicts[name], list(found))
+    return outcome
+
+
+def stage_soak(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, minutes: float | None, say,
+               clock=time.time) -> None:
+    """S5: the passive check (its counters stored), the GEMM load on every GPU for the soak's length, the check
+    again: its counter, XID and ECC rules judge what the load did, and the sustained GEMM its figure."""
+    run_checks(fleet, names, batches, vopts, say)
+    seconds = {n: int(round(60 * (minutes or fleet.settings[n].accept_soak_minutes))) for n in names}
+    for length in sorted(set(seconds.values())):
+        group = [n for n in names if seconds[n] == length]
+        for name, got in run_gemm(fleet, group, batches, vopts, length, say, "S5 soak").items():
+            merge_dcgm(fleet, name, got, clock())
+    reached = run_checks(fleet, names, batches, vopts, say)
+    for name in names:
+        if name in reached:
+            fleet.verdicts[name] = fleet.judge(name)
+
+
+def bounded(batches: Batches, deadline: float):
+    """``batches`` whose hold gives nothing once ``deadline`` (time.monotonic) has passed: the stage's budget."""
+    return _Bounded(batches, deadline)
+
+
+class _Bounded(Batches):
+    def __init__(self, inner: Batches, deadline: float):
+        self.__dict__.update(inner.__dict__)
+        self.inner, self.deadline, self.late = inner, deadline, set()
+
+    def hold(self, nodes):
+        if time.monotonic() > self.deadline:
+            self.late.update(nodes)
+            return nullcontext((None, []))
+        return self.inner.hold(nodes)

@@ -58,7 +58,7 @@ def test_each_group_is_one_step_over_its_nodes_a_task_per_gpu_rooted_at_slurms_f
     assert argv[argv.index("-N") + 1] == "4" and argv[argv.index("-n") + 1] == "32"
     assert "--ntasks-per-node=8" in argv and "NCCL_ALGO=RING" in argv
     assert any(a.startswith("NCCL_COMM_ID=10.0.0.1:") for a in argv)  # gpu01 sorts first in Slurm's order
-    assert argv[-12:] == ["all_reduce_perf", "-b", "16G", "-e", "16G", "-f", "2", "-n", "5", "-c", "1", "-g", "1"][-12:]
+    assert argv[-13:] == ["all_reduce_perf", "-b", "16G", "-e", "16G", "-f", "2", "-n", "5", "-c", "1", "-g", "1"]
     assert out.admitted == ("gpu10", "gpu02", "gpu01", "gpu03") and out.reasons == {} and out.count == 2
     assert [(r.group, r.passed, r.busbw, r.purpose, r.step) for r in out.runs] == [
         (("gpu10", "gpu02"), True, 380.0, "step", 1), (("gpu10", "gpu02", "gpu01", "gpu03"), True, 380.0, "step", 2)]
@@ -82,7 +82,7 @@ def test_a_node_that_slows_only_a_large_group_is_bisected_within_log2_of_the_ste
     assert reason.level == "FAIL" and reason.code == "allreduce_scale_slow"
     assert reason.message.startswith(f"{culprit}: slowed a group of 16 nodes at admission step 4: busbw 150.0 GB/s "
                                      "over ")
-    assert "380.0 GB/s over 8 nodes without it" in reason.message or "380.0 GB/s over" in reason.message
+    assert "over 9 nodes with it, 380.0 GB/s over 8 nodes without it" in reason.message
     step = [r for r in out.runs if r.step == 4 and r.purpose in ("halve", "confirm")]
     assert 1 <= len(step) <= math.ceil(math.log2(8)) + 1  # the step's 8 new nodes
     # steps 1-3, the failing step, its bisection, then the step again without the culprit
@@ -146,3 +146,13 @@ def test_one_node_is_unknown_and_start_below_two_is_refused():
     assert out.reasons["gpu01"].code == "allreduce_scale_undecided" and out.count == 0
     with pytest.raises(ValueError, match="start must be at least 2"):
         run_scale("7", infos(4), NcclOptions(), lambda m: None, start=1, run=Fabric())
+
+
+def test_the_labs_group_slow_fault_needs_a_ring_larger_than_a_pair():
+    from ccrhost.lab.profile import ProfileError, link_files, load_profile, parse_fault
+
+    profile = load_profile("hgx-h100-8x400")
+    assert link_files(profile, [parse_fault("node5:group_slow=4")[1]])
+    for bad in ("group_slow=2", "group_slow", "group_slow=x"):
+        with pytest.raises(ProfileError, match="give the ring size K it slows from, 3 or more"):
+            link_files(profile, [parse_fault(f"node5:{bad}")[1]])

@@ -153,7 +153,7 @@ def run_scale(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
         say(f"all-reduce scale: {len(names)} nodes, more than the cap of {cap}: admitted per chunk "
             f"({', '.join(str(len(c)) for c in chunks)} nodes), no group larger than {cap}")
     for number, chunk in enumerate(chunks, 1):
-        got, chunk_runs, left = _admit_chunk(job, chunk, infos, opts, say, batches, start, run, runs, cap,
+        got, _, left = _admit_chunk(job, chunk, infos, opts, say, batches, start, run, runs, cap,
                                              f"chunk {number}/{len(chunks)}" if len(chunks) > 1 else "")
         admitted += got
         reasons.update(left)

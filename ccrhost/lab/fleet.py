@@ -616,7 +616,7 @@ def _same_target(a: Fault, b: Fault) -> bool:
         return False
     if a.kind in ("port_rate", "pcie_width", "gid_index"):
         return (a.value or "").split(":")[0] == (b.value or "").split(":")[0]
-    return a.kind == "link_slow" or a.value == b.value
+    return a.kind in ("link_slow", "group_slow") or a.value == b.value  # one rate, one K per node
 
 
 def identity_offsets(profiles: list[str]) -> list[int]:

@@ -413,6 +413,8 @@ FAULT_KINDS = {
     # the lab's all_reduce_perf (shims/all_reduce_perf; docs/allreduce.md)
     "allreduce_wrong": "the node corrupts data in a collective: all_reduce_perf counts wrong elements",
     "allreduce_hang": "the node's all_reduce_perf ranks stop after start-up: the run never ends",
+    "group_slow": "K: in a ring of K or more nodes the node's edge carries half its rate (a NIC that degrades with "
+                  "many peers); pairs and smaller rings are untouched",
     "allreduce_missing": "all_reduce_perf is not installed on the node: the launcher cannot exec it",
     "gpu_busy": "a job's process holds each of the node's GPUs (nvidia-smi --query-compute-apps lists it): CUDA "
                 "refuses them to all_reduce_perf",
@@ -605,7 +607,7 @@ def _guid(node_index: int, nic_index: int) -> str:
 # they change what sysfs, nvidia-smi or the lab link report, nothing else.
 FABRIC_FAULTS = ("pfc_storm", "global_pause", "rx_discards", "rnr_retry")
 LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_throttled", "link_slow",
-              "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy",
+              "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy", "group_slow",
               "dcgm_hostengine_hung", "dcgm_diag_hang", "dcgm_stress_fail", "dcgm_missing", "gpu_pcie_slow",
               *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal", "module_fault", "ddm_out_of_range", "high_ber",
               *lab_host_health.LIVE, *lab_rack.LIVE)
@@ -953,6 +955,10 @@ def _link_faults(profile: Profile, faults: list[Fault]) -> tuple[set, set, dict,
     for value in _fault_values(faults, "link_slow"):
         if not (value or "").isdigit() or not 10 <= int(value) <= 10000:
             raise ProfileError(f"fault link_slow={value}: give a rate in Mbit/s, 10..10000")
+    for value in _fault_values(faults, "group_slow"):
+        if not (value or "").isdigit() or int(value) < 3:
+            raise ProfileError(f"fault group_slow={value}: give the ring size K it slows from, 3 or more (pairs "
+                               "are never slowed)")
     return down, missing, rates, widths
 
 

@@ -21,6 +21,7 @@ import time
 
 from ccrhost.fleet.charts import COLOURS, histogram
 from ccrhost.model import reasons as handbook
+from ccrhost.model.certificate_view import cells
 from ccrhost.model.verdict import FAIL, OK, UNKNOWN, WARN, Verdict, reason_action, scope_text
 
 _ORDER = {FAIL: 0, UNKNOWN: 1, WARN: 2, OK: 3}
@@ -131,9 +132,10 @@ def _handbook(verdicts: dict[str, Verdict], docs_url: str | None) -> str:
             f"{''.join(_entry(c, docs_url) for c in codes)}</section>")
 
 
-def _rows(items, addresses: dict, show_address: bool) -> str:
+def _rows(items, addresses: dict, show_address: bool, certs: dict[str, str]) -> str:
     out = []
     for host, v in items:
+        cert = f"<td>{html.escape(certs.get(host, '–'))}</td>" if certs else ""
         c = v.ccr
         share = f"{c.ccr / v.expected_ccr:.0%}" if c and v.expected_ccr and math.isfinite(c.ccr) else "–"
         address = f"<td>{html.escape(addresses.get(host, ''))}</td>" if show_address else ""
@@ -141,15 +143,16 @@ def _rows(items, addresses: dict, show_address: bool) -> str:
             f'<tr id="host-{html.escape(host)}" class="{v.status}"><td>{_badge(v.status)}</td>'
             f"<td>{html.escape(host)}</td>{address}<td class=num>{_num(c.ccr if c else None, '.3e')}</td>"
             f"<td class=num>{_num(v.measured_ccr.ccr if v.measured_ccr else None, '.3e')}</td>"
-            f'<td class=num>{share}</td><td class="reasons">{_reasons(v)}{_detail(v)}</td></tr>')
+            f'<td class=num>{share}</td>{cert}<td class="reasons">{_reasons(v)}{_detail(v)}</td></tr>')
     return "".join(out)
 
 
-def _table(items, addresses: dict, show_address: bool) -> str:
+def _table(items, addresses: dict, show_address: bool, certs: dict[str, str] | None = None) -> str:
     head = "<th>status</th><th>host</th>" + ("<th>address</th>" if show_address else "")
-    return (f"<table><thead><tr>{head}<th>CCR</th><th>measured CCR</th><th>of expected</th><th>reasons</th></tr>"
-            "</thead>"
-            f"<tbody>{_rows(items, addresses, show_address)}</tbody></table>")
+    cert = "<th>certificate</th>" if certs else ""
+    return (f"<table><thead><tr>{head}<th>CCR</th><th>measured CCR</th><th>of expected</th>{cert}<th>reasons</th>"
+            "</tr></thead>"
+            f"<tbody>{_rows(items, addresses, show_address, certs or {})}</tbody></table>")
 
 
 def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = None,
@@ -159,6 +162,7 @@ def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = 
     addresses = addresses or {}
     docs_url = docs_url if docs_url is not None else os.environ.get("CCRHOST_DOCS_URL") or None
     show_address = any(addresses.get(h) not in (None, "", h) for h in verdicts)
+    certs = cells(verdicts)
 
     def key(item):
         host, v = item
@@ -176,7 +180,7 @@ def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = 
     thresholds = sorted({v.fail_below for v in verdicts.values() if v.fail_below})
     below = sum(1 for v in verdicts.values() if v.ccr and v.fail_below and v.ccr.ccr < v.fail_below)
     first = (f'<section id="attention"><h2>Needs attention: {len(attention)} of {len(verdicts)} hosts, '
-             f"worst first</h2>{_table(attention, addresses, show_address)}</section>" if attention else
+             f"worst first</h2>{_table(attention, addresses, show_address, certs)}</section>" if attention else
              '<section id="attention"><h2>Every host passed.</h2></section>')
     return (
         f"<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport "
@@ -192,7 +196,7 @@ def fleet_page(verdicts: dict[str, Verdict], addresses: dict[str, str] | None = 
         f"{f'; {no_traffic} with no inter-node traffic (infinite CCR, not drawn)' if no_traffic else ''}; {below} below their fail threshold (dashed: verify_min_ccr, or "
         f"verify_min_ccr_fraction of the CCR the declared hardware should give).</p></section>"
         f'<section id="all"><h2>All {len(verdicts)} hosts</h2><details><summary>show every host, worst first'
-        f"</summary>{_table(ordered, addresses, show_address)}</details></section>"
+        f"</summary>{_table(ordered, addresses, show_address, certs)}</details></section>"
         f"{_handbook(verdicts, docs_url)}"
         "</body></html>\n"
     )

@@ -18,8 +18,10 @@ from xml.etree import ElementTree as ET
 
 from ccrhost import failures
 from ccrhost.model import mfu as mfumod
+from ccrhost.model.certificate_view import cells
 from ccrhost.model.status import FAIL, OK, UNKNOWN, WARN
 from ccrhost.model.verdict import Verdict, apply_fleet_rules, host_versions, scope_detail, scope_text, unjudged
+from ccrhost.model.verdict_line import cut
 from ccrhost.output import write_atomic
 
 
@@ -35,13 +37,20 @@ def fleet_versions(verdicts: dict[str, Verdict]) -> dict:
     return out
 
 
+CERT_WIDTH = 60  # the text table's certificate cell at most (a version change names both versions)
+
+
 def text_table(verdicts: dict[str, Verdict]) -> str:
     rows = sorted(verdicts.items(), key=lambda kv: (kv[1].ccr.ccr if kv[1].ccr else -1.0, kv[0]))
     model = next((v.ccr.model for v in verdicts.values() if v.ccr), "bottleneck")
+    # a column only where the nodes' checks read their certificates; the JSON and the page carry it whole
+    certs = {h: cut(c, CERT_WIDTH) for h, c in cells(verdicts).items()}
+    width = max((len(c) for c in certs.values()), default=0)
+    cert_head = f"{'certificate':{width}}  " if certs else ""
     lines = [f"CCR per host (B = {model} bandwidth, F = peak dense compute, CCR = B / (beta x F); measured: "
              "B from the two-node all-reduce):",
              f"{'host':24} {'status':8} {'CCR':>10} {'band':17} {'MFU':>8} {'expected':>10} {'B Gb/s':>8} "
-             f"{'F TFLOPS':>9} {'beta':>8} {'measured':>10}  reasons"]
+             f"{'F TFLOPS':>9} {'beta':>8} {'measured':>10}  {cert_head}reasons"]
     for host, v in rows:
         c = v.ccr
         w = c.workload if c else None
@@ -51,7 +60,8 @@ def text_table(verdicts: dict[str, Verdict]) -> str:
             f"{host:24} {v.status:8} {_cell(c and c.ccr, '10.3e')} {(c.band if c else None) or '-':17} "
             f"{mfu:>8} {_cell(v.expected_ccr or None, '10.3e')} "
             f"{_cell(c and c.bandwidth_gbps, '8.0f')} {_cell(c and c.tflops, '9.1f')} "
-            f"{_cell(c and c.beta, '8.3g')} {_cell(v.measured_ccr and v.measured_ccr.ccr, '10.3e')}  {v.summary()}"
+            f"{_cell(c and c.beta, '8.3g')} {_cell(v.measured_ccr and v.measured_ccr.ccr, '10.3e')}  "
+            f"{f'{certs[host]:{width}}  ' if certs else ''}{v.summary()}"
         )
     models = [(host, v.ccr.workload) for host, v in rows if v.ccr and v.ccr.workload]
     statements: dict[str, list[str]] = {}  # each host's own (its GPUs and bandwidth enter it); alike ones once

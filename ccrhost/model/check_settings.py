@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccrhost.model.certificate import STAGES
 from ccrhost.model.drain_cap import DrainCap
 from ccrhost.model.verdict import Expectation, Policy
 
@@ -47,6 +48,8 @@ class CheckSettings:
     wiring_leaf_suspect_min_nodes: int = 2        # wiring_leaf_suspect_min_nodes
     wiring_leaf_suspect_window_hours: float = 1   # wiring_leaf_suspect_window_hours
     wiring_spines: tuple = ()                     # wiring_spines, as (spine, (leaf patterns)) pairs
+    accept_certificate: str | None = None  # accept_certificate: the node's acceptance certificate, shown (not judged)
+    accept_stages: tuple = STAGES          # accept_stages: the stages it must hold to be certified
 
     def expectation(self) -> Expectation:
         return self.expected

@@ -17,6 +17,7 @@ from ccrhost.model import busy as gpu_work
 from ccrhost.model import dcgm
 from ccrhost.model.active import ActiveReading
 from ccrhost.model import ccr as ccrmod
+from ccrhost.model import certificate_view as cv
 from ccrhost.model import datapath as dp
 from ccrhost.model import gpu_health as gh
 from ccrhost.model import history as hist
@@ -63,6 +64,7 @@ class Readings:
     host_health: hh.HostHealthReading | None = None  # None: the host's health was not read (not judged)
     wiring: wr.StoredWiring | None = None         # None: no wiring reading was read back (not judged)
     imex: nvl.ImexReading | None = None           # None: the IMEX probe was not run (UNKNOWN where imex_enable)
+    certificate: cv.StoredCertificate | None = None  # None: not read back; shown beside the verdict, never judged
 
     def to_dict(self) -> dict:
         """Every reading, lossless: :func:`readings_from_dict` gives them back."""
@@ -185,6 +187,7 @@ class Verdict:
             "datapath": r.datapath.to_dict() if r.datapath is not None else None,
             "gpu_health": (readings["gpu_health"] if readings else plain(r.gpu_health))
             if r.gpu_health is not None else None,
+            "certificate": cv.summary(r.certificate) if r.certificate is not None else None,
             "readings": readings,
         }
 

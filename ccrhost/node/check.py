@@ -151,6 +151,13 @@ def run_check(settings: HostSettings, gather=None, timeout: float = 20, gather_p
         # judged whoever stored it, verify_dcgm on or off: a sweep's FAIL holds its drain
         readings.dcgm = node_dcgm.stored_reading(settings.dcgm_state,
                                                  required=getattr(settings, "verify_dcgm", True))
+    cert_path = getattr(settings, "accept_certificate", None)
+    if cert_path:  # the acceptance certificate: shown beside the verdict, never one of its reasons
+        from ccrhost.node import certificate
+
+        readings.certificate = certificate.stored_reading(
+            cert_path, tuple(getattr(settings, "accept_stages", certificate.STAGES)),
+            certificate.versions(readings))
     path = getattr(settings, "verify_history", None)
     if not path:
         verdict = evaluate(readings, settings.expectation(), policy)

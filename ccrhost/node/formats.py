@@ -166,6 +166,10 @@ def format_prometheus(verdict: Verdict) -> str:
             "# TYPE ccrhost_check_action gauge", f'ccrhost_check_action{{action="{verdict.action}"}} 1']
     out += _fabric_metrics(verdict.readings.fabric)
     out += active_metrics(verdict.readings)
+    if verdict.readings.certificate is not None:
+        from ccrhost.node.certificate import metrics
+
+        out += metrics(verdict.readings.certificate)
     return "\n".join(out) + "\n"
 
 

@@ -125,7 +125,8 @@ class HostSettings(*reversed(DOMAINS)):  # type: ignore[misc]
                              wiring_leaf_suspect_fraction=self.wiring_leaf_suspect_fraction,
                              wiring_leaf_suspect_min_nodes=self.wiring_leaf_suspect_min_nodes,
                              wiring_leaf_suspect_window_hours=self.wiring_leaf_suspect_window_hours,
-                             wiring_spines=tuple((k, tuple(v)) for k, v in sorted(self.wiring_spines.items())))
+                             wiring_spines=tuple((k, tuple(v)) for k, v in sorted(self.wiring_spines.items())),
+                             accept_certificate=self.accept_certificate, accept_stages=tuple(self.accept_stages))
 
     def policy(self) -> Policy:
         workload = self.verify_workload

@@ -128,12 +128,17 @@ def _wanted(opts: AcceptOptions, settings) -> tuple[str, ...]:
 def _prior(fleet: Fleet, name: str):
     """The certificate the node keeps, as its own check read it (None: none, or unreadable)."""
     verdict = fleet.verdicts.get(name)
-    cert = getattr(verdict.readings, "certificate", None) if verdict is not None else None
-    return cert if isinstance(cert, cm.Certificate) else None
+    stored = getattr(verdict.readings, "certificate", None) if verdict is not None else None
+    if stored is None or stored.error or not stored.data:
+        return None
+    try:
+        return cm.Certificate.from_dict(stored.data)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _versions(fleet: Fleet, name: str) -> dict:
-    from ccrhost.node.certificate import versions
+    from ccrhost.model.certificate_view import versions
 
     verdict = fleet.verdicts.get(name)
     return versions(verdict.readings) if verdict is not None and verdict.evaluated else {}

@@ -215,7 +215,7 @@ def stage_scale(fleet: Fleet, names: list[str], batches: Batches, nccl, say) -> 
     infos = node_infos({n: fleet.verdicts[n] for n in names}, {n: fleet.addresses[n] for n in names})
     outcome = run_scale(None, infos, nccl, say, batches=batches)
     for name, found in outcome.reasons.items():
-        add_findings(fleet.verdicts[name], list(found))
+        add_findings(fleet.verdicts[name], [found])
     return outcome
 
 

@@ -26,6 +26,9 @@ TITLES = {"check": "S0 passive check", "node": "S1 node-local", "mesh": "S2 conn
 BUDGETS = {"check": 900, "node": 4 * 3600, "mesh": 3600, "pairs": 3600, "scale": 3600, "soak": 4 * 3600}
 SKIPPED = "SKIPPED"   # a stage the node's settings leave out
 PASSED = (OK, WARN)
+# the versions a passed stage must still match (model/certificate_view.versions' keys): ccrhost's own is
+# recorded, not compared, so upgrading ccrhost does not expire every node's certificate
+COMPARED = ("driver", "nic_firmware", "nccl")
 
 CERTIFIED, FAILED, INCOMPLETE, EXPIRED = "certified", "failed", "incomplete", "expired"
 
@@ -86,8 +89,8 @@ def holds(result: StageResult | None, now: float, valid_for: float, versions: di
     """A passed stage within ``valid_for`` that ran under the node's present versions (those known on both)."""
     if result is None or not result.passed or not 0 <= now - result.at <= valid_for:
         return False
-    return all(result.versions.get(k) == v for k, v in versions.items() if v is not None
-               and result.versions.get(k) is not None)
+    return all(result.versions.get(k) == versions[k] for k in COMPARED
+               if versions.get(k) is not None and result.versions.get(k) is not None)
 
 
 def to_run(cert: Certificate | None, wanted: tuple[str, ...], now: float, versions: dict,

@@ -212,7 +212,7 @@ def run_mesh(job: str | None, nodes: dict[str, str], devices: dict[str, str], op
     plan = mesh.rounds(names, opts.group) if len(names) > 1 else []
     pairs: list[PairOutcome] = []
     for number, round_pairs in enumerate(plan, start=1):
-        say(round_line("mesh", number, round_pairs, "->"))
+        say(round_line("mesh", number, round_pairs, "<-"))  # server <- its client
         if batches is None:
             got = slurm_round(job, round_pairs, nodes, devices, opts)
         else:
@@ -225,7 +225,7 @@ def run_mesh(job: str | None, nodes: dict[str, str], devices: dict[str, str], op
         pairs += got
         bad = [p for p in got if p.state != "pass"]
         if bad:
-            say(f"mesh round {number}: " + "; ".join(f"{p.client}->{p.server} {p.state}" for p in bad))
+            say(f"mesh round {number}: " + "; ".join(f"{p.server}<-{p.client} {p.state}" for p in bad))
     result = outcome(names, pairs, len(plan), opts)
     for node in nodes:
         if node not in result.reasons:

@@ -155,3 +155,16 @@ def test_run_mesh_runs_each_round_as_a_server_and_a_client_step(monkeypatch):
     assert said[0].startswith("mesh round 1: 2 pair(s): ")
     with pytest.raises(ValueError):
         run_mesh(None, nodes, devices, OPTS, said.append)
+
+
+def test_the_lab_unreachable_fault_names_other_lab_nodes_only():
+    from ccrhost.lab.profile import Fault
+    from ccrhost.lab.reach import ReachError, targets
+
+    addresses = {"node1": "198.18.0.11", "node2": "198.18.0.12", "node3": "198.18.0.13"}
+    assert targets("node2", [Fault(kind="unreachable", value="node1+node3"), Fault(kind="port_down")],
+                   addresses) == {"198.18.0.11", "198.18.0.13"}
+    with pytest.raises(ReachError, match="no lab node 'node9'"):
+        targets("node2", [Fault(kind="unreachable", value="node9")], addresses)
+    with pytest.raises(ReachError, match="node2 cannot be cut off from itself"):
+        targets("node2", [Fault(kind="unreachable", value="node2")], addresses)

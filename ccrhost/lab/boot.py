@@ -89,7 +89,7 @@ def prepare(lab, node: Node) -> None:
     if driver is not None:
         (ndir / "boot" / "nvidia_version").write_text(nvidia_proc_version(driver))
     shims = lab.dir / "shims"
-    gone = (["ib_write_bw"] if "perftest_missing" in kinds else []) + \
+    gone = (["ib_write_bw", "ib_write_lat"] if "perftest_missing" in kinds else []) + \
         (list(MLX_TOOLS) if "mlx_tools_missing" in kinds else []) + \
         ([] if profile.ofed else ["ofed_info"])  # the upstream stack has no ofed_info
     if gone:

@@ -32,6 +32,7 @@ from ccrhost.lab import slurm as lab_slurm
 from ccrhost.lab.boot import LINK_BURST_KB, shim_python
 from ccrhost.lab.boot import write_node_record as _write_node_record
 from ccrhost.lab import rack as lab_rack
+from ccrhost.lab import reach as lab_reach
 from ccrhost.lab import switches as lab_switches
 from ccrhost.lab.profile import (
     FABRIC_PREFIX,
@@ -157,6 +158,8 @@ class Lab:
         for node_name in list(faults) + list(profiles):
             if node_name not in names:
                 raise LabError(f"fault or profile for {node_name!r}: the lab has nodes node1..node{nodes}")
+        addresses = {n: str(ipaddress.IPv4Address(f"198.18.{subnet}.0") + 10 + i) for i, n in enumerate(names, 1)}
+        cut = {n: lab_reach.targets(n, faults.get(n, []), addresses) for n in names}  # refused before anything
         # Load every profile before touching anything, so a bad one changes nothing.
         loaded = {p: load_profile(p) for p in {profile, *profiles.values()}}
 
@@ -194,6 +197,8 @@ class Lab:
                 self.save(state)
                 self._create_node(state, node, loaded[node.profile], faults.get(node_name, []), offsets[i - 1])
                 self.save(state)
+            for node in state.nodes:
+                lab_reach.apply(node.netns, set(), cut[node.name])
             self._write_known_hosts(state)
             lab_rack.write(self, state)  # the NVLink rack's trays, for their IMEX daemons' view
             for node in state.nodes:
@@ -576,12 +581,14 @@ class Lab:
     def _set_faults(self, state: LabState, node: Node, faults: list[Fault]) -> list[str]:
         """Rewrite the running node's emulated hardware for ``faults``, the
         way boot renders it: link files in its /sys, the GPU and link faults
-        nvidia-smi and ib_write_bw read, its lab link's shaping."""
+        nvidia-smi and ib_write_bw read, its lab link's shaping, its unreachable routes."""
         from ccrhost.lab.profile import Profile
 
         for f in faults:
             if f.kind not in LIVE_KINDS and str(f) not in node.faults:
                 raise LabError(f"fault {f} can only be set at `ccrhost lab up`; live: {', '.join(LIVE_KINDS)}")
+        addresses = {n.name: n.address for n in state.nodes}
+        cut = lab_reach.targets(node.name, faults, addresses)  # validated before anything changes
         ndir = self.node_dir(node)
         saved = json.loads((ndir / "profile.json").read_text())
         profile = Profile(**saved["profile"])
@@ -603,6 +610,7 @@ class Lab:
             _write_node_record(folder, info)
         if rate != self.link_mbit(state, self._faults(node)):
             self._shape(state, node, rate)
+        lab_reach.apply(node.netns, lab_reach.targets(node.name, self._faults(node), addresses), cut)
         saved["faults"] = names
         (ndir / "profile.json").write_text(json.dumps(saved))  # a reboot keeps them, as hardware would
         node.faults = names

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ccrhost.lab import host_health as lab_host_health
 from ccrhost.lab import rack as lab_rack
+from ccrhost.lab import reach as lab_reach
 from ccrhost.lab import pcie
 
 
@@ -375,9 +376,10 @@ FAULT_KINDS = {
     "etc_readonly": "the node's /etc is mounted read-only",
     "etc_full": "the node's /etc has no space left",
     "link_slow": "MBIT: the node's lab link is shaped to this rate instead of the lab's",
-    "perftest_missing": "ib_write_bw is not installed",
-    "perftest_hang": "ib_write_bw hangs instead of measuring",
-    "fabric_blocked": "ib_write_bw's out-of-band port is blocked: its server never listens, its client cannot connect",
+    "perftest_missing": "perftest (ib_write_bw, ib_write_lat) is not installed",
+    "perftest_hang": "perftest (ib_write_bw, ib_write_lat) hangs instead of measuring",
+    "fabric_blocked": "perftest's out-of-band port is blocked: its server never listens, its client cannot connect",
+    lab_reach.KIND: lab_reach.DESCRIPTION,
     "acs_redirect": "[BDF]: ACS redirect on a bridge of a GPU-NIC path (default: the switch port above the first NIC)",
     "no_peermem": "no peer-memory module at boot and no dma-buf (the proprietary GPU module)",
     "nic_numa_far": "[DEV]: that NIC (default: the last of socket 0) sits on a root port of the other socket",
@@ -610,7 +612,7 @@ LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_thrott
               "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy", "group_slow",
               "dcgm_hostengine_hung", "dcgm_diag_hang", "dcgm_stress_fail", "dcgm_missing", "gpu_pcie_slow",
               *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal", "module_fault", "ddm_out_of_range", "high_ber",
-              *lab_host_health.LIVE, *lab_rack.LIVE)
+              *lab_host_health.LIVE, *lab_rack.LIVE, lab_reach.KIND)
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:

@@ -78,6 +78,7 @@ class AcceptOptions:
     measure_timeout: int = 60
     measure_retries: int = 1
     measure_port: int = 18515
+    mesh_timeout: int = 20             # seconds an ib_write_lat end waits for its peer (S2)
 
 
 @dataclass
@@ -86,6 +87,7 @@ class Outcome:
     states: dict = field(default_factory=dict)         # node -> certified, failed, incomplete, ...
     untouched: dict = field(default_factory=dict)      # node -> why (running a job, down)
     ran: dict = field(default_factory=dict)            # node -> the stages this run ran for it
+    details: dict = field(default_factory=dict)        # stage -> what its fleet runs showed (mesh pairs, groups)
 
 
 def _targets(opts: AcceptOptions) -> dict:
@@ -125,16 +127,28 @@ def _wanted(opts: AcceptOptions, settings) -> tuple[str, ...]:
     return tuple(s for s in own if opts.stages is None or s in opts.stages)
 
 
-def _prior(fleet: Fleet, name: str):
-    """The certificate the node keeps, as its own check read it (None: none, or unreadable)."""
+def _prior(fleet: Fleet, name: str, report_dir: str):
+    """The node's certificate: the one it keeps, as its own check read it, or the report directory's copy
+    where that is newer (a node its prolog drained after a failed stage could not be given its copy)."""
+    found = []
     verdict = fleet.verdicts.get(name)
     stored = getattr(verdict.readings, "certificate", None) if verdict is not None else None
-    if stored is None or stored.error or not stored.data:
-        return None
+    if stored is not None and not stored.error and stored.data:
+        found.append(stored.data)
+    path = Path(report_dir) / CERTS / f"{name}.json"
     try:
-        return cm.Certificate.from_dict(stored.data)
-    except (KeyError, TypeError, ValueError):
-        return None
+        found.append(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        pass
+    certs = []
+    for data in found:
+        try:
+            cert = cm.Certificate.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        if cert.node == name:
+            certs.append(cert)
+    return max(certs, key=lambda c: max((r.at for r in c.stages.values()), default=0.0), default=None)
 
 
 def _versions(fleet: Fleet, name: str) -> dict:
@@ -235,7 +249,7 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
             for name in runs:
                 settings = fleet.settings.get(name)
                 wanted = _wanted(opts, settings)
-                prior = _prior(fleet, name)
+                prior = _prior(fleet, name, opts.report_dir)
                 if prior is not None:
                     certs[name] = prior
                 plan[name] = cm.to_run(prior, wanted, clock(), _versions(fleet, name), opts.again)
@@ -243,11 +257,16 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
         elif stage == "node":
             stage_node(fleet, runs, held, vopts, nccl, say, clock)
         elif stage == "mesh":
-            stage_mesh(fleet, runs, held, say)
+            got = stage_mesh(fleet, runs, held, opts.mesh_timeout, say)
+            out.details["mesh"] = {"rounds": got.rounds, "pruned": [p.node for p in got.pruned],
+                                   "pairs": [p.to_dict() for p in got.pairs]}
         elif stage == "pairs":
             stage_pairs(fleet, runs, held, vopts, say)
         elif stage == "scale":
-            stage_scale(fleet, runs, held, nccl, say)
+            got = stage_scale(fleet, runs, held, nccl, say)
+            out.details["scale"] = {"runs": [{"group": list(r.group), "passed": r.passed, "busbw": r.busbw,
+                                              "purpose": r.purpose, "step": r.step} for r in got.runs],
+                                    "admitted": list(got.admitted)}
         elif stage == "soak":
             stage_soak(fleet, runs, held, vopts, opts.soak_minutes, say, clock)
         for name in held.late:
@@ -365,7 +384,7 @@ def write_report(folder: str, out: Outcome, run_id: str) -> list[Path]:
         tmp.write_text(json.dumps(cert.to_dict(), indent=1, sort_keys=True) + "\n")
         os.replace(tmp, path)
     doc = {"run": run_id, "states": dict(sorted(out.states.items())), "untouched": dict(sorted(out.untouched.items())),
-           "ran": {n: list(s) for n, s in sorted(out.ran.items())},
+           "ran": {n: list(s) for n, s in sorted(out.ran.items())}, "details": out.details,
            "certificates": {n: c.to_dict() for n, c in sorted(out.certificates.items())}}
     report = root / REPORT
     report.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

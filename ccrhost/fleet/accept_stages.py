@@ -17,7 +17,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
-from ccrhost.fleet.slurm_check import CheckOutput, judge
+from ccrhost.fleet.slurm_check import CheckOutput, drained_verdict, judge
 from ccrhost.fleet.slurm_job import Batches, VerifyOptions
 from ccrhost.model.active import ActiveReading
 from ccrhost.model.status import UNKNOWN, Reason
@@ -80,7 +80,9 @@ def run_checks(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOp
             fleet.outputs.update(got)
             reached += [n for n in taken if n in got]
         for name in missed:
-            fleet.verdicts[name] = not_run(f"not checked: {_why(batches, name)}")
+            # drained by its own prolog while the batch waited: the codes its reason names (slurm verify's way)
+            fleet.verdicts[name] = (drained_verdict(batches.lost[name]) if name in batches.lost
+                                    else not_run(f"not checked: {_why(batches, name)}"))
     return reached
 
 
@@ -185,13 +187,13 @@ def stage_pairs(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyO
         fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None))
 
 
-def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, say) -> dict:
+def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, timeout: int, say):
     """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh)."""
     from ccrhost.fleet.slurm_mesh import MeshOptions, run_mesh
 
     first = fleet.settings[names[0]]
     opts = MeshOptions(group=first.accept_mesh_group, prune=first.accept_mesh_prune,
-                       max_p99_us=first.accept_latency_max_p99_us)
+                       max_p99_us=first.accept_latency_max_p99_us, timeout=timeout)
     devices = {}
     for name in names:
         ports = [p for p in fleet.verdicts[name].readings.ports if p.active and not p.efa]

@@ -420,6 +420,8 @@ def sweep_document(partition: str, code: int, verdicts: dict, paths: dict) -> di
 @click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
 @click.option("--measure-seconds", type=click.IntRange(1, 600), default=5, show_default=True,
               help="ib_write_bw's -D in S3.")
+@click.option("--mesh-timeout", type=click.IntRange(2, 600), default=20, show_default=True,
+              help="Seconds an ib_write_lat end waits for its peer in S2.")
 @click.option("--nccl-binary", help="all_reduce_perf on the nodes [default: verify_allreduce_binary].")
 @click.option("--nccl-max-bytes", help="The size judged [default: verify_allreduce_max_bytes].")
 @click.option("--nccl-iters", type=click.IntRange(1, 1000), default=20, show_default=True)
@@ -430,7 +432,7 @@ def sweep_document(partition: str, code: int, verdicts: dict, paths: dict) -> di
 @click.option("--dry-run", is_flag=True, help="List the nodes, the reservation and the resume it would make; "
               "submit, reserve, resume and drain nothing.")
 def accept(partition, nodelist, max_nodes, stages, again, budget, soak_minutes, reservation, ccrhost_cmd, config,
-           report_dir, wait_s, check_timeout, measure_seconds, nccl_binary, nccl_max_bytes, nccl_iters, nccl_timeout,
+           report_dir, wait_s, check_timeout, measure_seconds, mesh_timeout, nccl_binary, nccl_max_bytes, nccl_iters, nccl_timeout,
            nccl_profile, sbatch_options, dry_run):
     """Accept new or repaired nodes: staged burn-in ending in a certificate.
 
@@ -465,6 +467,7 @@ def accept(partition, nodelist, max_nodes, stages, again, budget, soak_minutes, 
                          again=stage_list(again, "--again") or (), budget=budget, soak_minutes=soak_minutes,
                          reservation=reservation, dry_run=dry_run, wait=wait_s, check_timeout=check_timeout,
                          sbatch_options=tuple(sbatch_options), measure_seconds=measure_seconds,
+                         mesh_timeout=mesh_timeout,
                          nccl=nccl_options("nvlink,loopback,pair", nccl_binary, nccl_max_bytes, nccl_iters, None,
                                            nccl_timeout, max_nodes, 29500, (), nccl_profile))
     try:

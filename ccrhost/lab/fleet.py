@@ -614,7 +614,7 @@ def _same_target(a: Fault, b: Fault) -> bool:
     """Whether fault ``b`` replaces ``a``: the same kind on the same device."""
     if a.kind != b.kind:
         return False
-    if a.kind in ("port_rate", "pcie_width", "gid_index"):
+    if a.kind in ("port_rate", "pcie_width", "gid_index", "gemm_throttle"):
         return (a.value or "").split(":")[0] == (b.value or "").split(":")[0]
     return a.kind == "link_slow" or a.value == b.value
 

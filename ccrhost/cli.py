@@ -376,18 +376,25 @@ def explain(text):
               help="YAML file of the same keys as inventory data (verify_dcgm_*).")
 @click.option("--level", type=click.IntRange(1, 4), help="The diag level [default: verify_dcgm_level_sweep].")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: every diag and nvbandwidth result the node now holds (this run's merged into the stored), "
-              "what its checks judge.")
+              help="json: every diag, nvbandwidth and GEMM result the node now holds (this run's merged into the "
+              "stored), what its checks judge.")
 @click.option("--nvbandwidth/--no-nvbandwidth", "with_nvbandwidth", default=None,
               help="Run nvbandwidth after the diag [default: verify_nvbandwidth]; the prolog's quick step never does.")
-def dcgm_diag(config_path, level, fmt, with_nvbandwidth):
+@click.option("--gemm-only", is_flag=True,
+              help="Run only the GEMM (dcgmproftester), no diag and no nvbandwidth, verify_gemm on or off "
+              "(an acceptance soak).")
+@click.option("--gemm-seconds", type=click.IntRange(5, 3 * 3600), metavar="N",
+              help="Seconds of GEMM load per GPU for this run [default: verify_gemm_seconds].")
+def dcgm_diag(config_path, level, fmt, with_nvbandwidth, gemm_only, gemm_seconds):
     """Run DCGM's diagnostics on this node now and store the result.
 
     Asks the host engine first (verify_dcgm_engine_timeout), then runs
     `dcgmi diag -r LEVEL -j` under the level's deadline, judges the report
     and stores the result in verify_dcgm_state, where `ccrhost check` and
     the prolog read it with its age; with verify_nvbandwidth, nvbandwidth's
-    copy bandwidths too. Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (the worst).
+    copy bandwidths too; with verify_gemm (or --gemm-only), each GPU's GEMM
+    throughput under dcgmproftester against its fp16 peak.
+    Exit 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (the worst).
     The diag holds every GPU: on a node whose GPUs hold a compute process
     (nvidia-smi --query-compute-apps) nothing runs or is stored, and the
     result is UNKNOWN node_busy (exit 3), unless verify_active_when_busy.
@@ -403,23 +410,30 @@ def dcgm_diag(config_path, level, fmt, with_nvbandwidth):
     level = level or settings.verify_dcgm_level_sweep
     skipped = None
     if not settings.verify_active_when_busy:
+        from ccrhost.model import gemm
         from ccrhost.model.dcgm import CHECK, mode
         from ccrhost.node import busy
 
-        skipped = busy.not_run(busy.read_local(slurm_conf=settings.slurm_conf), CHECK, mode(level),
-                               f"DCGM diag level {level}",
+        check, what = ((gemm.CHECK, gemm.PRECISION[gemm.TENSOR_FIELD]), "GEMM (dcgmproftester)") if gemm_only \
+            else ((CHECK, mode(level)), f"DCGM diag level {level}")
+        skipped = busy.not_run(busy.read_local(slurm_conf=settings.slurm_conf), *check, what,
                                settings.verify_dcgm_valid_for)
-    results = [skipped or node_dcgm.run_and_store(settings, level)]
+    results = [skipped] if skipped else [] if gemm_only else [node_dcgm.run_and_store(settings, level)]
     wanted = settings.verify_nvbandwidth if with_nvbandwidth is None else with_nvbandwidth
-    if wanted and skipped is None:  # the copy bandwidths, stored beside the diag
+    if wanted and skipped is None and not gemm_only:  # the copy bandwidths, stored beside the diag
         from ccrhost.node import nvbandwidth
 
         results.append(nvbandwidth.run_and_store(settings))
+    if (settings.verify_gemm or gemm_only) and skipped is None:  # the GEMM, stored beside them
+        from ccrhost.node import gemm as node_gemm
+
+        results.append(node_gemm.run_and_store(settings, gemm_seconds))
     if fmt == "json":  # what the node holds now: a fleet run judges it, as the node's own check does
         from ccrhost.node.active import load
 
         try:
-            held = [r for r in load(settings.verify_dcgm_state).values() if r.check in ("dcgm_diag", "nvbandwidth")]
+            held = [r for r in load(settings.verify_dcgm_state).values()
+                    if r.check in ("dcgm_diag", "nvbandwidth", "gemm")]
         except ValueError:
             held = results
         click.echo(json.dumps([r.to_dict() for r in held or results], separators=(",", ":")))

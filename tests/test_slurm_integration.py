@@ -89,6 +89,7 @@ EVERY_KEY = {
     "verify_dcgm_state": "/var/lib/ccrhost/diag.json", "verify_nvbandwidth": True,
     "verify_nvbandwidth_binary": "/opt/nvbandwidth/nvbandwidth", "verify_nvbandwidth_timeout": 120,
     "verify_nvbandwidth_min_gbs": {"host_to_device_memcpy_ce": 50.0},
+    "verify_gemm": True, "verify_gemm_seconds": 120, "verify_gemm_min_fraction": 0.5,
     "verify_active_when_busy": True, "rdma_tune_when_busy": True,
     "baseline_cpus_all_online": True, "baseline_cpu_sockets": 2, "baseline_cpu_cores": 96, "baseline_cpu_threads": 96,
     "baseline_cpu_model": "AMD EPYC 9V84 96-Core Processor", "baseline_memory_total_kib": 1961032704,

@@ -85,7 +85,7 @@ def _detail(v: Verdict) -> str:
     m = v.measured_ccr
     if m:
         ccr += (f"<p>measured CCR {m.ccr:.3e} = B {m.bandwidth_gbps:g} Gb/s (two-node ring all-reduce busbw x 8) / "
-                f"(beta {m.beta:g} x F {m.tflops:.1f} TFLOPS)</p>")
+                f"(beta {m.beta:g} x F {m.tflops:.1f} TFLOPS, {m.compute or 'nominal'} compute)</p>")
     return f'<details class="detail"><summary>ports, PCIe, GPUs</summary>{ccr}{ports}{gpu_table}</details>'
 
 

@@ -13,6 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from ccrhost.lab import gemm as lab_gemm
 from ccrhost.lab import rack as lab_rack
 from ccrhost.lab.profile import (
     ProfileError,
@@ -129,6 +130,7 @@ def prepare(lab, node: Node) -> None:
         "broken_modules": [f.value for f in faults if f.kind == "modprobe_fails"],
         "nics": built["nics"],
         "gpus": profile.gpus.model_dump(),
+        "gpu_fp16_tflops": lab_gemm.peak(profile.gpus.model),  # the GEMM shim's full speed (lab/gemm.py)
         # the profile's (a capture's), else one per node and GPU; made here
         # so that nvidia-smi, run by every probe, needs no uuid and hashlib
         "gpu_uuids": list(profile.gpus.uuids) or [

@@ -622,7 +622,7 @@ def _same_target(a: Fault, b: Fault) -> bool:
     """Whether fault ``b`` replaces ``a``: the same kind on the same device."""
     if a.kind != b.kind:
         return False
-    if a.kind in ("port_rate", "pcie_width", "gid_index"):
+    if a.kind in ("port_rate", "pcie_width", "gid_index", "gemm_throttle"):
         return (a.value or "").split(":")[0] == (b.value or "").split(":")[0]
     return a.kind in ("link_slow", "group_slow") or a.value == b.value  # one rate, one K per node
 

@@ -20,6 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ccrhost.lab import gemm as lab_gemm
 from ccrhost.lab import host_health as lab_host_health
 from ccrhost.lab import rack as lab_rack
 from ccrhost.lab import reach as lab_reach
@@ -449,6 +450,7 @@ FAULT_KINDS = {
 }
 FAULT_KINDS.update(lab_host_health.FAULTS)  # host health (lab/host_health.py; docs/host-health.md)
 FAULT_KINDS.update(lab_rack.FAULTS)  # an NVLink rack's trays (lab/rack.py; docs/rack.md)
+FAULT_KINDS.update(lab_gemm.FAULTS)  # the GEMM's (lab/gemm.py; docs/lab.md)
 GPU_HEALTH_KINDS = ("xid", "gpu_fell_off", "row_remap_pending", "row_remap_failure", "ecc_uncorrectable",
                     "nvlink_down", "fabric_not_ready", "pcie_replay", "gpu_serial")
 # The six error counters the data-path check reads, plus one more the
@@ -612,7 +614,7 @@ LIVE_KINDS = ("port_down", "port_rate", "pcie_width", "gpu_missing", "gpu_thrott
               "allreduce_wrong", "allreduce_hang", "allreduce_missing", "gpu_busy", "group_slow",
               "dcgm_hostengine_hung", "dcgm_diag_hang", "dcgm_stress_fail", "dcgm_missing", "gpu_pcie_slow",
               *GPU_HEALTH_KINDS, *FABRIC_FAULTS, "mlx5_fatal", "module_fault", "ddm_out_of_range", "high_ber",
-              *lab_host_health.LIVE, *lab_rack.LIVE, lab_reach.KIND)
+              *lab_host_health.LIVE, *lab_rack.LIVE, lab_reach.KIND, *lab_gemm.LIVE)
 
 
 def _nic_bus(nic: Nic) -> tuple[str, int]:
@@ -1034,7 +1036,7 @@ def link_files(profile: Profile, faults: list[Fault]) -> dict[str, str]:
         files[f"{port}/state"] = "1: DOWN\n" if is_down and not efa else "4: ACTIVE\n"
         files[f"{port}/phys_state"] = "3: Disabled\n" if is_down and not efa else "5: LinkUp\n"
         files[f"{port}/rate"] = (RATE_STRINGS[rates[nic.name]] if nic.name in rates else nd.rate_text()) + "\n"
-    why = lab_host_health.refused(faults) or lab_rack.refused(faults)
+    why = lab_host_health.refused(faults) or lab_rack.refused(faults) or lab_gemm.refused(faults, profile.gpus.count)
     if why:
         raise ProfileError(why)
     files.update(lab_host_health.sys_files(faults))

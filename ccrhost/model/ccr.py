@@ -67,13 +67,14 @@ class CcrResult:
     model: str
     band: str | None  # None when beta is the CCR guide's literal default or given as --beta/verify_beta
     workload: dict | None = None  # the workload model's figures and assumptions, when one was given
+    compute: str | None = None    # a measured CCR's F: "measured" (the GEMM's) or "nominal" (the peak's)
 
     def to_dict(self) -> dict:
         return {
             # infinite: a job with no inter-node traffic (JSON has no infinity)
             "ccr": self.ccr if math.isfinite(self.ccr) else None, "bandwidth_gbps": self.bandwidth_gbps,
             "tflops": self.tflops, "beta": self.beta, "bandwidth_model": self.model, "band": self.band,
-            "workload": self.workload,
+            "workload": self.workload, "compute": self.compute,
         }
 
 

@@ -253,6 +253,8 @@ def check_dcgm(reading) -> list[Reason]:
             results.append(result)
         elif result.check == "nvbandwidth":  # stored beside the diag, by the same runs (node/nvbandwidth.py)
             reasons += judged(result, "nvbandwidth_stale", f"{result.check} ({result.mode})")
+        elif result.check == "gemm":  # likewise (node/gemm.py)
+            reasons += judged(result, "gemm_stale", f"GEMM ({result.mode})")
     results.sort(key=lambda r: r.measured_at)
     if not results:
         return reasons

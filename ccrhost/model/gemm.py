@@ -108,3 +108,26 @@ def check_gemm(reading: GemmReading, peaks: dict[int, Peak], min_fraction: float
                 f"{achieved / peak.tflops:.2f} of its peak {peak.tflops:g} TFLOP/s ({peak.source}), "
                 f"below {min_fraction:g}", gpu=gpu))
     return reasons
+
+
+def measured_compute(reading) -> float | None:
+    """The node's measured compute in TFLOP/s, the sum of its GPUs' from the
+    stored GEMM result of ``reading`` (an ``ActiveReading``, the DCGM state
+    file's): only a fresh OK or FAIL result with figures (a FAIL is a slow
+    GPU measured, so its figure is true); None otherwise: stale, UNKNOWN,
+    none stored."""
+    from ccrhost.model.active import ActiveResult
+    from ccrhost.model.status import OK
+
+    data = reading.results.get(f"{CHECK}/{PRECISION[TENSOR_FIELD]}") if reading is not None else None
+    if data is None or reading.error:
+        return None
+    try:
+        result = ActiveResult.from_dict(data)
+    except ValueError:
+        return None
+    tflops = (result.data or {}).get("tflops")
+    if result.stale(reading.read_at) or result.status not in (OK, FAIL) or not isinstance(tflops, dict) or not tflops:
+        return None
+    values = [v for v in tflops.values() if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+    return round(sum(values), 3) if len(values) == len(tflops) else None

@@ -200,7 +200,7 @@ class Verdict:
                 return None
             value = ccr["ccr"] if ccr["ccr"] is not None else math.inf
             return ccrmod.CcrResult(value, ccr["bandwidth_gbps"], ccr["tflops"], ccr["beta"],
-                                    ccr["bandwidth_model"], ccr["band"], ccr.get("workload"))
+                                    ccr["bandwidth_model"], ccr["band"], ccr.get("workload"), ccr.get("compute"))
 
         readings = doc.get("readings")
         return cls(
@@ -510,18 +510,34 @@ def _measured_ccr(readings: Readings, tflops: float | None, gpu_count: int, poli
                   floor: float | None) -> tuple[ccrmod.CcrResult | None, list[Reason]]:
     """CCR_measured = B_measured / (beta x F), B_measured the fresh two-node
     ring busbw (GB/s, x 8 for Gb/s: a ring's busbw is what each node's NICs
-    carry), judged against the same floor as the nominal CCR."""
+    carry), judged against the same floor as the nominal CCR. F is the
+    measured compute where a fresh GEMM result holds one
+    (:func:`measured_f`), else the nominal; the result says which."""
     busbw = ar.pair_busbw(readings.allreduce)
-    if busbw is None or not tflops:
+    measured = measured_f(readings.dcgm, policy.precision)
+    compute = measured or tflops
+    if busbw is None or not compute:
         return None, []
-    result, model_reasons = node_ccr([busbw * 8], tflops, gpu_count, policy)
+    result, model_reasons = node_ccr([busbw * 8], compute, gpu_count, policy)
     if result is None:
         return None, model_reasons
+    result = replace(result, compute="measured" if measured else "nominal")
     if floor is not None and result.ccr < floor:
         return result, [*model_reasons, Reason(FAIL, "ccr_measured_low",
                                                f"measured CCR {result.ccr:.3g} (B {busbw * 8:g} Gb/s from the "
-                                               f"two-node all-reduce) below {floor:.3g}")]
+                                               f"two-node all-reduce, F {compute:.1f} TFLOPS {result.compute}) "
+                                               f"below {floor:.3g}")]
     return result, model_reasons
+
+
+def measured_f(dcgm_reading, precision: str) -> float | None:
+    """The node's measured compute (TFLOP/s, the sum of its GPUs') from the
+    fresh stored GEMM result, where it measures the CCR's precision: the
+    GEMM runs FP16, whose dense peak is BF16's on every GPU of the table;
+    None otherwise (no result, stale, UNKNOWN, another precision)."""
+    from ccrhost.model.gemm import measured_compute
+
+    return measured_compute(dcgm_reading) if precision in ("fp16", "bf16") else None
 
 
 def host_versions(verdicts: dict[str, Verdict]) -> dict[str, dp.HostVersions]:

@@ -70,9 +70,9 @@ def run_and_store(settings, level: int, run=None, clock=time.time) -> ActiveResu
 
 
 def stored_reading(path: str, clock=time.time, required: bool = True) -> ActiveReading:
-    """What ``ccrhost check`` and the prolog judge: the stored diag and
-    nvbandwidth results and their age (``required``: the node's settings
+    """What ``ccrhost check`` and the prolog judge: the stored diag,
+    nvbandwidth and GEMM results and their age (``required``: the node's settings
     ask for them, verify_dcgm)."""
     now = clock()
-    stored, error = active.read_stored(path, (CHECK, "nvbandwidth"), now)
+    stored, error = active.read_stored(path, (CHECK, "nvbandwidth", "gemm"), now)
     return ActiveReading(now, stored, error, required)

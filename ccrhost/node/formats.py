@@ -27,7 +27,8 @@ def format_text(verdict: Verdict) -> str:
             lines.append(f"  workload model: {c.workload['statement']}")
     if verdict.measured_ccr:
         m = verdict.measured_ccr
-        lines.append(f"  measured CCR {m.ccr:.3e} (B {m.bandwidth_gbps:g} Gb/s from the two-node all-reduce)")
+        lines.append(f"  measured CCR {m.ccr:.3e} (B {m.bandwidth_gbps:g} Gb/s from the two-node all-reduce, "
+                     f"F {m.tflops:.1f} TFLOPS {m.compute or 'nominal'} compute)")
     if verdict.status != OK:
         lines.append(f"  action: {verdict.action_text()}")
     shown: dict[str, int] = {}

@@ -164,7 +164,7 @@ def ccr(settings, report=None, measured=None, gpudirect=None, allreduce=None, dc
         dcgm_text = fact_cache._real(host).get_fact(ActiveStateText, path=settings.verify_dcgm_state,
                                                     attempt=time.time())
         diag = ActiveReading(time.time(), {f"{r.check}/{r.mode}": r.to_dict() for r in merged(dcgm_text, [dcgm])
-                                           if r.check in ("dcgm_diag", "nvbandwidth")},
+                                           if r.check in ("dcgm_diag", "nvbandwidth", "gemm")},
                              required=settings.verify_dcgm)
     verdict = node_verdict(snap, settings, measured, gpudirect, fact_cache.fabric_first(host), reading, nic_reading,
                            diag, skipped, wiring_reading, imex)

@@ -1,11 +1,13 @@
-"""Active-check keys: the NCCL all-reduce gate, DCGM diagnostics and
-nvbandwidth, whose results each node stores and every check judges."""
+"""Active-check keys: the NCCL all-reduce gate, DCGM diagnostics,
+nvbandwidth and the GEMM, whose results each node stores and every check judges."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
+
+from ccrhost.model.gemm import GemmPolicy
 
 
 class ActiveSettings(BaseModel):
@@ -137,6 +139,23 @@ class ActiveSettings(BaseModel):
                                      Annotated[float, Field(gt=0)]] | None = Field(
         None, description="GB/s below which a GPU (or GPU pair) FAILS nvbandwidth's testcase, overriding the "
         "platform file's published figure (docs/platforms.md); the platform's fleet figure applies as well.",
+    )
+
+    # GEMM throughput per GPU (model/gemm.py, node/gemm.py; docs/dcgm.md)
+    verify_gemm: bool = Field(
+        False, description="Also run DCGM's dcgmproftester (field 1004, FP16 tensor-core GEMM) wherever the DCGM "
+        "diag runs on the node (`ccrhost dcgm`, slurm verify --dcgm, slurm sweep), stored beside it in "
+        "verify_dcgm_state and judged with it: a GPU below verify_gemm_min_fraction of its fp16 dense peak FAILs "
+        "gemm_slow; a fresh result gives the measured CCR its measured compute.",
+    )
+    verify_gemm_seconds: int = Field(
+        GemmPolicy.duration_s, ge=5, le=3 * 3600, description="Seconds of load per GPU (dcgmproftester -d); "
+        "`ccrhost dcgm --gemm-seconds` overrides it for one run (an acceptance soak).",
+    )
+    verify_gemm_min_fraction: float = Field(
+        GemmPolicy.min_fraction, gt=0, le=1, description="Fraction of a GPU's fp16 dense peak "
+        "(ccrhost/platforms/gpus.yaml, or verify_gpu_tflops) below which its GEMM throughput FAILs gemm_slow: "
+        "DCGM's own floor for this load, a proxy to calibrate per site (docs/dcgm.md).",
     )
 
     @field_validator("verify_dcgm_timeouts", mode="before")

@@ -63,12 +63,15 @@ def test_again_reruns_a_holding_stage_and_wanted_leaves_the_others_out():
     assert cm.to_run(None, ("check", "node"), 1100.0, V) == ("check", "node")
 
 
-def test_skipped_stages_count_as_passed():
+def test_stages_the_settings_leave_out_are_skipped_and_run_once_wanted():
     wanted = ("check", "node")
     cert = None
     for r in (passed("check"), passed("node"), cm.StageResult("soak", cm.SKIPPED, 1001.0)):
         cert = cm.record(cert, "n1", r, 3600.0, V, wanted)
     assert cm.state(cert, wanted, 1100.0, V) == cm.CERTIFIED
+    # the settings now ask for the soak: skipped is no pass
+    assert cm.state(cert, (*wanted, "soak"), 1100.0, V) == cm.INCOMPLETE
+    assert cm.to_run(cert, (*wanted, "soak"), 1100.0, V) == ("check", "soak")
 
 
 def test_the_round_trip_keeps_everything():

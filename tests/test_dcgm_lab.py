@@ -340,8 +340,9 @@ def test_a_sweeps_dry_run_prints_each_batch_exactly_and_submits_runs_and_changes
     ccrhost = lab_slurm.ccrhost_command()
     check = shlex.quote(
         'echo "@@node $SLURMD_NODENAME"; if [ -r /etc/ccrhost/check.yaml ]; then echo "@@config"; '
-        'base64 < /etc/ccrhost/check.yaml; else echo "@@config -"; fi; echo "@@check"; '
-        f'{ccrhost} check --config /etc/ccrhost/check.yaml --format json 2>&1; echo "@@rc $?"')
+        'base64 < /etc/ccrhost/check.yaml; else echo "@@config -"; fi; echo "@@check base64"; '
+        f'out=$({ccrhost} check --config /etc/ccrhost/check.yaml --format json 2>&1); rc=$?; '
+        'printf "%s\\n" "$out" | base64; echo "@@rc $rc"')
     diag = (f'echo "@@dcgm"; {ccrhost} dcgm --config /etc/ccrhost/check.yaml --level 2 --format json 2>&1 | base64; '
             'echo "@@end"')
     sbatch = ("would run: sbatch --parsable -J ccrhost-verify -N {n} -w {w} --exclusive -o /dev/null -e /dev/null "

@@ -119,6 +119,13 @@ def _reserve(name: str, nodes: list[str], minutes: int, say, dry: bool) -> list[
     if drained:
         run_slurm("scontrol", "update", f"NodeName={hostlist(drained)}", "State=RESUME", check=False)
         say(f"resumed inside the reservation: {hostlist(drained)}")
+        # slurmctld pings a resumed node before it takes jobs (idle*, "not responding"): wait for the answer
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = list_nodes(nodelist=hostlist(drained))
+            if all(not v.state.endswith("*") for v in now.values()):
+                break
+            time.sleep(0.5)
     return []
 
 
@@ -253,7 +260,6 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
                 if prior is not None:
                     certs[name] = prior
                 plan[name] = cm.to_run(prior, wanted, clock(), _versions(fleet, name), opts.again)
-                out.ran[name] = [s for s in plan[name]]
         elif stage == "node":
             stage_node(fleet, runs, held, vopts, nccl, say, clock)
         elif stage == "mesh":
@@ -275,14 +281,15 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
         for name in runs:
             if stage == "check" or stage in plan.get(name, ()):
                 _record(fleet, certs, out, name, stage, began, run_id, clock)
+                out.ran.setdefault(name, []).append(stage)
         for name in list(alive):
             verdict = fleet.verdicts.get(name)
             if verdict is None or verdict.status not in (OK, WARN):
                 alive.remove(name)
                 say(f"{name}: {cm.TITLES[stage]} {verdict.status if verdict else UNKNOWN}: goes no further")
     for name in todo:
-        settings = fleet.settings.get(name)
-        wanted = _wanted(opts, settings)
+        # certified means every stage the node's own settings ask for (--stages only narrows this run)
+        wanted = _wanted_for(fleet, name)
         cert = certs.get(name)
         if cert is not None:
             for stage in cm.STAGES:
@@ -320,7 +327,7 @@ def _wanted_for(fleet: Fleet, name: str) -> tuple[str, ...]:
 def _finish(opts, fleet: Fleet, todo, batches: Batches, out: Outcome, certs, say) -> None:
     """Certificates onto the nodes (while the reservation holds them), then a drain for every node not
     certified, naming the stage that stopped it and its codes."""
-    from ccrhost.node import drain as node_drain
+    from ccrhost.model.drain_reason import drain_reason
     from ccrhost.node.certificate import store_script
 
     out.certificates.update(certs)
@@ -346,10 +353,13 @@ def _finish(opts, fleet: Fleet, todo, batches: Batches, out: Outcome, certs, say
         if verdict.status in (OK, WARN):  # passed what ran, yet not certified (a stage left to run)
             verdict = not_run(f"not certified: {state}")
         where = cm.TITLES[failed.stage] if failed is not None else "acceptance"
-        note = node_drain.drain(replace(verdict, reasons=[replace(r, message=f"{where}: {r.message}")
-                                                          for r in verdict.reasons]),
-                                node=name, scontrol="scontrol", unknown_drains=True)
-        say(f"{name}: {state} at {where}: {note}")
+        # drained whatever the level: a node not certified never returns to service (an UNKNOWN too,
+        # which a check's own drain leaves alone)
+        reason = drain_reason(replace(verdict, reasons=[replace(r, message=f"{where}: {r.message}")
+                                                        for r in verdict.reasons if r.level != OK]))
+        done = run_slurm("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}", check=False)
+        say(f"{name}: {state} at {where}: " + (f"drained: {reason}" if done.returncode == 0
+                                                else f"could not drain: {done.stderr.strip()}"))
 
 
 def text_table(out: Outcome, now: float) -> str:

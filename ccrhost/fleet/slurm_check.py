@@ -38,10 +38,12 @@ def check_script(ccrhost: str, config: str, refresh_nic: bool = False) -> str:
     (``refresh_nic``: a sweep that queries the NICs' tools and stores the readings)."""
     cfg = shlex.quote(config)
     refresh = " --refresh-nic" if refresh_nic else ""
-    # base64 in 76-character lines: srun cuts a long output line into several
+    # base64 in 76-character lines, the config and the check's output both: srun cuts a long output
+    # line into several (a long reason message, a certificate's), which would break the JSON
     return (f'echo "@@node $SLURMD_NODENAME"; '
             f'if [ -r {cfg} ]; then echo "@@config"; base64 < {cfg}; else echo "@@config -"; fi; '
-            f'echo "@@check"; {shlex.quote(ccrhost)} check --config {cfg} --format json{refresh} 2>&1; echo "@@rc $?"')
+            f'echo "@@check base64"; out=$({shlex.quote(ccrhost)} check --config {cfg} --format json{refresh} 2>&1); '
+            f'rc=$?; printf "%s\\n" "$out" | base64; echo "@@rc $rc"')
 
 
 @dataclass
@@ -57,6 +59,7 @@ def parse_check_task(lines: list[str]) -> CheckOutput | None:
     """One task's output of :func:`check_script`; a config that does not
     decode is kept as a note for the judgement (the node's own trouble)."""
     node = rc = None
+    encoded = False
     config: list[str] | None = None
     body, part = [], None
     for line in lines:
@@ -64,8 +67,8 @@ def parse_check_task(lines: list[str]) -> CheckOutput | None:
             node = line[7:].strip()
         elif line.startswith("@@config"):
             part, config = ("config", []) if line.strip() == "@@config" else (None, None)
-        elif line == "@@check":
-            part = "check"
+        elif line in ("@@check", "@@check base64"):
+            part, encoded = "check", line.endswith("base64")
         elif line.startswith("@@rc ") and part == "check":
             rc, part = numbers.integer(line[5:], 0, 255), None
         elif part == "config":
@@ -80,7 +83,13 @@ def parse_check_task(lines: list[str]) -> CheckOutput | None:
             text = base64.b64decode("".join(config), validate=True).decode(errors="replace")
         except ValueError as exc:  # binascii.Error
             error = f"its base64 does not decode ({exc})"
-    return CheckOutput(node, text, "\n".join(body), rc, error)
+    said = "\n".join(body)
+    if encoded:
+        try:
+            said = base64.b64decode("".join(x.strip() for x in body), validate=True).decode(errors="replace")
+        except ValueError as exc:
+            said = f"the check's output does not decode as base64 ({exc})"
+    return CheckOutput(node, text, said, rc, error)
 
 
 def _unknown(code: str, message: str) -> Verdict:

@@ -87,7 +87,8 @@ class Certificate:
 
 def holds(result: StageResult | None, now: float, valid_for: float, versions: dict) -> bool:
     """A passed stage within ``valid_for`` that ran under the node's present versions (those known on both)."""
-    if result is None or not result.passed or not 0 <= now - result.at <= valid_for:
+    # a stage skipped (the node's settings left it out then) proves nothing once it is wanted
+    if result is None or result.status not in PASSED or not 0 <= now - result.at <= valid_for:
         return False
     return all(result.versions.get(k) == versions[k] for k in COMPARED
                if versions.get(k) is not None and result.versions.get(k) is not None)
@@ -116,9 +117,9 @@ def state(cert: Certificate | None, wanted: tuple[str, ...], now: float, version
     results = [cert.stages.get(s) for s in wanted]
     if any(r is not None and r.status == FAIL for r in results):
         return FAILED
-    if any(r is None or not r.passed for r in results):
+    if any(r is None or r.status not in PASSED for r in results):
         return INCOMPLETE
-    if not all(r.status == SKIPPED or holds(r, now, cert.valid_for, versions or {}) for r in results):
+    if not all(holds(r, now, cert.valid_for, versions or {}) for r in results):
         return EXPIRED
     return CERTIFIED
 

@@ -35,12 +35,15 @@ CERTIFIED = ["node1", "node2", "node4", "node6"]
 
 
 def accept(lab, tmp_path, *args):
-    return subprocess.run(
+    run = subprocess.run(
         [sys.executable, "-m", "ccrhost", "slurm", "accept", "--nodes", "node[1-8]", "--ccrhost",
          lab_slurm.ccrhost_command(), "--report-dir", str(tmp_path / "report"), "--max-nodes", "8",
-         "--soak-minutes", "5", "--mesh-timeout", "4", "--measure-seconds", "1", "--nccl-iters", "5",
+         "--soak-minutes", "5", "--mesh-timeout", "4", "--measure-seconds", "1", "--measure-ports", "2", "--nccl-iters", "5",
          "--nccl-timeout", "20", "--nccl-profile", LAB_PLATFORM, *args],
         capture_output=True, text=True, timeout=900, cwd=tmp_path, env=lab_slurm.client_env(lab))
+    runs = len(list(tmp_path.glob("accept-*.log")))
+    (tmp_path / f"accept-{runs + 1}.log").write_text(run.stderr)  # its progress, each line timed
+    return run
 
 
 def busy_job(lab) -> str:
@@ -81,7 +84,7 @@ def test_accept_certifies_exactly_the_healthy_nodes_and_a_second_run_reruns_only
     lab = new_nodes
     other = busy_job(lab)
     run = accept(lab, tmp_path, "--reservation", "ccrhost-accept-test")
-    said = run.stdout + run.stderr[-6000:]
+    said = run.stdout + run.stderr
     assert run.returncode == 2, said
     doc = report(tmp_path)
     assert {n: s for n, s in doc["states"].items()} == {
@@ -105,7 +108,7 @@ def test_accept_certifies_exactly_the_healthy_nodes_and_a_second_run_reruns_only
     assert "node7" not in doc["details"]["scale"]["admitted"]
     # the measured CCR pairs the measured bandwidth with the measured compute
     pairs = doc["certificates"]["node1"]["stages"]["pairs"]["figures"]
-    assert pairs["measured_ccr"] and pairs["gemm_tflops_sum"], pairs
+    assert pairs["measured_ccr"] and pairs["gemm_tflops_sum"] and pairs["compute"] == "measured", (pairs, said)
     # only certified nodes are back in service; the others drained naming stage and code; node8 untouched
     states = lab_slurm.node_states(lab)
     assert {n for n, (st, _) in states.items() if st == "idle"} == set(CERTIFIED), states

@@ -279,3 +279,58 @@ def test_the_dry_run_prints_each_command_exactly_one_a_line_and_runs_none(monkey
     line = "ssh -p 2222 10.0.0.2 ''\"'\"'/opt/ccr host/ccrhost'\"'\"' check --config /etc/ccrhost/check.yaml --format json'"
     assert shlex.split(line) == ["ssh", "-p", "2222", "10.0.0.2",
                                  check_command(RemediateOptions(ccrhost="/opt/ccr host/ccrhost"))]
+
+
+def certified_healthy():
+    """A healthy check's verdict whose node keeps an acceptance certificate (every stage passed)."""
+    import time
+    from dataclasses import replace
+
+    from ccrhost.model import certificate as cm
+    from ccrhost.model.certificate_view import StoredCertificate
+
+    cert = None
+    for stage in cm.STAGES:
+        cert = cm.record(cert, "n1", cm.StageResult(stage, "OK", time.time()), 86400, {}, cm.STAGES)
+    v = evaluate(healthy(), H100)
+    return replace(v, readings=replace(v.readings, certificate=StoredCertificate(
+        time.time(), "/var/lib/ccrhost/certificate.json", data=cert.to_dict())))
+
+
+class CertifiedCluster(Cluster):
+    def remote(self, address, command):
+        if " check " in command:
+            self.ran.append((address, command))
+            v = certified_healthy()
+            return v.exit_code, json.dumps(v.to_dict())
+        return super().remote(address, command)
+
+
+def test_a_repaired_node_with_a_certificate_returns_only_through_the_stages_its_failure_concerns():
+    asked = []
+
+    def accept(names, again):
+        asked.append((names, again))
+        return {"n1": "certified", "n2": "failed"}
+
+    c = CertifiedCluster({"n1": node("n1", RESET), "n2": node("n2", RESET)})
+    logs = remediate(c.nodes, RemediateOptions(enabled=("reset_gpu",)), c.remote, c.slurm, accept=accept)
+    # the reset's code (a pending row remap) is a GPU's: S1 node-local and the soak, one run for both nodes
+    assert asked == [(["n1", "n2"], ("node", "soak"))]
+    by = {log.node: log for log in logs}
+    assert by["n1"].outcome == "resumed" and not by["n1"].failed
+    assert by["n1"].steps[-1] == "accepted again (node, soak): certified, resumed"
+    assert by["n2"].failed and by["n2"].steps[-1] == "acceptance (node, soak): failed: stays drained"
+    # remediate itself resumes neither: the acceptance run does, only the certified one
+    assert not any(a[:2] == ("scontrol", "update") and "State=RESUME" in a for a in c.ran)
+
+
+def test_without_a_certificate_or_with_accept_off_the_node_returns_as_ever():
+    c = CertifiedCluster({"n1": node("n1", RESET)})
+    [log] = remediate(c.nodes, RemediateOptions(enabled=("reset_gpu",), accept=False), c.remote, c.slurm,
+                      accept=lambda *a: pytest.fail("accept ran"))
+    assert log.outcome == "resumed" and ("scontrol", "update", "NodeName=n1", "State=RESUME") in c.ran
+    c = Cluster({"n1": node("n1", RESET)})
+    [log] = remediate(c.nodes, RemediateOptions(enabled=("reset_gpu",)), c.remote, c.slurm,
+                      accept=lambda *a: pytest.fail("accept ran"))
+    assert log.outcome == "resumed"

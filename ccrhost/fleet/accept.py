@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ccrhost.fleet.accept_stages import (
     Fleet,
-    bounded,
+    StageBatches,
     not_run,
     stage_check,
     stage_mesh,
@@ -78,6 +78,7 @@ class AcceptOptions:
     measure_timeout: int = 60
     measure_retries: int = 1
     measure_port: int = 18515
+    measure_ports: int | None = None   # at most this many ports per node in S3 (None: every active one)
     mesh_timeout: int = 20             # seconds an ib_write_lat end waits for its peer (S2)
 
 
@@ -201,7 +202,7 @@ def run_accept(opts: AcceptOptions, stream=None, clock=time.time) -> tuple[int, 
     vopts = VerifyOptions(ccrhost=opts.ccrhost, config=opts.config, report_dir=opts.report_dir, wait=opts.wait,
                           check_timeout=opts.check_timeout, measure_seconds=opts.measure_seconds,
                           measure_timeout=opts.measure_timeout, measure_retries=opts.measure_retries,
-                          measure_port=opts.measure_port,
+                          measure_port=opts.measure_port, measure_ports=opts.measure_ports,
                           sbatch_options=(*opts.sbatch_options, f"--reservation={run_id}"))
     fleet = Fleet({n: nodes[n].address for n in todo})
     batches = Batches(vopts, say, opts.max_nodes)
@@ -245,37 +246,15 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
             break
         budget = min(left, min(fleet.settings[n].accept_budget(stage) for n in need if n in fleet.settings)
                      if any(n in fleet.settings for n in need) else left)
-        held = bounded(batches, time.monotonic() + budget)
+        staged = StageBatches(batches, time.monotonic() + budget)
         # a fleet stage runs with every live node (the certified ones as partners) where any node needs it
         runs = list(alive) if stage in FLEET_STAGES else need
         say(f"{cm.TITLES[stage]}: {len(need)} node(s)" + (f", {len(runs) - len(need)} partner(s)"
                                                             if len(runs) > len(need) else ""))
         began = time.time()
-        if stage == "check":
-            stage_check(fleet, runs, held, vopts, say)
-            for name in runs:
-                settings = fleet.settings.get(name)
-                wanted = _wanted(opts, settings)
-                prior = _prior(fleet, name, opts.report_dir)
-                if prior is not None:
-                    certs[name] = prior
-                plan[name] = cm.to_run(prior, wanted, clock(), _versions(fleet, name), opts.again)
-        elif stage == "node":
-            stage_node(fleet, runs, held, vopts, nccl, say, clock)
-        elif stage == "mesh":
-            got = stage_mesh(fleet, runs, held, opts.mesh_timeout, say)
-            out.details["mesh"] = {"rounds": got.rounds, "pruned": [p.node for p in got.pruned],
-                                   "pairs": [p.to_dict() for p in got.pairs]}
-        elif stage == "pairs":
-            stage_pairs(fleet, runs, held, vopts, say)
-        elif stage == "scale":
-            got = stage_scale(fleet, runs, held, nccl, say)
-            out.details["scale"] = {"runs": [{"group": list(r.group), "passed": r.passed, "busbw": r.busbw,
-                                              "purpose": r.purpose, "step": r.step} for r in got.runs],
-                                    "admitted": list(got.admitted)}
-        elif stage == "soak":
-            stage_soak(fleet, runs, held, vopts, opts.soak_minutes, say, clock)
-        for name in held.late:
+        with staged.whole(runs) as held:
+            _stage(stage, opts, fleet, runs, held, vopts, nccl, plan, certs, say, clock, out)
+        for name in staged.late:
             if name in runs:
                 fleet.verdicts[name] = _late(stage, f"its budget of {budget:g} s")
         for name in runs:
@@ -298,6 +277,34 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
                                      _valid_for(fleet, name), _versions(fleet, name), wanted)
             certs[name] = cert
         out.states[name] = cm.state(cert, wanted, clock(), _versions(fleet, name))
+
+
+def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say, clock, out: Outcome) -> None:
+    """One stage on ``runs`` through ``held`` (the stage's batches)."""
+    if stage == "check":
+        stage_check(fleet, runs, held, vopts, say)
+        for name in runs:
+            settings = fleet.settings.get(name)
+            wanted = _wanted(opts, settings)
+            prior = _prior(fleet, name, opts.report_dir)
+            if prior is not None:
+                certs[name] = prior
+            plan[name] = cm.to_run(prior, wanted, clock(), _versions(fleet, name), opts.again)
+    elif stage == "node":
+        stage_node(fleet, runs, held, vopts, nccl, say, clock)
+    elif stage == "mesh":
+        got = stage_mesh(fleet, runs, held, opts.mesh_timeout, say)
+        out.details["mesh"] = {"rounds": got.rounds, "pruned": [p.node for p in got.pruned],
+                               "pairs": [p.to_dict() for p in got.pairs]}
+    elif stage == "pairs":
+        stage_pairs(fleet, runs, held, vopts, nccl, say, clock)
+    elif stage == "scale":
+        got = stage_scale(fleet, runs, held, nccl, say)
+        out.details["scale"] = {"runs": [{"group": list(r.group), "passed": r.passed, "busbw": r.busbw,
+                                          "purpose": r.purpose, "step": r.step} for r in got.runs],
+                                "admitted": list(got.admitted)}
+    elif stage == "soak":
+        stage_soak(fleet, runs, held, vopts, opts.soak_minutes, say, clock)
 
 
 def _late(stage: str, what: str):

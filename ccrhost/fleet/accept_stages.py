@@ -14,7 +14,7 @@ on top of the node's own verdict (``add_findings``), as the fleet's rules do.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
 from ccrhost.fleet.slurm_check import CheckOutput, drained_verdict, judge
@@ -174,17 +174,27 @@ def stage_node(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOp
         fleet.verdicts[name] = fleet.judge(name)
 
 
-def stage_pairs(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, say) -> None:
-    """S3: ib_write_bw between pairs covering every node (slurm verify --measure's pairing and isolation)."""
+def stage_pairs(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, nccl, say,
+                clock=time.time) -> None:
+    """S3: pairs covering every node: ib_write_bw (slurm verify --measure's pairing and isolation) and the
+    all-reduce pair mode, whose ring busbw is the measured CCR's B (beside the GEMM's measured F)."""
+    from ccrhost.fleet.slurm_nccl import node_infos, run_modes
     from ccrhost.fleet.slurm_verify import measure_pairs
 
     measured = measure_pairs(None, {n: fleet.verdicts[n] for n in names}, fleet.settings,
                              {n: fleet.addresses[n] for n in names}, vopts, say, batches)
     fleet.measured.update(measured)
+    if "pair" in nccl.modes:
+        infos = node_infos({n: fleet.verdicts[n] for n in names}, {n: fleet.addresses[n] for n in names})
+        for name, reading in run_modes(None, infos, replace(nccl, modes=("pair",)), say, clock=clock,
+                                       batches=batches).items():
+            old = fleet.allreduce.get(name)
+            fleet.allreduce[name] = replace(reading, results={**(old.results if old else {}), **reading.results})
     for name in names:
         fleet.verdicts[name] = fleet.judge(name)
         ccr = fleet.verdicts[name].measured_ccr
-        fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None))
+        fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None),
+                     measured_gbps=getattr(ccr, "bandwidth_gbps", None), compute=getattr(ccr, "compute", None))
 
 
 def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, timeout: int, say):
@@ -237,18 +247,36 @@ def stage_soak(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOp
             fleet.verdicts[name] = fleet.judge(name)
 
 
-def bounded(batches: Batches, deadline: float):
-    """``batches`` whose hold gives nothing once ``deadline`` (time.monotonic) has passed: the stage's budget."""
-    return _Bounded(batches, deadline)
+class StageBatches(Batches):
+    """The run's batches as one stage sees them: nothing held once its ``deadline`` (time.monotonic) has
+    passed (the stage's budget; those nodes are ``late``), and, where the stage's nodes fit the cap, one
+    allocation for the whole stage (:meth:`whole`) that every hold inside it shares: a stage of many rounds
+    (the mesh, the scale's groups) does not wait on an allocation per round."""
 
-
-class _Bounded(Batches):
     def __init__(self, inner: Batches, deadline: float):
         self.__dict__.update(inner.__dict__)
         self.inner, self.deadline, self.late = inner, deadline, set()
+        self.job, self.taken = None, None
+
+    @contextmanager
+    def whole(self, nodes: list[str]):
+        if len(nodes) > self.cap or time.monotonic() > self.deadline:
+            yield self
+            return
+        with self.inner.hold(nodes) as (job, taken):
+            self.job, self.taken = job, list(taken)
+            try:
+                yield self
+            finally:
+                self.job, self.taken = None, None
+
+    def chunks(self, names: list[str]) -> list[list[str]]:
+        return [list(names)] if self.taken is not None else self.inner.chunks(names)
 
     def hold(self, nodes):
         if time.monotonic() > self.deadline:
             self.late.update(nodes)
             return nullcontext((None, []))
+        if self.taken is not None:
+            return nullcontext((self.job, [n for n in nodes if n in self.taken]))
         return self.inner.hold(nodes)

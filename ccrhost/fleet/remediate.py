@@ -50,6 +50,7 @@ class RemediateOptions:
     config: str = CHECK_CONFIG
     timeout: float = 120
     dcgm_level: int = 0                        # the DCGM diag run before the check (0: none)
+    accept: bool = True                        # a node with a certificate re-runs its failure's stages first
 
 
 # The command's exit codes (docs/check-and-slurm.md, the table of every command's):
@@ -63,6 +64,7 @@ class NodeLog:
     steps: list[str] = field(default_factory=list)
     outcome: str = "left drained"
     failed: bool = False  # a step it tried failed (not: a node left alone on purpose)
+    again: tuple = ()     # the acceptance stages its repair must pass before it returns (its certificate's)
     would_run: list[str] = field(default_factory=list)  # a dry run: the commands, exactly as they would run
 
     def __call__(self, step: str) -> None:
@@ -242,6 +244,14 @@ def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) 
     if verdict.status not in (OK, WARN):
         log.fail(f"stays drained: action now {verdict.action}")
         return log
+    again = accept_stages(verdict, node.reason) if opts.accept else ()
+    if again:
+        # a node once accepted proves its repair by the stages its failure concerned (model/certificate.py)
+        log(f"it holds an acceptance certificate: the stages its failure concerns run before it returns: "
+            f"{', '.join(again)}")
+        log.again = again
+        log.outcome = "to accept"
+        return log
     rc, now = slurm("sinfo", "-h", "-n", node.name, "-o", "%T|%E")
     state, _, reason = now.strip().partition("|")
     if "drain" not in state:
@@ -260,9 +270,67 @@ def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) 
     return log
 
 
-def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None, done=None) -> list[NodeLog]:
+def accept_stages(verdict: Verdict, reason: str | None) -> tuple[str, ...]:
+    """The acceptance stages a repaired node re-runs: those its drain reason's codes concern, where the node
+    keeps a certificate (none: it was never accepted, and returns as ever)."""
+    from ccrhost.model import certificate as cm
+    from ccrhost.model.drain_reason import parse_drain_reason
+    from ccrhost.model.reasons import SOURCES
+
+    stored = verdict.readings.certificate
+    if stored is None or stored.error or not stored.data:
+        return ()
+    parsed = parse_drain_reason(reason)
+    return tuple(s for s in cm.stages_for(parsed.codes if parsed else (), SOURCES) if s in stored.wanted)
+
+
+def accept_line(opts: RemediateOptions, nodes: list[str], again: tuple[str, ...]) -> str:
+    from ccrhost.fleet.slurm_client import hostlist
+
+    return shlex.join(["ccrhost", "slurm", "accept", "--nodes", hostlist(nodes), "--again", ",".join(again),
+                       "--ccrhost", opts.ccrhost, "--config", opts.config])
+
+
+def _accept(logs: list[NodeLog], opts: RemediateOptions, accept) -> None:
+    """The repaired nodes with a certificate, through ``accept(nodes, again) -> {node: state}`` (one run per
+    set of stages): resumed by it when certified, else left drained by it, naming the stage."""
+    groups: dict[tuple, list[NodeLog]] = {}
+    for log in logs:
+        if log.again:
+            groups.setdefault(log.again, []).append(log)
+    for again, group in groups.items():
+        names = [g.node for g in group]
+        if opts.dry_run:
+            for log in group:
+                log.would(accept_line(opts, names, again), "resumes it only if it is certified again")
+                log.outcome = "dry run"
+            continue
+        states = accept(names, again)
+        for log in group:
+            state = states.get(log.node, "not run")
+            if state == "certified":
+                log(f"accepted again ({', '.join(again)}): certified, resumed")
+                log.outcome = "resumed"
+            else:
+                log.fail(f"acceptance ({', '.join(again)}): {state}: stays drained")
+
+
+def _run_accept(opts: RemediateOptions):
+    def run(names: list[str], again: tuple[str, ...]) -> dict[str, str]:
+        from ccrhost.fleet.accept import AcceptOptions, run_accept
+        from ccrhost.fleet.slurm_client import hostlist
+
+        _, out = run_accept(AcceptOptions(nodelist=hostlist(names), ccrhost=opts.ccrhost, config=opts.config,
+                                          again=again, report_dir="ccrhost-report"))
+        return out.states
+    return run
+
+
+def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None, done=None, accept=None) -> list[NodeLog]:
     """Every drained node of ``nodes`` (``fleet.slurm_client.SlurmNode`` by name), in name order;
-    ``done(log)`` as each node finishes (a reboot or a check takes minutes: the operator sees each)."""
+    ``done(log)`` as each node finishes (a reboot or a check takes minutes: the operator sees each).
+    Repaired nodes that keep an acceptance certificate then run ``ccrhost slurm accept`` on the stages
+    their failure concerned (``accept``: that run, for tests) and return only if certified again."""
     remote = remote or Remote(opts.ssh, opts.timeout)
 
     def default_slurm(*args):
@@ -277,6 +345,11 @@ def remediate(nodes: dict, opts: RemediateOptions, remote=None, slurm=None, done
         if "drain" not in node.state or node.state.startswith("draining"):
             continue  # a draining node still runs a job: nothing may be reset under it
         logs.append(remediate_node(node, opts, remote, slurm, rebooting))
-        if done is not None:
+        if done is not None and not logs[-1].again:
             done(logs[-1])
+    if any(log.again for log in logs):
+        _accept(logs, opts, accept or _run_accept(opts))
+        for log in logs:
+            if log.again and done is not None:
+                done(log)
     return logs

@@ -262,10 +262,14 @@ def rollout(partition, nodelist, max_nodes, max_failures, reason, ccrhost_cmd, c
               help="After a repair, run DCGM's diag at this level on the node (`ccrhost dcgm`; it is drained, so "
                    "idle) before its check, which judges the stored result where the node's settings set "
                    "verify_dcgm (0: none).")
+@click.option("--accept/--no-accept", "accept", default=True, show_default=True,
+              help="A repaired node that keeps an acceptance certificate returns only through `ccrhost slurm "
+                   "accept` of the stages its failure concerned (it resumes the node when certified again).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON document of every node's steps and outcome on stdout (the per-node lines go "
                    "to stderr).")
-def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_cmd, config, dcgm_level, as_json):
+def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_cmd, config, dcgm_level, accept,
+              as_json):
     """Repair drained nodes and return the ones that pass their check.
 
     For each drained node with a ccrhost drain reason, the action the reason
@@ -282,7 +286,7 @@ def remediate(partition, nodelist, allowed, max_reboots, dry_run, ssh, ccrhost_c
     from ccrhost.fleet import remediate as rem
 
     opts = rem.RemediateOptions(tuple(allowed), max_reboots, dry_run, ssh, ccrhost_cmd, config,
-                                dcgm_level=dcgm_level)
+                                dcgm_level=dcgm_level, accept=accept)
 
     def done(log):
         for step in log.steps:
@@ -420,6 +424,7 @@ def sweep_document(partition: str, code: int, verdicts: dict, paths: dict) -> di
 @click.option("--check-timeout", type=click.FloatRange(1), default=300, show_default=True)
 @click.option("--measure-seconds", type=click.IntRange(1, 600), default=5, show_default=True,
               help="ib_write_bw's -D in S3.")
+@click.option("--measure-ports", type=click.IntRange(1, 64), help="Measure at most this many ports per node in S3.")
 @click.option("--mesh-timeout", type=click.IntRange(2, 600), default=20, show_default=True,
               help="Seconds an ib_write_lat end waits for its peer in S2.")
 @click.option("--nccl-binary", help="all_reduce_perf on the nodes [default: verify_allreduce_binary].")
@@ -432,7 +437,7 @@ def sweep_document(partition: str, code: int, verdicts: dict, paths: dict) -> di
 @click.option("--dry-run", is_flag=True, help="List the nodes, the reservation and the resume it would make; "
               "submit, reserve, resume and drain nothing.")
 def accept(partition, nodelist, max_nodes, stages, again, budget, soak_minutes, reservation, ccrhost_cmd, config,
-           report_dir, wait_s, check_timeout, measure_seconds, mesh_timeout, nccl_binary, nccl_max_bytes, nccl_iters, nccl_timeout,
+           report_dir, wait_s, check_timeout, measure_seconds, measure_ports, mesh_timeout, nccl_binary, nccl_max_bytes, nccl_iters, nccl_timeout,
            nccl_profile, sbatch_options, dry_run):
     """Accept new or repaired nodes: staged burn-in ending in a certificate.
 
@@ -467,7 +472,7 @@ def accept(partition, nodelist, max_nodes, stages, again, budget, soak_minutes, 
                          again=stage_list(again, "--again") or (), budget=budget, soak_minutes=soak_minutes,
                          reservation=reservation, dry_run=dry_run, wait=wait_s, check_timeout=check_timeout,
                          sbatch_options=tuple(sbatch_options), measure_seconds=measure_seconds,
-                         mesh_timeout=mesh_timeout,
+                         measure_ports=measure_ports, mesh_timeout=mesh_timeout,
                          nccl=nccl_options("nvlink,loopback,pair", nccl_binary, nccl_max_bytes, nccl_iters, None,
                                            nccl_timeout, max_nodes, 29500, (), nccl_profile))
     try:

@@ -12,6 +12,11 @@ The run certifies exactly node1, node2, node4 and node6, resumes only them,
 drains the others naming the stage and code, and never touches node8. With
 node5's routes mended, a second run certifies it by re-running only the
 stages it had not passed; the certified nodes run only their passive check.
+
+The stages' own runners are proven on the same lab first (one lab for the
+module): the full mesh (fleet/slurm_mesh) prunes exactly the node cut from
+its peers, and the scale stage (fleet/slurm_scale) bisects a group to the
+node that slows it while its pair passes.
 """
 
 import json
@@ -21,7 +26,7 @@ import sys
 import time
 
 import pytest
-from conftest import heal_slurm_lab, lab_ssh
+from conftest import heal_slurm_lab, lab_ssh, node_address
 
 from ccrhost.lab import slurm as lab_slurm
 from ccrhost.lab.inventory import LAB_PLATFORM
@@ -32,6 +37,98 @@ SLURM_NODES = 8
 SLURM_HEALTHCHECK_INTERVAL = 0
 FAULTS = {"node3": "gemm_throttle=0", "node5": "unreachable=node1+node2+node4+node6", "node7": "group_slow=4"}
 CERTIFIED = ["node1", "node2", "node4", "node6"]
+
+
+def cut(lab, node: str) -> list[str]:
+    """The peers ``node``'s unreachable fault cuts: the addresses of its policy rules (lab/reach.py)."""
+    out = subprocess.run(["ip", "-n", lab.node(node).netns, "rule", "show", "table", "18000"],
+                         capture_output=True, text=True, check=True).stdout
+    return sorted({line.split(" to ")[1].split()[0] for line in out.splitlines() if " to " in line})
+
+
+def hold(lab, nodes: list[str]) -> str:
+    job = lab_slurm.run(lab, "sbatch", "--parsable", "-J", "ccrhost-test", "-w", ",".join(nodes), "-N",
+                        str(len(nodes)), "--exclusive", "-o", "/dev/null", "--wrap", "exec sleep 3600",
+                        check=True).stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    while lab_slurm.run(lab, "squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip() != "RUNNING|None":
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.3)
+    return job
+
+
+def test_mesh_prunes_exactly_the_node_that_reaches_no_peer(slurm_lab, monkeypatch):
+    """S2 alone on five nodes: node2 cut from node3-5 over the fabric; its pairs with them fail for real from
+    either end, its pair with node1 passes, Slurm still reaches it. Five nodes take five rounds."""
+    from ccrhost.fleet.slurm_job import Progress
+    from ccrhost.fleet.slurm_mesh import MeshOptions, run_mesh
+
+    lab = slurm_lab
+    nodes = [f"node{i}" for i in range(1, 6)]
+    monkeypatch.setenv("SLURM_CONF", lab_slurm.client_env(lab)["SLURM_CONF"])
+    addresses = {n: lab.node(n).address for n in nodes}
+    try:
+        assert lab.fault("node2", "unreachable=node3+node4+node5") == ["unreachable=node3+node4+node5"]
+        assert cut(lab, "node2") == sorted(f"{addresses[n]}" for n in ("node3", "node4", "node5"))
+        job = hold(lab, nodes)
+        say = Progress()
+        # timeout 4: a healthy pair takes well under a second; a cut pair waits it out once a round
+        got = run_mesh(job, addresses, dict.fromkeys(nodes, "mlx5_0"), MeshOptions(timeout=4, iters=100), say)
+        assert got.rounds == 5 and len(got.pairs) == 10
+        assert [p.node for p in got.pruned] == ["node2"]
+        assert {n: [(r.level, r.code) for r in rs] for n, rs in got.reasons.items()} == {
+            "node1": [], "node2": [("FAIL", "rdma_mesh_pruned")], "node3": [], "node4": [], "node5": []}
+        assert got.reasons["node2"][0].message == (
+            "failed 3 of 4 RDMA mesh pairs (75%; at least 50% prunes, AMD cvs prune_failure_threshold): "
+            "with node3, node4, node5")
+        states = {frozenset((p.server, p.client)): p.state for p in got.pairs}
+        assert {k: v for k, v in states.items() if v != "pass"} == {
+            frozenset(("node2", n)): "failed" for n in ("node3", "node4", "node5")}
+        passed = [p.reading for p in got.pairs if p.state == "pass"]
+        assert {(r.iterations, r.p99 < 4.2) for r in passed} == {(100, True)}
+        # node2's own connects fail at once in perftest's words; a peer's connect to node2 waits for its timeout
+        for p in got.pairs:
+            if p.state == "failed":
+                words = ("Unable to init the socket connection" if p.client == "node2"
+                         else "ib_write_lat timed out after 4 s")
+                assert f"client {p.client}: " in p.reasons[0].message and words in p.reasons[0].message, p
+    finally:
+        heal_slurm_lab(lab)
+    assert cut(lab, "node2") == []
+
+
+def test_a_node_that_slows_a_large_group_but_passes_pairs_is_named(slurm_lab, monkeypatch):
+    """S4 alone on six nodes: node5 carries group_slow=4 (its NIC degrades in a ring of four nodes or more).
+    Its pair passes; groups grow 2, 4, 6, fail at 6, and that step's two new nodes are bisected to node5."""
+    from ccrhost.fleet.slurm_nccl import NcclOptions, NodeInfo, pair_run
+    from ccrhost.fleet.slurm_scale import run_scale
+    from ccrhost.model.platform import resolve
+
+    lab = slurm_lab
+    nodes = [f"node{i}" for i in range(1, 7)]
+    monkeypatch.setenv("SLURM_CONF", lab_slurm.client_env(lab)["SLURM_CONF"])
+    try:
+        lab.fault("node5", "group_slow=4")
+        job = hold(lab, nodes)
+        opts = NcclOptions(max_bytes="64M", iters=2, timeout=60, platform=resolve(LAB_PLATFORM))
+        infos = {n: NodeInfo(n, node_address(i), 8, "NVIDIA H100 80GB HBM3", (400.0,) * 8)
+                 for i, n in enumerate(nodes, start=1)}
+        pair = pair_run(job, infos["node5"], infos["node6"], opts, 0)
+        assert pair.verdict.status == "OK", pair.verdict.message  # the fault is invisible to the pair mode
+        said = []
+        out = run_scale(job, infos, opts, said.append)
+        assert out.admitted == ("node1", "node2", "node3", "node4", "node6"), "\n".join(said)
+        assert set(out.reasons) == {"node5"}, out.reasons
+        reason = out.reasons["node5"]
+        assert (reason.level, reason.code) == ("FAIL", "allreduce_scale_slow")
+        assert reason.message.startswith("node5: slowed a group of 6 nodes at admission step 3: busbw "), reason.message
+        assert "over 5 nodes with it" in reason.message and "over 4 nodes without it" in reason.message
+        bisect = [r for r in out.runs if r.step == 3 and r.purpose in ("halve", "confirm")]
+        assert 1 <= len(bisect) <= math.ceil(math.log2(2)) + 1
+        assert [len(r.group) for r in out.runs if r.purpose == "step"] == [2, 4, 6]
+        assert out.runs[-1].group == ("node1", "node2", "node3", "node4", "node6") and out.runs[-1].passed
+    finally:
+        heal_slurm_lab(lab)
 
 
 def accept(lab, tmp_path, *args):

@@ -254,6 +254,7 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
         began = time.time()
         with staged.whole(runs) as held:
             _stage(stage, opts, fleet, runs, held, vopts, nccl, plan, certs, say, clock, out)
+        say(f"{cm.TITLES[stage]}: done in {time.time() - began:.1f} s")
         for name in staged.late:
             if name in runs:
                 fleet.verdicts[name] = _late(stage, f"its budget of {budget:g} s")

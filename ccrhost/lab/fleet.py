@@ -9,7 +9,8 @@ Layout of a lab folder (default /var/lib/ccrhost/lab):
     shims/              tools that stand in for hardware tools, first on PATH
     nodes/<node>/       per node: sshd config and host key, boot/ flags,
                         image/sys (the rendered /sys), etc/, usrlib/ and
-                        usrlocal/ overlay layers (these survive a lab reboot)
+                        usrlocal/ overlay layers, varlib/ (its /var/lib/ccrhost)
+                        (these survive a lab reboot)
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ class Lab:
         if ndir.exists():
             shutil.rmtree(ndir)
         for sub in ("etc/upper", "etc/work", "usrlib/upper", "usrlib/work", "usrlocal/upper", "usrlocal/work",
-                    "boot", "ssh"):
+                    "varlib", "boot", "ssh"):
             (ndir / sub).mkdir(parents=True)
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.name,
              "-f", str(ndir / "ssh" / "ssh_host_ed25519_key"))

@@ -53,6 +53,16 @@ mkdir -p "$N/usrlocal/upper" "$N/usrlocal/work"  # a lab made before this layer 
 mount -t overlay overlay -o "lowerdir=/usr/local,upperdir=$N/usrlocal/upper,workdir=$N/usrlocal/work" /usr/local
 mount --bind "$2" /usr/local/sbin
 mount -o remount,bind,ro /usr/local/sbin
+# /var/lib/ccrhost is the node's own: its state files (stored results,
+# certificates, the failure history) are its disk's, kept across its reboots,
+# never this machine's nor another node's. A lab folder under it (the
+# default, /var/lib/ccrhost/lab) stays this machine's: parked on the node's
+# own /mnt, moved back over the node's folder.
+mkdir -p "$N/varlib" /var/lib/ccrhost
+L=$(dirname "$(dirname "$N")")
+case "$L/" in /var/lib/ccrhost/*) mkdir -p /mnt/.lab && mount --bind "$L" /mnt/.lab ;; esac
+mount --bind "$N/varlib" /var/lib/ccrhost
+case "$L/" in /var/lib/ccrhost/*) mkdir -p "$L" && mount --move /mnt/.lab "$L" && rmdir /mnt/.lab ;; esac
 # Root's home is the controller machine's. bash run by sshd sources
 # ~/.bashrc for every remote command, and a developer's one (pyenv init)
 # cost each command 0.17 s of CPU and put the controller's toolchains on

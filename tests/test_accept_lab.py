@@ -46,8 +46,9 @@ def cut(lab, node: str) -> list[str]:
     return sorted({line.split(" to ")[1].split()[0] for line in out.splitlines() if " to " in line})
 
 
-def hold(lab, nodes: list[str]) -> str:
-    job = lab_slurm.run(lab, "sbatch", "--parsable", "-J", "ccrhost-test", "-w", ",".join(nodes), "-N",
+def hold(lab, nodes: list[str], name: str = "ccrhost-test") -> str:
+    """A running exclusive job on ``nodes`` (its prologs passed)."""
+    job = lab_slurm.run(lab, "sbatch", "--parsable", "-J", name, "-w", ",".join(nodes), "-N",
                         str(len(nodes)), "--exclusive", "-o", "/dev/null", "--wrap", "exec sleep 3600",
                         check=True).stdout.strip().split(";")[0]
     deadline = time.monotonic() + 60
@@ -143,16 +144,6 @@ def accept(lab, tmp_path, *args):
     return run
 
 
-def busy_job(lab) -> str:
-    job = lab_slurm.run(lab, "sbatch", "--parsable", "-J", "someone-else", "-w", "node8", "--exclusive", "-o",
-                        "/dev/null", "--wrap", "exec sleep 3600", check=True).stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 60
-    while lab_slurm.run(lab, "squeue", "-h", "-j", job, "-o", "%T").stdout.strip() != "RUNNING":
-        assert time.monotonic() < deadline, "the other job did not start"
-        time.sleep(0.3)
-    return job
-
-
 @pytest.fixture
 def new_nodes(slurm_lab):
     lab = slurm_lab
@@ -179,7 +170,7 @@ def failed_at(doc, node):
 
 def test_accept_certifies_exactly_the_healthy_nodes_and_a_second_run_reruns_only_what_failed(new_nodes, tmp_path):
     lab = new_nodes
-    other = busy_job(lab)
+    other = hold(lab, ["node8"], "someone-else")
     run = accept(lab, tmp_path, "--reservation", "ccrhost-accept-test")
     said = run.stdout + run.stderr
     assert run.returncode == 2, said

@@ -16,6 +16,7 @@ import yaml
 
 from ccrhost.model.calibrate import (GPUDIRECT, VERSION_KEYS, CalibrateError, FleetFigure, NodeResults,
                                      gpudirect_figure, node_figures)
+from ccrhost.model.certificate_view import nic_firmware_text  # one form: baseline results' and a certificate's
 
 _MAX_BYTES = 4 << 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -55,16 +56,6 @@ def read_folders(folders: list[str]) -> list[NodeResults]:
             seen[n.node] = str(path)
             fleet.append(n)
     return fleet
-
-
-def nic_firmware(fw: dict) -> str | None:
-    """{device: fw_ver} as ``baseline results`` writes it: one version, or each with its devices."""
-    by: dict[str, list[str]] = {}
-    for device, version in fw.items():
-        by.setdefault(str(version), []).append(str(device))
-    if len(by) <= 1:
-        return next(iter(by), None)
-    return ", ".join(f"{v} ({', '.join(sorted(d))})" for v, d in sorted(by.items()))
 
 
 def _read_json(path: Path):
@@ -107,7 +98,7 @@ def read_reports(paths: list[str]) -> tuple[list[NodeResults], list[str]]:
             driver = versions.get("nvidia")
             fleet.append(NodeResults(host, {GPUDIRECT: value}, {
                 "driver": driver if isinstance(driver, str) and driver else None, "nccl": None,
-                "nic_firmware": nic_firmware(fw)}))
+                "nic_firmware": nic_firmware_text(fw)}))
     return fleet, notes
 
 

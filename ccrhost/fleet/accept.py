@@ -212,10 +212,17 @@ def run_accept(opts: AcceptOptions, stream=None, clock=time.time) -> tuple[int, 
     except SlurmError as exc:
         raise AcceptError(f"could not reserve {hostlist(todo)}: {exc}; nothing was changed") from None
     certs: dict = {}
+    finished = False
     try:
         _run_stages(opts, fleet, todo, batches, vopts, out, certs, run_id, start, say, clock)
         _finish(opts, fleet, todo, batches, out, certs, say)
+        finished = True
     finally:
+        if not finished:  # interrupted (an error, ^C): no node it resumed returns to service uncertified
+            reason = "ccrhost: accept_not_run: UNKNOWN: acceptance interrupted before its end [action investigate]"
+            run_slurm("scontrol", "update", f"NodeName={hostlist(todo)}", "State=DRAIN", f"Reason={reason}",
+                      check=False)
+            say(f"interrupted: {hostlist(todo)} drained again")
         run_slurm("scontrol", "delete", f"ReservationName={run_id}", check=False)
         say(f"reservation {run_id} deleted")
     paths = write_report(opts.report_dir, out, run_id)

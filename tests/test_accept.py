@@ -1,0 +1,105 @@
+"""`ccrhost slurm accept` without a cluster: what a dry run says and leaves
+alone, a refused reservation, bad options, and the check step's output in
+base64 (the Slurm lab test is tests/test_accept_lab.py)."""
+
+import io
+
+import pytest
+
+from ccrhost.cli import main as entry
+from ccrhost.fleet import accept as acc
+from ccrhost.fleet.slurm_check import check_script, parse_check_task
+from ccrhost.fleet.slurm_client import SlurmError, SlurmNode
+
+
+def cluster(monkeypatch, states: dict[str, str]):
+    """Slurm faked: the nodes in ``states``; every Slurm command recorded, none run."""
+    ran = []
+    monkeypatch.setattr(acc, "list_nodes", lambda partition=None, nodelist=None: {
+        n: SlurmNode(n, f"10.0.0.{i}", st, "new node" if "drain" in st else None)
+        for i, (n, st) in enumerate(states.items(), 1)})
+
+    def run_slurm(*args, **kw):
+        ran.append(args)
+        raise SlurmError("scontrol: error: Reservation request has invalid node list")
+
+    monkeypatch.setattr(acc, "run_slurm", run_slurm)
+    return ran
+
+
+def test_a_dry_run_names_the_reservation_and_the_resume_and_runs_nothing(monkeypatch):
+    ran = cluster(monkeypatch, {"gpu1": "drained", "gpu2": "drained", "gpu3": "allocated", "gpu4": "draining"})
+    stream = io.StringIO()
+    code, out = acc.run_accept(acc.AcceptOptions(nodelist="gpu[1-4]", dry_run=True, reservation="acc-1"), stream)
+    said = stream.getvalue()
+    assert code == 0 and ran == []
+    assert out.untouched == {"gpu3": "allocated: running a job", "gpu4": "draining: running a job"}
+    assert ("dry run: would run: scontrol create reservation ReservationName=acc-1 Nodes=gpu[1-2] StartTime=now "
+            "Duration=1440 Users=") in said
+    assert "dry run: would run: scontrol update NodeName=gpu[1-2] State=RESUME\n" in said
+    assert "nothing changed" in said
+
+
+def test_a_refused_reservation_changes_nothing_and_says_so(monkeypatch):
+    ran = cluster(monkeypatch, {"gpu1": "drained", "gpu2": "idle"})
+    with pytest.raises(acc.AcceptError) as refused:
+        acc.run_accept(acc.AcceptOptions(nodelist="gpu[1-2]", reservation="acc-1"), io.StringIO())
+    assert str(refused.value) == ("could not reserve gpu[1-2]: scontrol: error: Reservation request has invalid "
+                                  "node list; nothing was changed")
+    assert [a[:3] for a in ran] == [("scontrol", "create", "reservation")]  # no resume, no job
+
+
+def test_a_partition_means_its_drained_nodes_and_none_is_an_error(monkeypatch):
+    cluster(monkeypatch, {"gpu1": "idle", "gpu2": "allocated"})
+    with pytest.raises(acc.AcceptError, match="no nodes to accept in partition gpu"):
+        acc.run_accept(acc.AcceptOptions(partition="gpu", dry_run=True), io.StringIO())
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["slurm", "accept"], "give --nodes or --partition"),
+    (["slurm", "accept", "-w", "gpu1", "--stages", "check,burn"],
+     "--stages 'check,burn': allowed a comma-separated list of check, node, mesh, pairs, scale, soak"),
+    (["slurm", "accept", "-w", "gpu1", "--again", ""],
+     "--again '': allowed a comma-separated list of check, node, mesh, pairs, scale, soak"),
+])
+def test_bad_options_are_refused_before_slurm_is_asked(argv, words, monkeypatch, capsys):
+    monkeypatch.setattr(acc, "list_nodes", lambda *a, **k: pytest.fail("Slurm was asked"))
+    with pytest.raises(SystemExit) as done:
+        entry(argv)
+    assert done.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_the_check_steps_output_travels_in_base64_and_a_long_line_survives():
+    """srun cuts a long output line into several: the check's JSON (a long certificate or message) comes
+    back whole because the node prints it in base64 lines."""
+    import base64
+
+    script = check_script("/usr/local/bin/ccrhost", "/etc/ccrhost/check.yaml")
+    assert 'echo "@@check base64"; out=$(/usr/local/bin/ccrhost check' in script
+    text = '{"status": "OK", "message": "' + "x" * 5000 + '"}'
+    encoded = base64.encodebytes((text + "\n").encode()).decode().splitlines()
+    lines = ["@@node gpu1", "@@config -", "@@check base64", *encoded, "@@rc 0"]
+    out = parse_check_task(lines)
+    assert out.text == text + "\n" and out.rc == 0
+    broken = parse_check_task(["@@node gpu1", "@@config -", "@@check base64", "not base64!", "@@rc 0"])
+    assert broken.text.startswith("the check's output does not decode as base64")
+
+
+def test_an_interrupted_run_drains_what_it_resumed_before_it_lets_the_reservation_go(monkeypatch):
+    ran = []
+    monkeypatch.setattr(acc, "list_nodes", lambda partition=None, nodelist=None: {
+        n: SlurmNode(n, f"10.0.0.{i}", "drained", "new node") for i, n in enumerate(("gpu1", "gpu2"), 1)})
+    monkeypatch.setattr(acc, "run_slurm", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(acc.time, "sleep", lambda s: None)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(acc, "_run_stages", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        acc.run_accept(acc.AcceptOptions(nodelist="gpu[1-2]", reservation="acc-1"), io.StringIO())
+    assert ran[0][:3] == ("scontrol", "create", "reservation")
+    assert ran[-2] == ("scontrol", "update", "NodeName=gpu[1-2]", "State=DRAIN",
+                       "Reason=ccrhost: accept_not_run: UNKNOWN: acceptance interrupted before its end "
+                       "[action investigate]")
+    assert ran[-1] == ("scontrol", "delete", "ReservationName=acc-1")

@@ -269,6 +269,7 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
             if stage == "check" or stage in plan.get(name, ()):
                 _record(fleet, certs, out, name, stage, began, run_id, clock)
                 out.ran.setdefault(name, []).append(stage)
+        write_report(opts.report_dir, out, run_id)  # each stage kept as it ends: an interrupted run resumes here
         for name in list(alive):
             verdict = fleet.verdicts.get(name)
             if verdict is None or verdict.status not in (OK, WARN):

@@ -103,3 +103,42 @@ def test_an_interrupted_run_drains_what_it_resumed_before_it_lets_the_reservatio
                        "Reason=ccrhost: accept_not_run: UNKNOWN: acceptance interrupted before its end "
                        "[action investigate]")
     assert ran[-1] == ("scontrol", "delete", "ReservationName=acc-1")
+
+
+def test_the_stages_that_ended_are_kept_when_a_later_one_is_interrupted(monkeypatch, tmp_path):
+    """The report directory's certificates are written as each stage ends: S0 ended, S1 was interrupted,
+    and a second run would start from S0's results (model/certificate.to_run)."""
+    import json
+    from contextlib import contextmanager
+
+    from test_checks import H100, healthy
+
+    from ccrhost.model import certificate as cm
+    from ccrhost.model.verdict import evaluate
+    from ccrhost.settings import HostSettings
+
+    monkeypatch.setattr(acc, "list_nodes", lambda partition=None, nodelist=None: {
+        n: SlurmNode(n, f"10.0.0.{i}", "idle", None) for i, n in enumerate(("gpu1", "gpu2"), 1)})
+    monkeypatch.setattr(acc, "run_slurm", lambda *a, **k: None)
+
+    @contextmanager
+    def whole(self, nodes):
+        yield self
+
+    def checked(fleet, names, held, vopts, say):
+        for name in names:
+            fleet.verdicts[name], fleet.settings[name] = evaluate(healthy(), H100), HostSettings()
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(acc.StageBatches, "whole", whole)
+    monkeypatch.setattr(acc, "stage_check", checked)
+    monkeypatch.setattr(acc, "stage_node", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        acc.run_accept(acc.AcceptOptions(nodelist="gpu[1-2]", reservation="acc-1",
+                                         report_dir=str(tmp_path)), io.StringIO())
+    for name in ("gpu1", "gpu2"):
+        cert = cm.Certificate.from_dict(json.loads((tmp_path / "certificates" / f"{name}.json").read_text()))
+        assert list(cert.stages) == ["check"] and cert.stages["check"].status == "OK"
+        assert cm.to_run(cert, cm.STAGES, cert.stages["check"].at, {}) == cm.STAGES  # S0 always, then the rest

@@ -3,6 +3,7 @@ alone, a refused reservation, bad options, and the check step's output in
 base64 (the Slurm lab test is tests/test_accept_lab.py)."""
 
 import io
+from contextlib import contextmanager
 
 import pytest
 
@@ -85,6 +86,12 @@ def test_the_check_steps_output_travels_in_base64_and_a_long_line_survives():
     assert broken.text.startswith("the check's output does not decode as base64")
 
 
+@contextmanager
+def whole(self, nodes):
+    """The run's allocation, faked: every node held."""
+    yield self
+
+
 def test_an_interrupted_run_drains_what_it_resumed_before_it_lets_the_reservation_go(monkeypatch):
     ran = []
     monkeypatch.setattr(acc, "list_nodes", lambda partition=None, nodelist=None: {
@@ -96,6 +103,7 @@ def test_an_interrupted_run_drains_what_it_resumed_before_it_lets_the_reservatio
         raise KeyboardInterrupt
 
     monkeypatch.setattr(acc, "_run_stages", interrupted)
+    monkeypatch.setattr(acc.StageBatches, "whole", whole)
     with pytest.raises(KeyboardInterrupt):
         acc.run_accept(acc.AcceptOptions(nodelist="gpu[1-2]", reservation="acc-1"), io.StringIO())
     assert ran[0][:3] == ("scontrol", "create", "reservation")
@@ -109,7 +117,6 @@ def test_the_stages_that_ended_are_kept_when_a_later_one_is_interrupted(monkeypa
     """The report directory's certificates are written as each stage ends: S0 ended, S1 was interrupted,
     and a second run would start from S0's results (model/certificate.to_run)."""
     import json
-    from contextlib import contextmanager
 
     from test_checks import H100, healthy
 
@@ -120,10 +127,6 @@ def test_the_stages_that_ended_are_kept_when_a_later_one_is_interrupted(monkeypa
     monkeypatch.setattr(acc, "list_nodes", lambda partition=None, nodelist=None: {
         n: SlurmNode(n, f"10.0.0.{i}", "idle", None) for i, n in enumerate(("gpu1", "gpu2"), 1)})
     monkeypatch.setattr(acc, "run_slurm", lambda *a, **k: None)
-
-    @contextmanager
-    def whole(self, nodes):
-        yield self
 
     def checked(fleet, names, held, vopts, say):
         for name in names:

@@ -214,8 +214,12 @@ def run_accept(opts: AcceptOptions, stream=None, clock=time.time) -> tuple[int, 
     certs: dict = {}
     finished = False
     try:
-        _run_stages(opts, fleet, todo, batches, vopts, out, certs, run_id, start, say, clock)
-        _finish(opts, fleet, todo, batches, out, certs, say)
+        # where every node fits the cap, one allocation for the whole run: each node's prolog runs once,
+        # not once a stage, and no stage waits on an allocation of its own
+        run = StageBatches(batches, math.inf)
+        with run.whole(todo):
+            _run_stages(opts, fleet, todo, run, vopts, out, certs, run_id, start, say, clock)
+            _finish(opts, fleet, todo, run, out, certs, say)
         finished = True
     finally:
         if not finished:  # interrupted (an error, ^C): no node it resumed returns to service uncertified

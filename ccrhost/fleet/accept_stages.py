@@ -269,8 +269,6 @@ class StageBatches(Batches):
                 yield self
             finally:
                 self.job, self.taken = None, None
-                if job:
-                    self.say(f"releasing job {job}")
 
     def chunks(self, names: list[str]) -> list[list[str]]:
         return [list(names)] if self.taken is not None else self.inner.chunks(names)

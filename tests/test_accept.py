@@ -36,7 +36,7 @@ def test_a_dry_run_names_the_reservation_and_the_resume_and_runs_nothing(monkeyp
     assert code == 0 and ran == []
     assert out.untouched == {"gpu3": "allocated: running a job", "gpu4": "draining: running a job"}
     assert ("dry run: would run: scontrol create reservation ReservationName=acc-1 Nodes=gpu[1-2] StartTime=now "
-            "Duration=1440 Users=") in said
+            "Duration=UNLIMITED Users=") in said
     assert "dry run: would run: scontrol update NodeName=gpu[1-2] State=RESUME\n" in said
     assert "nothing changed" in said
 
@@ -145,3 +145,39 @@ def test_the_stages_that_ended_are_kept_when_a_later_one_is_interrupted(monkeypa
         cert = cm.Certificate.from_dict(json.loads((tmp_path / "certificates" / f"{name}.json").read_text()))
         assert list(cert.stages) == ["check"] and cert.stages["check"].status == "OK"
         assert cm.to_run(cert, cm.STAGES, cert.stages["check"].at, {}) == cm.STAGES  # S0 always, then the rest
+
+
+def passed_everything(node, at=1000.0, status="OK", last="soak"):
+    from ccrhost.model import certificate as cm
+
+    cert = None
+    for stage in cm.STAGES:
+        cert = cm.record(cert, node, cm.StageResult(stage, status if stage == last else "OK", at), 86400, {},
+                         cm.STAGES)
+    return cert
+
+
+def test_the_report_copy_speaks_for_a_node_only_where_it_holds_a_failure(tmp_path):
+    """A node that keeps no certificate of its own: a passing copy in the report directory (a reinstalled
+    node, a new one under an old name) is not taken; a failing one (its prolog drained it before it could
+    be given its copy) is."""
+    import json
+
+    from ccrhost.fleet.accept_stages import Fleet
+
+    fleet = Fleet({"gpu1": "10.0.0.1"})
+    (tmp_path / "certificates").mkdir()
+    copy = tmp_path / "certificates" / "gpu1.json"
+    copy.write_text(json.dumps(passed_everything("gpu1").to_dict()))
+    assert acc._prior(fleet, "gpu1", str(tmp_path)) is None
+    failing = passed_everything("gpu1", status="FAIL")
+    copy.write_text(json.dumps(failing.to_dict()))
+    assert acc._prior(fleet, "gpu1", str(tmp_path)) == failing
+    copy.write_text(json.dumps(passed_everything("gpu2", status="FAIL").to_dict()))  # another node's
+    assert acc._prior(fleet, "gpu1", str(tmp_path)) is None
+
+
+def test_a_node_drained_by_ccrhost_runs_again_the_stages_its_codes_concern():
+    assert acc._repair_stages(SlurmNode("gpu1", "a", "drained", "ccrhost: rdma_mesh_pruned: S2 ...")) == ("mesh",)
+    assert acc._repair_stages(SlurmNode("gpu1", "a", "drained", "new node")) == ()
+    assert acc._repair_stages(SlurmNode("gpu1", "a", "idle", None)) == ()

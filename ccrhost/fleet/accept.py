@@ -21,6 +21,7 @@ import getpass
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -46,7 +47,6 @@ from ccrhost.model.verdict import EXIT_CODES
 
 REPORT = "accept.json"
 CERTS = "certificates"
-FLEET_STAGES = ("mesh", "pairs", "scale")  # a node's result there depends on its peers: run with every live node
 
 
 class AcceptError(VerifyError):
@@ -89,45 +89,73 @@ class Outcome:
     untouched: dict = field(default_factory=dict)      # node -> why (running a job, down)
     ran: dict = field(default_factory=dict)            # node -> the stages this run ran for it
     details: dict = field(default_factory=dict)        # stage -> what its fleet runs showed (mesh pairs, groups)
+    stopped: dict = field(default_factory=dict)        # node -> the stage where it stopped in this run
 
 
 def _targets(opts: AcceptOptions) -> dict:
+    from ccrhost.model.drain_reason import replace_drain
+
     nodes = list_nodes(opts.partition, opts.nodelist)
-    if not opts.nodelist:  # a partition: its drained nodes (new or back from repair)
-        nodes = {n: v for n, v in nodes.items() if "drain" in v.state}
+    if not opts.nodelist:  # a partition: its drained nodes (new or back from repair), none drained for replacement
+        nodes = {n: v for n, v in nodes.items() if "drain" in v.state and not replace_drain(v.reason or "")}
     if not nodes:
         raise AcceptError(f"no nodes to accept{f' in partition {opts.partition}' if opts.partition else ''}"
                           f"{f' matching {opts.nodelist}' if opts.nodelist else ''}")
     return nodes
 
 
-def _busy(state: str) -> bool:
-    # a job runs there (draining: drained, a job still running); never touched
-    return any(w in state for w in ("alloc", "mix", "comp", "draining")) or state.endswith("*") or "down" in state
+def _untouched(state: str) -> str | None:
+    """Why a node is left alone: a job runs there (draining: drained, a job still running), it is down, or
+    slurmctld does not hear it (``*``); None: it may be accepted."""
+    if any(w in state for w in ("alloc", "mix", "comp", "draining")):
+        return "running a job"
+    if "down" in state:
+        return "down"
+    return "not responding" if state.endswith("*") else None
 
 
-def _reserve(name: str, nodes: list[str], minutes: int, say, dry: bool) -> list[str]:
+def _reserve_line(name: str, nodes: list[str]) -> list[str]:
     """The reservation that keeps every other job off ``nodes`` (no IGNORE_JOBS: a job that started since
-    they were listed makes it fail, and nothing is touched), then their drains lifted inside it."""
-    lines = [["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={hostlist(nodes)}",
-              "StartTime=now", f"Duration={minutes}", f"Users={getpass.getuser()}"],
-             ["scontrol", "update", f"NodeName={hostlist(nodes)}", "State=RESUME"]]
-    if dry:
-        return [" ".join(a) for a in lines]
-    run_slurm(*lines[0])
-    say(f"reservation {name} holds {hostlist(nodes)} for at most {minutes} min")
-    drained = [n for n, v in list_nodes(nodelist=hostlist(nodes)).items() if "drain" in v.state or "down" in v.state]
-    if drained:
-        run_slurm("scontrol", "update", f"NodeName={hostlist(drained)}", "State=RESUME", check=False)
-        say(f"resumed inside the reservation: {hostlist(drained)}")
-        # slurmctld pings a resumed node before it takes jobs (idle*, "not responding"): wait for the answer
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            now = list_nodes(nodelist=hostlist(drained))
-            if all(not v.state.endswith("*") for v in now.values()):
-                break
-            time.sleep(0.5)
-    return []
+    they were listed makes it fail, and nothing is touched). It has no end of its own: the run deletes it,
+    and a run killed outright leaves its nodes out of service, never back in it."""
+    return ["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={hostlist(nodes)}",
+            "StartTime=now", "Duration=UNLIMITED", f"Users={getpass.getuser()}"]
+
+
+def _resume_line(nodes: list[str]) -> list[str]:
+    return ["scontrol", "update", f"NodeName={hostlist(nodes)}", "State=RESUME"]
+
+
+def _resume(name: str, nodes: list[str], minutes: int, say) -> None:
+    """The drained ones of ``nodes`` resumed inside the reservation, once slurmctld hears them."""
+    say(f"reservation {name} holds {hostlist(nodes)} until the run deletes it (budget {minutes} min)")
+    drained = [n for n, v in list_nodes(nodelist=hostlist(nodes)).items() if "drain" in v.state]
+    if not drained:
+        return
+    run_slurm(*_resume_line(drained), check=False)
+    say(f"resumed inside the reservation: {hostlist(drained)}")
+    # slurmctld pings a resumed node before it takes jobs (idle*, "not responding"): wait for the answer
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = list_nodes(nodelist=hostlist(drained))
+        if all(not v.state.endswith("*") for v in now.values()):
+            break
+        time.sleep(0.5)
+
+
+def _stop(signum, frame):
+    """SIGTERM or SIGHUP (a closed session, a job's time limit): end as ^C does, through the drain-back."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _repair_stages(node) -> tuple[str, ...]:
+    """The stages a node drained by ccrhost must run again whatever its certificate says: those its drain
+    reason's codes concern (model/certificate.stages_for), as remediate asks for a repaired node."""
+    from ccrhost.model.drain_reason import parse_drain_reason
+    from ccrhost.model.reasons import SOURCES
+
+    parsed = parse_drain_reason(node.reason) if node.reason else None
+    return cm.stages_for(parsed.codes, SOURCES) if parsed is not None and parsed.codes else ()
 
 
 def _wanted(opts: AcceptOptions, settings) -> tuple[str, ...]:
@@ -135,28 +163,31 @@ def _wanted(opts: AcceptOptions, settings) -> tuple[str, ...]:
     return tuple(s for s in own if opts.stages is None or s in opts.stages)
 
 
+def _certificate(data, name: str):
+    try:
+        cert = cm.Certificate.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return cert if cert.node == name else None
+
+
 def _prior(fleet: Fleet, name: str, report_dir: str):
-    """The node's certificate: the one it keeps, as its own check read it, or the report directory's copy
-    where that is newer (a node its prolog drained after a failed stage could not be given its copy)."""
-    found = []
+    """The node's certificate: the one it keeps (its own check read it) or the report directory's copy,
+    whichever is newer. Where the node keeps none, the copy counts only if a stage in it did not pass (a
+    node its prolog drained before it could be given its copy): a passing copy of a node that lost its own
+    (reinstalled, or a new one under an old name) proves nothing about it."""
     verdict = fleet.verdicts.get(name)
     stored = getattr(verdict.readings, "certificate", None) if verdict is not None else None
-    if stored is not None and not stored.error and stored.data:
-        found.append(stored.data)
-    path = Path(report_dir) / CERTS / f"{name}.json"
+    own = _certificate(stored.data, name) if stored is not None and not stored.error and stored.data else None
     try:
-        found.append(json.loads(path.read_text()))
+        copy = _certificate(json.loads((Path(report_dir) / CERTS / f"{name}.json").read_text()), name)
     except (OSError, ValueError):
-        pass
-    certs = []
-    for data in found:
-        try:
-            cert = cm.Certificate.from_dict(data)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue
-        if cert.node == name:
-            certs.append(cert)
-    return max(certs, key=lambda c: max((r.at for r in c.stages.values()), default=0.0), default=None)
+        copy = None
+    if own is None:
+        return copy if copy is not None and cm.first_failure(copy, cm.STAGES) is not None else None
+    if copy is None:
+        return own
+    return max((own, copy), key=lambda c: max((r.at for r in c.stages.values()), default=0.0))
 
 
 def _versions(fleet: Fleet, name: str) -> dict:
@@ -171,7 +202,7 @@ def _stage_result(fleet: Fleet, name: str, stage: str, started: float, run_id: s
     reasons = tuple({"level": r.level, "code": r.code, "message": r.message} for r in verdict.reasons
                     if r.level != OK)
     figures = dict((fleet.figures.get(name) or {}).get(stage) or {})
-    if stage == "pairs" or stage == "soak":
+    if stage in ("node", "pairs", "soak"):  # the GEMM's figure: S1's and the soak's own, the measured CCR's F
         figures.update((fleet.figures.get(name) or {}).get("gemm") or {})
     return cm.StageResult(stage, verdict.status, clock(), round(clock() - started, 1), reasons, figures,
                           _versions(fleet, name), run_id)
@@ -184,22 +215,23 @@ def run_accept(opts: AcceptOptions, stream=None, clock=time.time) -> tuple[int, 
     nodes = _targets(opts)
     out = Outcome()
     for name, node in nodes.items():
-        if _busy(node.state):
-            out.untouched[name] = f"{node.state}: " + ("running a job" if "down" not in node.state else "down")
+        if (why := _untouched(node.state)) is not None:
+            out.untouched[name] = f"{node.state}: {why}"
     todo = [n for n in nodes if n not in out.untouched]
     say(f"{len(nodes)} node(s) to accept; not touched: "
         + (", ".join(f"{n} ({w})" for n, w in sorted(out.untouched.items())) or "none"))
     run_id = opts.reservation or f"ccrhost-accept-{int(clock())}"
     minutes = max(1, math.ceil(opts.budget / 60))
     if opts.dry_run or not todo:
-        for line in _reserve(run_id, todo, minutes, say, True) if todo else []:
-            stream.write(f"dry run: would run: {line}\n")
+        for line in [_reserve_line(run_id, todo), _resume_line(todo)] if todo else []:
+            stream.write(f"dry run: would run: {' '.join(line)}\n")
         if todo:
             stream.write(f"dry run: would run the stages each node's certificate does not hold, of "
                          f"{', '.join(opts.stages or cm.STAGES)}, at most {opts.max_nodes} nodes at once; "
                          "nothing changed\n")
-        return (0 if not todo or opts.dry_run else 3), out
-    vopts = VerifyOptions(ccrhost=opts.ccrhost, config=opts.config, report_dir=opts.report_dir, wait=opts.wait,
+        return (0 if opts.dry_run else EXIT_CODES[UNKNOWN]), out
+    vopts = VerifyOptions(partition=opts.partition, ccrhost=opts.ccrhost, config=opts.config,
+                          report_dir=opts.report_dir, wait=opts.wait,
                           check_timeout=opts.check_timeout, measure_seconds=opts.measure_seconds,
                           measure_timeout=opts.measure_timeout, measure_retries=opts.measure_retries,
                           measure_port=opts.measure_port, measure_ports=opts.measure_ports,
@@ -208,17 +240,20 @@ def run_accept(opts: AcceptOptions, stream=None, clock=time.time) -> tuple[int, 
     batches = Batches(vopts, say, opts.max_nodes)
     batches.free_states = ("idle", "reserved")
     try:
-        _reserve(run_id, todo, minutes, say, False)
+        run_slurm(*_reserve_line(run_id, todo))
     except SlurmError as exc:
         raise AcceptError(f"could not reserve {hostlist(todo)}: {exc}; nothing was changed") from None
     certs: dict = {}
     finished = False
+    again = {n: _repair_stages(nodes[n]) for n in todo}
+    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
+        _resume(run_id, todo, minutes, say)
         # where every node fits the cap, one allocation for the whole run: each node's prolog runs once,
         # not once a stage, and no stage waits on an allocation of its own
         run = StageBatches(batches, math.inf)
         with run.whole(todo):
-            _run_stages(opts, fleet, todo, run, vopts, out, certs, run_id, start, say, clock)
+            _run_stages(opts, fleet, todo, run, vopts, out, certs, run_id, start, say, clock, again)
             _finish(opts, fleet, todo, run, out, certs, say)
         finished = True
     finally:
@@ -229,14 +264,18 @@ def run_accept(opts: AcceptOptions, stream=None, clock=time.time) -> tuple[int, 
             say(f"interrupted: {hostlist(todo)} drained again")
         run_slurm("scontrol", "delete", f"ReservationName={run_id}", check=False)
         say(f"reservation {run_id} deleted")
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     paths = write_report(opts.report_dir, out, run_id)
     stream.write("\n" + text_table(out, clock()))
     stream.write(f"Reports: {', '.join(str(p) for p in paths)}\n")
     levels = [OK if s == cm.CERTIFIED else FAIL if s == cm.FAILED else UNKNOWN for s in out.states.values()]
+    levels += [UNKNOWN for _ in out.untouched]  # a node asked for and left alone is not accepted
     return EXIT_CODES[worst(levels or [OK])], out
 
 
-def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, run_id, start, say, clock) -> None:
+def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, run_id, start, say, clock,
+                again: dict | None = None) -> None:
     from ccrhost.fleet.slurm_nccl import NcclOptions
 
     nccl = opts.nccl or NcclOptions()
@@ -259,20 +298,26 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
                      if any(n in fleet.settings for n in need) else left)
         staged = StageBatches(batches, time.monotonic() + budget)
         # a fleet stage runs with every live node (the certified ones as partners) where any node needs it
-        runs = list(alive) if stage in FLEET_STAGES else need
+        runs = list(alive) if stage in cm.FLEET_STAGES else need
         say(f"{cm.TITLES[stage]}: {len(need)} node(s)" + (f", {len(runs) - len(need)} partner(s)"
                                                             if len(runs) > len(need) else ""))
         began = time.time()
         with staged.whole(runs) as held:
-            _stage(stage, opts, fleet, runs, held, vopts, nccl, plan, certs, say, clock, out)
+            _stage(stage, opts, fleet, runs, held, vopts, nccl, plan, certs, say, clock, out, again or {})
         say(f"{cm.TITLES[stage]}: done in {time.time() - began:.1f} s")
         for name in staged.late:
-            if name in runs:
+            if name in runs and getattr(fleet.verdicts.get(name), "status", None) != FAIL:  # a FAIL stands
                 fleet.verdicts[name] = _late(stage, f"its budget of {budget:g} s")
         for name in runs:
-            if stage == "check" or stage in plan.get(name, ()):
+            verdict = fleet.verdicts.get(name)
+            # a partner (its certificate held the stage) that fails it now has it recorded too: drained,
+            # never left certified by an older pass
+            failed_now = verdict is None or verdict.status not in (OK, WARN)
+            if stage == "check" or stage in plan.get(name, ()) or failed_now:
                 _record(fleet, certs, out, name, stage, began, run_id, clock)
                 out.ran.setdefault(name, []).append(stage)
+            if failed_now:
+                out.stopped[name] = stage
         write_report(opts.report_dir, out, run_id)  # each stage kept as it ends: an interrupted run resumes here
         for name in list(alive):
             verdict = fleet.verdicts.get(name)
@@ -292,7 +337,8 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
         out.states[name] = cm.state(cert, wanted, clock(), _versions(fleet, name))
 
 
-def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say, clock, out: Outcome) -> None:
+def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say, clock, out: Outcome,
+           again: dict) -> None:
     """One stage on ``runs`` through ``held`` (the stage's batches)."""
     if stage == "check":
         stage_check(fleet, runs, held, vopts, say)
@@ -302,7 +348,8 @@ def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say,
             prior = _prior(fleet, name, opts.report_dir)
             if prior is not None:
                 certs[name] = prior
-            plan[name] = cm.to_run(prior, wanted, clock(), _versions(fleet, name), opts.again)
+            plan[name] = cm.to_run(prior, wanted, clock(), _versions(fleet, name),
+                                   (*opts.again, *again.get(name, ())), valid_for=_valid_for(fleet, name))
     elif stage == "node":
         stage_node(fleet, runs, held, vopts, nccl, say, clock)
     elif stage == "mesh":
@@ -351,14 +398,15 @@ def _finish(opts, fleet: Fleet, todo, batches: Batches, out: Outcome, certs, say
     from ccrhost.node.certificate import store_script
 
     out.certificates.update(certs)
-    branches = {n: store_script(fleet.settings[n].accept_certificate, certs[n])
+    # "@@stored" only once the file is in place: a node that gave output but could not write is not counted
+    branches = {n: store_script(fleet.settings[n].accept_certificate, certs[n]) + ' && echo "@@stored"'
                 for n in todo if n in certs and n in fleet.settings}
     stored = []
     for chunk in batches.chunks(list(branches)):
         with batches.hold(chunk) as (job, taken):
             if taken:
                 got, err = run_steps(job, {n: branches[n] for n in taken}, "ccrhost-accept-store", 60)()
-                stored += [n for n in taken if n in got]
+                stored += [n for n in taken if "@@stored" in got.get(n, ())]
                 if err:
                     say(f"storing certificates: {err}")
     say(f"certificates stored on {len(stored)} of {len(todo)} node(s)")
@@ -367,12 +415,11 @@ def _finish(opts, fleet: Fleet, todo, batches: Batches, out: Outcome, certs, say
         if state == cm.CERTIFIED:
             say(f"{name}: certified")
             continue
-        cert = certs.get(name)
-        failed = cm.first_failure(cert, _wanted_for(fleet, name)) if cert is not None else None
         verdict = fleet.verdicts.get(name) or not_run("no stage ran")
         if verdict.status in (OK, WARN):  # passed what ran, yet not certified (a stage left to run)
             verdict = not_run(f"not certified: {state}")
-        where = cm.TITLES[failed.stage] if failed is not None else "acceptance"
+        # the stage this run's verdict comes from, so the reason names the stage its codes belong to
+        where = cm.TITLES[out.stopped[name]] if name in out.stopped else "acceptance"
         # drained whatever the level: a node not certified never returns to service (an UNKNOWN too,
         # which a check's own drain leaves alone)
         reason = drain_reason(replace(verdict, reasons=[replace(r, message=f"{where}: {r.message}")

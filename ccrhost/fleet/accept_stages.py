@@ -38,9 +38,13 @@ class Fleet:
     figures: dict = field(default_factory=dict)     # node -> {stage: {figure: value}}
 
     def judge(self, name: str) -> Verdict:
-        """The node's verdict from its latest check and this run's measurements."""
-        return judge(self.outputs[name], self.measured.get(name), self.allreduce.get(name),
-                     self.dcgm.get(name))[0]
+        """The node's verdict from its latest check and this run's measurements: only this run's active
+        results (none where a stage held from an earlier run), never the stored ones S0 left out."""
+        from ccrhost.model.allreduce import AllReduceReading
+
+        now = time.time()
+        return judge(self.outputs[name], self.measured.get(name), self.allreduce.get(name) or AllReduceReading(now),
+                     self.dcgm.get(name) or ActiveReading(now, {}))[0]
 
     def figure(self, name: str, stage: str, **values) -> None:
         self.figures.setdefault(name, {}).setdefault(stage, {}).update(

@@ -246,6 +246,10 @@ def check_and_resume(node, opts: RemediateOptions, remote, slurm, log: NodeLog) 
         return log
     again = accept_stages(verdict, node.reason) if opts.accept else ()
     if again:
+        rc, now = slurm("sinfo", "-h", "-n", node.name, "-o", "%T|%E")
+        if now.strip().partition("|")[2] != node.reason:
+            log(f"not accepted: the reason changed meanwhile to {now.strip().partition('|')[2]!r}")
+            return log
         # a node once accepted proves its repair by the stages its failure concerned (model/certificate.py)
         log(f"it holds an acceptance certificate: the stages its failure concerns run before it returns: "
             f"{', '.join(again)}")
@@ -281,7 +285,10 @@ def accept_stages(verdict: Verdict, reason: str | None) -> tuple[str, ...]:
     if stored is None or stored.error or not stored.data:
         return ()
     parsed = parse_drain_reason(reason)
-    return tuple(s for s in cm.stages_for(parsed.codes if parsed else (), SOURCES) if s in stored.wanted)
+    # the node-local stages: a lone repaired node has no partner for the mesh, pairs or group runs, which
+    # `ccrhost slurm accept --nodes NODE,PEERS --again ...` runs with certified peers
+    return tuple(s for s in cm.stages_for(parsed.codes if parsed else (), SOURCES)
+                 if s in stored.wanted and s not in cm.FLEET_STAGES)
 
 
 def accept_line(opts: RemediateOptions, nodes: list[str], again: tuple[str, ...]) -> str:

@@ -24,6 +24,7 @@ TITLES = {"check": "S0 passive check", "node": "S1 node-local", "mesh": "S2 conn
           "pairs": "S3 pair bandwidth", "scale": "S4 scale", "soak": "S5 soak"}
 # seconds a stage may take on the whole run (accept_budgets overrides)
 BUDGETS = {"check": 900, "node": 4 * 3600, "mesh": 3600, "pairs": 3600, "scale": 3600, "soak": 4 * 3600}
+FLEET_STAGES = ("mesh", "pairs", "scale")  # a node's result depends on its peers': run with every live node
 SKIPPED = "SKIPPED"   # a stage the node's settings leave out
 PASSED = (OK, WARN)
 # the versions a passed stage must still match (model/certificate_view.versions' keys): ccrhost's own is
@@ -95,16 +96,19 @@ def holds(result: StageResult | None, now: float, valid_for: float, versions: di
 
 
 def to_run(cert: Certificate | None, wanted: tuple[str, ...], now: float, versions: dict,
-           again: tuple[str, ...] = ()) -> tuple[str, ...]:
+           again: tuple[str, ...] = (), valid_for: float | None = None) -> tuple[str, ...]:
     """The stages of ``wanted`` to run, in order: every one not holding, and
     those of ``again`` (a repair's). The passive check always runs: its
-    readings and settings are what every later stage works from."""
+    readings and settings are what every later stage works from.
+    ``valid_for``: the node's setting now (a shortened one applies at once);
+    else the certificate's."""
     out = []
     for stage in STAGES:
         if stage not in wanted:
             continue
         old = cert.stages.get(stage) if cert else None
-        if stage == "check" or stage in again or not holds(old, now, cert.valid_for if cert else 0, versions):
+        limit = valid_for if valid_for is not None else (cert.valid_for if cert else 0)
+        if stage == "check" or stage in again or not holds(old, now, limit, versions):
             out.append(stage)
     return tuple(out)
 

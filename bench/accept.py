@@ -34,7 +34,8 @@ STAGE_LINE = re.compile(r"^(S\d [\w -]+?): (\d+) node\(s\)")
 def faults(nodes: int) -> dict[str, str]:
     """The three faults, spread over the lab: a soak-only GPU, a node cut from half its peers, a group slower."""
     gpu, cut, group = nodes // 4 + 1, nodes // 2 + 1, nodes - 1
-    peers = [f"node{i}" for i in range(1, nodes + 1) if i not in (gpu, cut, group)][: max(2, (nodes - 3) // 2 + 1)]
+    # at least half its pairs cut, so the mesh prunes it (accept_mesh_prune 0.5)
+    peers = [f"node{i}" for i in range(1, nodes + 1) if i not in (gpu, cut, group)][: nodes // 2]
     return {f"node{gpu}": "gemm_throttle=0", f"node{cut}": "unreachable=" + "+".join(peers),
             f"node{group}": "group_slow=4"}
 
@@ -63,7 +64,11 @@ def run(nodes: int, workdir: Path) -> dict:
         wall = time.monotonic() - start
     finally:
         lab.down()
-    doc = json.loads((workdir / "report/accept.json").read_text())
+    report = workdir / "report/accept.json"
+    if not report.exists():
+        raise SystemExit(f"slurm accept on {nodes} nodes wrote no report (exit {proc.returncode}): "
+                         f"{proc.stderr[-3000:]}")
+    doc = json.loads(report.read_text())
     stamps = [(float(t), line) for t, line in re.findall(r"^\[\s*([\d.]+)s\] (.*)$", proc.stderr, re.M)]
     starts = [(t, m.group(1), int(m.group(2))) for t, line in stamps if (m := STAGE_LINE.match(line))]
     ends = [t for t, _, _ in starts[1:]] + [next((t for t, line in stamps if line.startswith("certificates stored")),

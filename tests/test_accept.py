@@ -181,3 +181,11 @@ def test_a_node_drained_by_ccrhost_runs_again_the_stages_its_codes_concern():
     assert acc._repair_stages(SlurmNode("gpu1", "a", "drained", "ccrhost: rdma_mesh_pruned: S2 ...")) == ("mesh",)
     assert acc._repair_stages(SlurmNode("gpu1", "a", "drained", "new node")) == ()
     assert acc._repair_stages(SlurmNode("gpu1", "a", "idle", None)) == ()
+
+
+def test_nodes_left_alone_are_not_accepted_and_the_run_says_unknown(monkeypatch):
+    ran = cluster(monkeypatch, {"gpu1": "allocated", "gpu2": "down*", "gpu3": "idle*"})
+    code, out = acc.run_accept(acc.AcceptOptions(nodelist="gpu[1-3]", reservation="acc-1"), io.StringIO())
+    assert code == 3 and ran == []  # nothing reserved, resumed or drained
+    assert out.untouched == {"gpu1": "allocated: running a job", "gpu2": "down*: down",
+                             "gpu3": "idle*: not responding"}

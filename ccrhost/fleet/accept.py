@@ -325,16 +325,21 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
                 alive.remove(name)
                 say(f"{name}: {cm.TITLES[stage]} {verdict.status if verdict else UNKNOWN}: goes no further")
     for name in todo:
-        # certified means every stage the node's own settings ask for (--stages only narrows this run)
-        wanted = _wanted_for(fleet, name)
-        cert = certs.get(name)
-        if cert is not None:
-            for stage in cm.STAGES:
-                if stage not in wanted and stage not in cert.stages:
-                    cert = cm.record(cert, name, cm.StageResult(stage, cm.SKIPPED, clock(), run=run_id),
-                                     _valid_for(fleet, name), _versions(fleet, name), wanted)
-            certs[name] = cert
-        out.states[name] = cm.state(cert, wanted, clock(), _versions(fleet, name))
+        certs[name], out.states[name] = completed(fleet, name, certs.get(name), run_id, clock)
+        if certs[name] is None:
+            del certs[name]
+
+
+def completed(fleet: Fleet, name: str, cert, run_id: str, clock):
+    """(the node's certificate with every stage its settings leave out recorded as skipped, its state).
+    Certified means every stage the node's own settings ask for (--stages only narrows a run)."""
+    wanted = _wanted_for(fleet, name)
+    if cert is not None:
+        for stage in cm.STAGES:
+            if stage not in wanted and stage not in cert.stages:
+                cert = cm.record(cert, name, cm.StageResult(stage, cm.SKIPPED, clock(), run=run_id),
+                                 _valid_for(fleet, name), _versions(fleet, name), wanted)
+    return cert, cm.state(cert, wanted, clock(), _versions(fleet, name))
 
 
 def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say, clock, out: Outcome,

@@ -195,14 +195,20 @@ def stage_pairs(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyO
             old = fleet.allreduce.get(name)
             fleet.allreduce[name] = replace(reading, results={**(old.results if old else {}), **reading.results})
     for name in names:
-        fleet.verdicts[name] = fleet.judge(name)
-        ccr = fleet.verdicts[name].measured_ccr
-        fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None),
-                     measured_gbps=getattr(ccr, "bandwidth_gbps", None), compute=getattr(ccr, "compute", None))
+        judge_pairs(fleet, name)
 
 
-def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, timeout: int, say):
-    """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh)."""
+def judge_pairs(fleet: Fleet, name: str) -> None:
+    """S3's verdict for the node and its figures: the measured CCR, its B and F."""
+    fleet.verdicts[name] = fleet.judge(name)
+    ccr = fleet.verdicts[name].measured_ccr
+    fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None),
+                 measured_gbps=getattr(ccr, "bandwidth_gbps", None), compute=getattr(ccr, "compute", None))
+
+
+def stage_mesh(fleet: Fleet, names: list[str], batches: Batches | None, timeout: int, say, runner=None):
+    """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh);
+    ``runner``: each round another way than Slurm's (slurm_mesh.run_mesh)."""
     from ccrhost.fleet.slurm_mesh import MeshOptions, run_mesh
 
     first = fleet.settings[names[0]]
@@ -217,7 +223,7 @@ def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, timeout: int, s
         if name not in devices:
             add_findings(fleet.verdicts[name], [Reason(UNKNOWN, "accept_not_run",
                                                        "S2 mesh: no active compute RDMA port to test from")])
-    outcome = run_mesh(None, {n: fleet.addresses[n] for n in devices}, devices, opts, say, batches)
+    outcome = run_mesh(None, {n: fleet.addresses[n] for n in devices}, devices, opts, say, batches, runner)
     for name, found in outcome.reasons.items():
         add_findings(fleet.verdicts[name], list(found))
     return outcome

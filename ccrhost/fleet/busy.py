@@ -16,15 +16,15 @@ def runs_active(settings, measure: bool = True) -> bool:
                         or (settings.verify_dcgm and settings.verify_dcgm_level_deploy > 0))
 
 
-def busy_hosts(state, inventory, settings_by_host: dict) -> dict[str, GpuWork]:
+def busy_hosts(state, inventory, settings_by_host: dict, wants=runs_active, key: str = "busy_hosts") -> dict[str, GpuWork]:
     """Host name -> its GPU work, for each active host that would run an
-    active test, is not let run it busy (``verify_active_when_busy``) and
-    is not idle."""
+    active test (``wants(settings)``: the verification's by default), is not let run it busy
+    (``verify_active_when_busy``) and is not idle. Read once per run for each ``key``."""
     from ccrhost.facts.busy import GpuWorkFact
 
     def compute():
         active = set(inventory.get_active_hosts())
-        hosts = [h for h in inventory if h in active and runs_active(settings_by_host[h.name])
+        hosts = [h for h in inventory if h in active and wants(settings_by_host[h.name])
                  and not settings_by_host[h.name].verify_active_when_busy]
         now = time.time()
         works = parallel_facts(state, [(h, GpuWorkFact, {"attempt": now,
@@ -33,4 +33,4 @@ def busy_hosts(state, inventory, settings_by_host: dict) -> dict[str, GpuWork]:
         return {h.name: w or GpuWork(error="the read failed") for h, w in zip(hosts, works)
                 if w is None or not w.idle}
 
-    return once_per_run(inventory, "busy_hosts", compute)
+    return once_per_run(inventory, key, compute)

@@ -154,7 +154,8 @@ def stage_pairs(fleet: DeployFleet, names: list[str], runners: Runners) -> None:
     """S3: ib_write_bw pairs covering every node (the verification's pairing and isolation), and the
     all-reduce pair mode across the nodes whose verify_allreduce_launcher launches it."""
     fleet.measured.update(runners.bandwidth(names))
-    launched = [n for n in names if fleet.settings[n].verify_allreduce and fleet.settings[n].verify_allreduce_launcher]
+    launched = [n for n in names if fleet.settings[n].verify_allreduce
+                and fleet.settings[n].verify_allreduce_launcher != "none"]
     if len(launched) > 1:
         for name, result in runners.pair_allreduce(launched).items():
             fleet.allreduce[name] = {**fleet.allreduce.get(name, {}), result.mode: result.to_dict()}
@@ -166,8 +167,8 @@ def stage_scale(fleet: DeployFleet, names: list[str]) -> None:
     """S4: no launcher runs a growing group's all-reduce outside Slurm: UNKNOWN for every node, naming why."""
     for name in names:
         launcher = fleet.settings[name].verify_allreduce_launcher
-        why = (f"verify_allreduce_launcher {launcher} launches pairs only" if launcher
-               else "no launcher (verify_allreduce_launcher is not set)")
+        why = (f"verify_allreduce_launcher {launcher} launches pairs only" if launcher != "none"
+               else "no launcher (verify_allreduce_launcher none)")
         add_findings(fleet.verdicts[name], [Reason(
             UNKNOWN, "accept_not_run", f"S4 scale: not run from a pyinfra deploy: {why}; the growing groups' "
             "all-reduce runs through Slurm (ccrhost slurm accept), or leave scale out of accept_stages")])
@@ -195,8 +196,9 @@ def run(names: list[str], settings: dict, addresses: dict, runners: Runners, rep
     run_id = f"{RUN_PREFIX}-{int(clock())}"
     out = common.Outcome()
     active = [n for n in names if any(s != "check" for s in settings[n].accept_stages)]
-    for name, work in runners.busy(active).items():
-        out.untouched[name] = busy_reason(work, "acceptance", "verify_active_when_busy").message
+    busy = {n: busy_reason(w, "acceptance", "verify_active_when_busy") for n, w in runners.busy(active).items()}
+    for name, reason in busy.items():
+        out.untouched[name] = reason.message
     todo = [n for n in names if n not in out.untouched]
     fleet = DeployFleet({n: addresses[n] for n in todo}, settings={n: settings[n] for n in todo})
     certs: dict = {}
@@ -236,8 +238,8 @@ def run(names: list[str], settings: dict, addresses: dict, runners: Runners, rep
             out.certificates[name] = cert
         results[name] = NodeOutcome(out.states[name], _message(out, name, cert, dry, plan[name]), cert,
                                     tuple(out.ran.get(name, ())), tuple(s for s in plan[name] if s != "check"))
-    for name, why in out.untouched.items():
-        results[name] = NodeOutcome("untouched", f"acceptance not run: UNKNOWN node_busy: {why}")
+    for name, reason in busy.items():
+        results[name] = NodeOutcome("untouched", f"acceptance: {reason.level} {reason.code}: {reason.message}")
     if not dry:
         common.write_report(report_dir, out, run_id)
     return results, out

@@ -47,7 +47,11 @@ def runners(state, inventory, settings_by_host: dict) -> Runners:
     hosts = {h.name: h for h in inventory if h in active}
 
     def snapshots(names, again):
+        from ccrhost.operations.base import DRY
+
         def read(h):
+            settings = settings_by_host[h.name]
+            fact_cache.configure(h, settings.verify_link_state, keep=not DRY, settings=settings)  # as its own pass will
             if again:
                 fact_cache.drop(h)
             return fact_cache.snapshot(h)

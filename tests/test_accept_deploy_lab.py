@@ -1,0 +1,83 @@
+"""deploys/accept.py end to end on a 3-node lab without Slurm (issue 50):
+the stages over pyinfra's SSH connections, each node's certificate stored
+on it.
+
+node3 cannot reach node1 or node2 over the fabric (unreachable=node1+node2:
+SSH still works): its passive check and S1 (DCGM diag, GEMM) pass, the full
+mesh (S2) prunes it. A --dry run first runs only the passive check and
+writes nothing anywhere. The real run certifies node1 and node2 with a
+certificate file on each, and fails node3 naming S2 and rdma_mesh_pruned.
+With node3's routes mended, a second run re-runs only what did not hold:
+node3's mesh, pairs and soak (its S1 held), node1 and node2 their passive
+check alone (partners in the mesh and pairs, not re-recorded).
+"""
+
+import json
+
+import pytest
+from conftest import lab_inventory, lab_ssh, node_address, run_pyinfra
+
+pytestmark = pytest.mark.lab
+
+CERT = "/var/lib/ccrhost/certificate.json"
+DATA = {"accept_stages": ("check", "node", "mesh", "pairs", "soak"), "accept_soak_minutes": 0.05,
+        "accept_dcgm_level": 1, "accept_mesh_timeout": 3, "verify_gemm_seconds": 2,
+        "verify_dcgm_state": "/run/ccrhost/dcgm.json", "verify_dcgm_engine_timeout": 3,
+        "verify_dcgm_timeouts": {1: 8, 2: 8, 3: 8, 4: 8},
+        "verify_measure_seconds": 1, "verify_measure_retries": 0, "verify_measure_timeout": 20}
+
+
+def stored(lab, node: str) -> dict | None:
+    got = lab_ssh(lab, node, f"cat {CERT}")
+    return json.loads(got.stdout) if got.returncode == 0 else None
+
+
+def runs_of(cert: dict) -> dict[str, str]:
+    return {s: r["run"] for s, r in cert["stages"].items()}
+
+
+def test_accept_deploy_certifies_the_healthy_nodes_fails_the_cut_one_and_resumes(make_lab, tmp_path):
+    lab = make_lab(nodes=3, faults=["node3:unreachable=node1+node2"])
+    report = tmp_path / "report"
+    inventory = lab_inventory(tmp_path, **DATA)
+
+    dry = run_pyinfra("deploys/accept.py", "--dry", inventory=inventory)
+    assert "Traceback" not in dry.out, dry.out
+    assert "acceptance (dry run): would run S1 node-local, S2 connectivity mesh, S3 pair bandwidth, S5 soak" in dry.out
+    assert [stored(lab, f"node{i}") for i in (1, 2, 3)] == [None, None, None]
+    assert not report.exists()
+
+    run = run_pyinfra("deploys/accept.py", inventory=inventory, timeout=300)
+    assert run.rc == 1, run.out
+    assert "Traceback" not in run.out
+    certs = {i: stored(lab, f"node{i}") for i in (1, 2, 3)}
+    for i in (1, 2):
+        cert = certs[i]
+        assert cert["node"] == node_address(i) and cert["issued_at"] is not None, run.out
+        assert {s: r["status"] for s, r in cert["stages"].items()} == {
+            "check": "OK", "node": "OK", "mesh": "OK", "pairs": "OK", "soak": "OK", "scale": "SKIPPED"}, cert
+        assert cert["stages"]["pairs"]["figures"]["gemm_tflops_min"] > 0
+        # the report directory keeps the same certificate
+        assert json.loads((report / "certificates" / f"{node_address(i)}.json").read_text()) == cert
+    bad = certs[3]
+    assert {s: r["status"] for s, r in bad["stages"].items()} == {
+        "check": "OK", "node": "OK", "mesh": "FAIL", "scale": "SKIPPED"}, bad
+    assert bad["issued_at"] is None
+    assert f"[{node_address(3)}] acceptance failed at S2 connectivity mesh: FAIL rdma_mesh_pruned: failed 2 of 2 " \
+           "RDMA mesh pairs" in run.out
+    first_run = bad["stages"]["check"]["run"]
+
+    lab.clear("node3", "unreachable")
+    again = run_pyinfra("deploys/accept.py", inventory=inventory, timeout=300)
+    assert again.rc == 0, again.out
+    after = {i: stored(lab, f"node{i}") for i in (1, 2, 3)}
+    second_run = after[3]["stages"]["check"]["run"]
+    assert second_run != first_run
+    assert runs_of(after[3]) == {"check": second_run, "node": first_run, "mesh": second_run, "pairs": second_run,
+                                 "soak": second_run, "scale": first_run}, after[3]
+    assert after[3]["issued_at"] is not None
+    for i in (1, 2):
+        assert runs_of(after[i]) == {**runs_of(certs[i]), "check": second_run}, after[i]
+    doc = json.loads((report / "accept.json").read_text())
+    assert doc["ran"] == {node_address(1): ["check"], node_address(2): ["check"],
+                          node_address(3): ["check", "mesh", "pairs", "soak"]}

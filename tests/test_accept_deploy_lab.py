@@ -21,7 +21,7 @@ pytestmark = pytest.mark.lab
 
 CERT = "/var/lib/ccrhost/certificate.json"
 DATA = {"accept_stages": ("check", "node", "mesh", "pairs", "soak"), "accept_soak_minutes": 0.05,
-        "accept_dcgm_level": 1, "accept_mesh_timeout": 3, "verify_gemm_seconds": 2,
+        "accept_dcgm_level": 1, "accept_mesh_timeout": 3, "verify_gemm_seconds": 5,
         "verify_dcgm_state": "/run/ccrhost/dcgm.json", "verify_dcgm_engine_timeout": 3,
         "verify_dcgm_timeouts": {1: 8, 2: 8, 3: 8, 4: 8},
         "verify_measure_seconds": 1, "verify_measure_retries": 0, "verify_measure_timeout": 20}

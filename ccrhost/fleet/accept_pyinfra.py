@@ -65,9 +65,10 @@ def runners(state, inventory, settings_by_host: dict) -> Runners:
             ActiveStateText, path=settings_by_host[h.name].accept_certificate, attempt=next(_ATTEMPT)))
 
     def busy(names):
-        from ccrhost.fleet.busy import busy_hosts
+        from ccrhost.fleet.busy import read_busy
 
-        found = busy_hosts(state, inventory, settings_by_host, wants=lambda s: True, key="accept_busy") if names else {}
+        # read here, not through busy_hosts: the run's acceptance is itself computed once per run
+        found = read_busy(state, inventory, settings_by_host, wants=lambda s: True) if names else {}
         return {n: w for n, w in found.items() if n in names}
 
     def dcgm(names, level):

@@ -24,7 +24,9 @@ DATA = {"accept_stages": ("check", "node", "mesh", "pairs", "soak"), "accept_soa
         "accept_dcgm_level": 1, "accept_mesh_timeout": 3, "verify_gemm_seconds": 5,
         "verify_dcgm_state": "/run/ccrhost/dcgm.json", "verify_dcgm_engine_timeout": 3,
         "verify_dcgm_timeouts": {1: 8, 2: 8, 3: 8, 4: 8},
-        "verify_measure_seconds": 1, "verify_measure_retries": 0, "verify_measure_timeout": 20}
+        # 1 s ib_write_bw runs on a busy machine can read low: the bandwidth is not what this test is about
+        "verify_measure_seconds": 1, "verify_measure_retries": 0, "verify_measure_timeout": 20,
+        "verify_measure_min_fraction": 0.5}
 
 
 def stored(lab, node: str) -> dict | None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import StringCommand
 
-from ccrhost.operations.base import fail, operation
+from ccrhost.operations.base import WriteFileCommand, fail, operation
 
 
 @operation
@@ -20,10 +19,11 @@ def certificate(settings, outcome):
     + outcome: the node's ``fleet.accept_deploy.NodeOutcome``
     """
     from ccrhost.model.certificate import CERTIFIED
-    from ccrhost.node.certificate import store_script
+    from ccrhost.node.certificate import document, store_script
 
-    if outcome.certificate is not None:
-        yield StringCommand(store_script(settings.accept_certificate, outcome.certificate))
+    if outcome.certificate is not None:  # --dry lists it as the file and its size
+        path, cert = settings.accept_certificate, outcome.certificate
+        yield WriteFileCommand(path, len(document(cert).encode()), "644", store_script(path, cert))
     if outcome.state == CERTIFIED:
         host.log(outcome.message)
     else:

@@ -252,3 +252,13 @@ def test_a_dry_run_reads_and_says_what_it_would_run_and_writes_nothing(tmp_path)
                                         "S3 pair bandwidth, S5 soak")
     assert results["node1"].planned == ("node", "mesh", "pairs", "soak")
     assert not (tmp_path / "report").exists()
+
+
+def test_a_node_a_runner_gave_no_result_is_unknown_never_passed(tmp_path):
+    fake = Fake()
+    fake.dcgm = lambda names, level: {n: ActiveResult("dcgm_diag", f"level {level}", OK, None, "passed", 1.0, 3600)
+                                      for n in names if n != "node2"}
+    results, out = accept(tmp_path, fake)
+    assert results["node2"].state == "incomplete" and out.stopped == {"node2": "node"}
+    assert results["node2"].message == ("acceptance incomplete at S1 node-local: UNKNOWN accept_not_run: "
+                                        "S1 node-local: DCGM diag level 1: the node gave no result")

@@ -122,18 +122,34 @@ def stage_node(fleet: DeployFleet, names: list[str], runners: Runners, clock) ->
     single-node all-reduce modes where its verify_allreduce is on."""
     from ccrhost.model.active import ActiveReading
 
+    missing: dict[str, list[str]] = {}
     for level in sorted({fleet.settings[n].accept_dcgm_level for n in names}):
         group = [n for n in names if fleet.settings[n].accept_dcgm_level == level]
-        for name, result in runners.dcgm(group, level).items():
-            fleet.dcgm[name] = ActiveReading(clock(), {f"{result.check}/{result.mode}": result.to_dict()},
+        got = runners.dcgm(group, level)
+        for name in group:
+            if name not in got:
+                missing.setdefault(name, []).append(f"DCGM diag level {level}")
+                continue
+            fleet.dcgm[name] = ActiveReading(clock(), {f"{got[name].check}/{got[name].mode}": got[name].to_dict()},
                                              required=True)
     _gemm(fleet, names, runners, lambda n: fleet.settings[n].verify_gemm_seconds, clock)
     reduced = [n for n in names if fleet.settings[n].verify_allreduce]
-    if reduced:
-        for name, results in runners.singles(reduced).items():
-            fleet.allreduce[name] = {r.mode: r.to_dict() for r in results}
+    got = runners.singles(reduced) if reduced else {}
+    for name in reduced:
+        if name in got:
+            fleet.allreduce[name] = {r.mode: r.to_dict() for r in got[name]}
+        else:
+            missing.setdefault(name, []).append("the single-node all-reduce modes")
     for name in names:
         fleet.verdicts[name] = fleet.judge(name)
+        _unmeasured(fleet, name, "S1 node-local", missing.get(name))
+
+
+def _unmeasured(fleet: Fleet, name: str, title: str, what: list[str] | None) -> None:
+    """A run that gave the node no result leaves it unproven (UNKNOWN accept_not_run), never passed."""
+    if what:
+        add_findings(fleet.verdicts[name], [Reason(UNKNOWN, "accept_not_run",
+                                                   f"{title}: {', '.join(what)}: the node gave no result")])
 
 
 def _gemm(fleet: DeployFleet, names: list[str], runners: Runners, seconds_of, clock) -> None:
@@ -153,14 +169,20 @@ def stage_mesh_deploy(fleet: DeployFleet, names: list[str], runners: Runners, sa
 def stage_pairs(fleet: DeployFleet, names: list[str], runners: Runners) -> None:
     """S3: ib_write_bw pairs covering every node (the verification's pairing and isolation), and the
     all-reduce pair mode across the nodes whose verify_allreduce_launcher launches it."""
-    fleet.measured.update(runners.bandwidth(names))
+    measured = runners.bandwidth(names)
+    fleet.measured.update(measured)
+    missing = {n: ["ib_write_bw"] for n in names if n not in measured}
     launched = [n for n in names if fleet.settings[n].verify_allreduce
                 and fleet.settings[n].verify_allreduce_launcher != "none"]
-    if len(launched) > 1:
-        for name, result in runners.pair_allreduce(launched).items():
-            fleet.allreduce[name] = {**fleet.allreduce.get(name, {}), result.mode: result.to_dict()}
+    got = runners.pair_allreduce(launched) if len(launched) > 1 else {}
+    for name in launched:
+        if name in got:
+            fleet.allreduce[name] = {**fleet.allreduce.get(name, {}), got[name].mode: got[name].to_dict()}
+        elif len(launched) > 1:
+            missing.setdefault(name, []).append("the all-reduce pair mode")
     for name in names:
         judge_pairs(fleet, name)
+        _unmeasured(fleet, name, "S3 pair bandwidth", missing.get(name))
 
 
 def stage_scale(fleet: DeployFleet, names: list[str]) -> None:

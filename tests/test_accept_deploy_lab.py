@@ -34,6 +34,13 @@ def stored(lab, node: str) -> dict | None:
     return json.loads(got.stdout) if got.returncode == 0 else None
 
 
+def accept(tmp_path, inventory: str, *args: str):
+    """deploys/accept.py, its output kept beside the test's other files (accept-N.log)."""
+    run = run_pyinfra("deploys/accept.py", *args, inventory=inventory, timeout=300)
+    (tmp_path / f"accept-{len(list(tmp_path.glob('accept-*.log'))) + 1}.log").write_text(run.out)
+    return run
+
+
 def runs_of(cert: dict) -> dict[str, str]:
     return {s: r["run"] for s, r in cert["stages"].items()}
 
@@ -43,14 +50,14 @@ def test_accept_deploy_certifies_the_healthy_nodes_fails_the_cut_one_and_resumes
     report = tmp_path / "report"
     inventory = lab_inventory(tmp_path, **DATA)
 
-    dry = run_pyinfra("deploys/accept.py", "--dry", inventory=inventory)
+    dry = accept(tmp_path, inventory, "--dry")
     assert "Traceback" not in dry.out, dry.out
     assert "acceptance (dry run): would run S1 node-local, S2 connectivity mesh, S3 pair bandwidth, S5 soak" in dry.out
     assert f"would run: write {CERT} (" in dry.out  # the certificate it would store, not stored
     assert [stored(lab, f"node{i}") for i in (1, 2, 3)] == [None, None, None]
     assert not report.exists()
 
-    run = run_pyinfra("deploys/accept.py", inventory=inventory, timeout=300)
+    run = accept(tmp_path, inventory)
     assert run.rc == 1, run.out
     assert "Traceback" not in run.out
     certs = {i: stored(lab, f"node{i}") for i in (1, 2, 3)}
@@ -71,7 +78,7 @@ def test_accept_deploy_certifies_the_healthy_nodes_fails_the_cut_one_and_resumes
     first_run = bad["stages"]["check"]["run"]
 
     lab.clear("node3", "unreachable")
-    again = run_pyinfra("deploys/accept.py", inventory=inventory, timeout=300)
+    again = accept(tmp_path, inventory)
     assert again.rc == 0, again.out
     after = {i: stored(lab, f"node{i}") for i in (1, 2, 3)}
     second_run = after[3]["stages"]["check"]["run"]

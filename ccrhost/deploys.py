@@ -142,7 +142,8 @@ def accept_fleet(dry: bool) -> dict:
         report_dir = settings[names[0]].verify_report_dir if names else "."
         results, out = run(names, settings, addresses, runners(state, inventory, settings), report_dir, dry,
                            say=lambda line: sys.stderr.write(f"ccrhost accept: {line}\n"))
-        sys.stderr.write("\n" + common.text_table(out, time.time()))
+        if not dry:  # a dry run ran S0 alone: each host says what it would run
+            sys.stderr.write("\n" + common.text_table(out, time.time()))
         return results
 
     return once_per_run(inventory, "accept", compute)

@@ -53,6 +53,7 @@ def test_accept_deploy_certifies_the_healthy_nodes_fails_the_cut_one_and_resumes
     dry = accept(tmp_path, inventory, "--dry")
     assert "Traceback" not in dry.out, dry.out
     assert "acceptance (dry run): would run S1 node-local, S2 connectivity mesh, S3 pair bandwidth, S5 soak" in dry.out
+    assert dry.rc == 0 and "would run: fail" not in dry.out, dry.out
     assert f"would run: write {CERT} (" in dry.out  # the certificate it would store, not stored
     assert [stored(lab, f"node{i}") for i in (1, 2, 3)] == [None, None, None]
     assert not report.exists()

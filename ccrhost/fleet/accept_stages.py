@@ -102,28 +102,20 @@ def stage_check(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyO
             fleet.settings[name] = settings
 
 
-def _gemm_script(ccrhost: str, config: str, seconds: int | None) -> str:
-    """``ccrhost dcgm --gemm-only`` on the node, its results as slurm_dcgm's step prints them."""
-    import shlex
-
-    extra = f" --gemm-seconds {int(seconds)}" if seconds else ""
-    return (f'echo "@@dcgm"; {shlex.quote(ccrhost)} dcgm --config {shlex.quote(config)} --gemm-only{extra} '
-            f'--format json 2>&1 | base64; echo "@@end"')
-
-
 def run_gemm(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, seconds: int | None, say,
              label: str) -> dict[str, list]:
     """dcgmproftester on every GPU of ``names`` for ``seconds`` (None: the node's verify_gemm_seconds), at
     most the cap at once (the power-heavy load staggered batch by batch): {node: [ActiveResult]} or a note."""
     from ccrhost.fleet.slurm_client import run_steps
-    from ccrhost.fleet.slurm_dcgm import parse_step
+    from ccrhost.fleet.slurm_dcgm import parse_step, step_script
 
     out: dict = {}
     for job, taken, missed in _held(batches, names):
         if taken:
             longest = max(seconds or fleet.settings[n].verify_gemm_seconds for n in taken)
             say(f"{label}: GEMM load for {longest} s on {len(taken)} node(s)")
-            lines, err = run_steps(job, {n: _gemm_script(vopts.ccrhost, vopts.config, seconds) for n in taken},
+            args = ("--gemm-only", *(("--gemm-seconds", str(int(seconds))) if seconds else ()))
+            lines, err = run_steps(job, {n: step_script(vopts.ccrhost, vopts.config, *args) for n in taken},
                                    "ccrhost-gemm", longest + 180)()
             for name in taken:
                 out[name] = parse_step(lines[name]) if name in lines else (err or "no output from the step")

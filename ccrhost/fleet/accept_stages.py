@@ -193,13 +193,26 @@ def stage_pairs(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyO
                      measured_gbps=getattr(ccr, "bandwidth_gbps", None), compute=getattr(ccr, "compute", None))
 
 
+def mesh_options(settings: list, timeout: int, say):
+    """One mesh for all the nodes, so one set of its settings: the strictest the nodes ask for (the smallest
+    group, the lowest prune share and p99 gate), said where they differ."""
+    from ccrhost.fleet.slurm_mesh import MeshOptions
+
+    keys = ("accept_mesh_group", "accept_mesh_prune", "accept_latency_max_p99_us")
+    chosen = {}
+    for key in keys:
+        values = sorted({getattr(s, key) for s in settings})
+        chosen[key] = values[0]
+        if len(values) > 1:
+            say(f"S2 mesh: the nodes ask for {key} {', '.join(map(str, values))}: the mesh uses {values[0]}")
+    return MeshOptions(group=chosen[keys[0]], prune=chosen[keys[1]], max_p99_us=chosen[keys[2]], timeout=timeout)
+
+
 def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, timeout: int, say):
     """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh)."""
-    from ccrhost.fleet.slurm_mesh import MeshOptions, run_mesh
+    from ccrhost.fleet.slurm_mesh import run_mesh
 
-    first = fleet.settings[names[0]]
-    opts = MeshOptions(group=first.accept_mesh_group, prune=first.accept_mesh_prune,
-                       max_p99_us=first.accept_latency_max_p99_us, timeout=timeout)
+    opts = mesh_options([fleet.settings[n] for n in names], timeout, say)
     devices = {}
     for name in names:
         ports = [p for p in fleet.verdicts[name].readings.ports if p.active and not p.efa]

@@ -169,12 +169,22 @@ def load(nodes: list[str], topology: str, timeout: float = 60) -> list[Block]:
         except subprocess.TimeoutExpired as exc:
             raise LabError(f"Slurm 24.11: no answer in {timeout:.0f} s: {_tail(work)}") from exc
         if EXITED in run.stdout:
-            raise Refused(f"slurmctld 24.11 refused the topology: {_tail(work)}")
+            raise Refused(f"slurmctld 24.11 refused the topology: {_why(work)}")
         if run.returncode != 0 or TOPOLOGY not in run.stdout:
             raise LabError(f"Slurm 24.11: exit {run.returncode}: {run.stderr.strip()} {_tail(work)}")
         return parse_topology(run.stdout.split(TOPOLOGY, 1)[1])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _why(work: Path) -> str:
+    """Its fatal line and the errors before it, without the first start's missing state files."""
+    try:
+        lines = (work / "stdout").read_text().splitlines()
+    except OSError:
+        return "(no log)"
+    said = [line for line in lines if "fatal:" in line or ("error:" in line and "state" not in line)]
+    return " / ".join(said[-3:]) or _tail(work)
 
 
 def _tail(work: Path, lines: int = 6) -> str:

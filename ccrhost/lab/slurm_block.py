@@ -10,7 +10,7 @@ loaded, and stops it.
 Everything runs inside one ``unshare`` of its own: a PID namespace (so
 slurmctld dies with the script, even on a timeout: the script is its init and
 ``--kill-child`` kills it with unshare), a mount namespace (/proc, a tmpfs
-/run and the run's /etc/slurm and /etc/hosts are mounted over the chroot's
+/run and the run's /etc/slurm are mounted over the chroot's
 there only, so the chroot itself is never written) and a network namespace
 (nothing reaches a site's Slurm; one veth pair, since slurmctld's
 ``getaddrinfo(AI_ADDRCONFIG)`` finds no address with loopback alone and
@@ -121,13 +121,13 @@ PartitionName=lab Nodes=ALL Default=YES State=UP
 """
 
 
-# $1: the run's folder (etc/ and hosts). Each scontrol is bounded: one that cannot reach
+# $1: the run's folder (etc/, stdout). Each scontrol is bounded: one that cannot reach
 # slurmctld retries for seconds.
 SCRIPT = f"""\
 set -u
 R={ROOT}
 mount -t proc proc "$R/proc" && mount -t tmpfs -o mode=755 tmpfs "$R/run" && mkdir -p "$R/run/ccrhost/state" &&
-mount --bind "$1/etc" "$R/etc/slurm" && mount --bind "$1/hosts" "$R/etc/hosts" || exit 2
+mount --bind "$1/etc" "$R/etc/slurm" || exit 2
 hostname ctld
 ip link set lo up && ip link add ccr0 type veth peer name ccr1 && ip addr add 10.254.0.1/24 dev ccr0 &&
 ip link set ccr1 up && ip link set ccr0 up || exit 2
@@ -160,7 +160,6 @@ def load(nodes: list[str], topology: str, timeout: float = 60) -> list[Block]:
         fd = os.open(etc / "slurm.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(os.urandom(1024))
-        (work / "hosts").write_text("127.0.0.1 localhost\n10.254.0.1 ctld\n")
         (work / "stdout").touch()
         try:  # a timeout kills unshare with SIGKILL, and --kill-child the namespace's init with it
             run = subprocess.run(["unshare", "--mount", "--net", "--pid", "--uts", "--propagation", "private",

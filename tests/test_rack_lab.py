@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO, in_node, lab_inventory, lab_ssh, run_pyinfra
 
 from ccrhost.lab import rack as lab_rack
+from ccrhost.lab import slurm_block
 
 pytestmark = pytest.mark.lab
 
@@ -26,6 +27,7 @@ GPU_FAULTS = {
     "node5": ("nvlink_down=1:4", "gpu_nvlink_down", "GPU 1 ("),  # GPU health's, not repeated by the tray's count
 }
 TRAY_CODES = {"imex_", "gpu_fabric", "gpu_nvlink"}
+WRITTEN: dict[str, str] = {}  # the deploy's topology-block.conf, for the test that loads it into slurmctld
 
 
 def tray_reasons(verdict: dict) -> list[tuple[str, str]]:
@@ -85,6 +87,7 @@ def test_a_healthy_rack_is_ok_and_each_gpu_fault_fails_its_tray_alone_on_every_p
         run = run_pyinfra("deploys/verify.py", inventory=path)
         assert "Traceback" not in run.out, run.out
         deployed = json.loads((tmp_path / "report" / "ccr-report.json").read_text())["hosts"]
+        WRITTEN["block"] = (tmp_path / "report" / "topology-block.conf").read_text()
         for node in TRAYS:
             fault, code, text = GPU_FAULTS.get(node, (None, None, None))
             wanted = [("FAIL", code)] if code else []
@@ -100,6 +103,27 @@ def test_a_healthy_rack_is_ok_and_each_gpu_fault_fails_its_tray_alone_on_every_p
     finally:
         for node, (fault, _, _) in GPU_FAULTS.items():
             lab.clear(node, fault.split("=")[0])
+
+
+def test_slurmctld_24_11_loads_the_deploys_block_file_without_the_failing_trays():
+    """The file the deploy above wrote (the three GPU-fault trays FAIL), loaded by a real
+    slurmctld 24.11 (the lab's 22.05 has no topology/block): its one block holds the passing
+    trays only. A block without nodes, and the form ccrhost wrote before it named the planning
+    base (a later block smaller than the first), are refused: the check can fail."""
+    why = slurm_block.unavailable()
+    if why:
+        pytest.skip(f"Slurm 24.11 slurmctld: {why}")
+    if "block" not in WRITTEN:
+        pytest.skip("the deploy's test did not write topology-block.conf in this run")
+    text = WRITTEN["block"]
+    assert "BlockName=rack1 Nodes=node[1-2,6]\n" in text, text
+    assert slurm_block.load(TRAYS, text) == [slurm_block.Block("rack1", 0, ("node1", "node2", "node6"), 3)]
+    with pytest.raises(slurm_block.Refused, match="block rack1 hasn't got nodes"):
+        slurm_block.load(TRAYS, text.replace(" Nodes=node[1-2,6]", ""))
+    before = "BlockName=rack0 Nodes=node[3-5,7]\n" + "".join(
+        line + "\n" for line in text.splitlines() if not line.startswith("BlockSizes="))
+    with pytest.raises(slurm_block.Refused, match=r"fatal: Block configuration \(rack1\) children count lower"):
+        slurm_block.load([*TRAYS, "node7"], before)
 
 
 @pytest.mark.parametrize("fault, code", [("imex_peer_lost", "imex_peer_disconnected"),

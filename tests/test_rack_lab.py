@@ -105,25 +105,34 @@ def test_a_healthy_rack_is_ok_and_each_gpu_fault_fails_its_tray_alone_on_every_p
             lab.clear(node, fault.split("=")[0])
 
 
-def test_slurmctld_24_11_loads_the_deploys_block_file_without_the_failing_trays():
+def test_slurmctld_24_11_loads_the_deploys_block_file_without_the_failing_trays(rack):
     """The file the deploy above wrote (the three GPU-fault trays FAIL), loaded by a real
-    slurmctld 24.11 (the lab's 22.05 has no topology/block): its one block holds the passing
+    slurmctld 24.11 (the lab's 22.05 has no topology/block) whose nodes carry the inventory's
+    names (the lab's inventory names each host by its address): its one block holds the passing
     trays only. A block without nodes, and the form ccrhost wrote before it named the planning
     base (a later block smaller than the first), are refused: the check can fail."""
+    from ccrhost.fleet.slurm_client import hostlist
+
     why = slurm_block.unavailable()
     if why:
         pytest.skip(f"Slurm 24.11 slurmctld: {why}")
     if "block" not in WRITTEN:
         pytest.skip("the deploy's test did not write topology-block.conf in this run")
-    text = WRITTEN["block"]
-    assert "BlockName=rack1 Nodes=node[1-2,6]\n" in text, text
-    assert slurm_block.load(TRAYS, text) == [slurm_block.Block("rack1", 0, ("node1", "node2", "node6"), 3)]
+    lab, text = rack, WRITTEN["block"]
+    names = [lab.node(n).address for n in TRAYS]
+    passing = [lab.node(n).address for n in TRAYS if n not in GPU_FAULTS]
+    line = f"BlockName=rack1 Nodes={hostlist(passing)}"
+    assert f"\n{line}\n" in text, text
+    shown = slurm_block.load(names, text)
+    assert [(b.name, b.index, sorted(b.nodes), b.size, b.aggregated) for b in shown] == [
+        ("rack1", 0, sorted(passing), 3, False)]
     with pytest.raises(slurm_block.Refused, match="block rack1 hasn't got nodes"):
-        slurm_block.load(TRAYS, text.replace(" Nodes=node[1-2,6]", ""))
-    before = "BlockName=rack0 Nodes=node[3-5,7]\n" + "".join(
-        line + "\n" for line in text.splitlines() if not line.startswith("BlockSizes="))
+        slurm_block.load(names, text.replace(line, "BlockName=rack1"))
+    failing = [lab.node(n).address for n in GPU_FAULTS]
+    before = f"BlockName=rack0 Nodes={hostlist([*failing, 'spare1'])}\n" + "".join(
+        row + "\n" for row in text.splitlines() if not row.startswith("BlockSizes="))
     with pytest.raises(slurm_block.Refused, match=r"fatal: Block configuration \(rack1\) children count lower"):
-        slurm_block.load([*TRAYS, "node7"], before)
+        slurm_block.load([*names, "spare1"], before)
 
 
 @pytest.mark.parametrize("fault, code", [("imex_peer_lost", "imex_peer_disconnected"),

@@ -166,7 +166,7 @@ def load(nodes: list[str], topology: str, timeout: float = 60) -> list[Block]:
                                   "--kill-child", "--", "/bin/sh", "-c", SCRIPT, "slurm-block", str(work)],
                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            raise LabError(f"Slurm 24.11: no answer in {timeout:.0f} s: {_tail(work)}") from exc
+            raise LabError(f"Slurm 24.11: no answer in {timeout:g} s: {_tail(work)}") from exc
         if EXITED in run.stdout:
             raise Refused(f"slurmctld 24.11 refused the topology: {_why(work)}")
         if run.returncode != 0 or TOPOLOGY not in run.stdout:

@@ -1,7 +1,10 @@
 """The lab's Slurm 24.11 block-topology reader (lab/slurm_block.py): what it takes from
 ``scontrol show topology``. Its run against the real slurmctld is in tests/test_rack_lab.py."""
 
+import pytest
+
 from ccrhost.lab import slurm_block
+from ccrhost.lab.state import LabError
 
 # verbatim: Debian trixie's scontrol 24.11.5 against its slurmctld (topology/block) in the lab,
 # BlockSizes=2,4,8,16,32 with rack1 node[1-3] and rack2 node[4-5]
@@ -31,3 +34,13 @@ def test_the_cluster_declares_every_node_future_under_topology_block():
     conf = slurm_block.slurm_conf(["node2", "node1", "node3"])
     assert "TopologyPlugin=topology/block\n" in conf
     assert "NodeName=node[1-3] NodeAddr=10.254.0.2 CPUs=1 RealMemory=100 State=FUTURE\n" in conf
+
+
+def test_without_the_root_filesystem_it_says_bootstrap_builds_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(slurm_block, "ROOT", tmp_path / "slurm-trixie")
+    monkeypatch.setattr(slurm_block.os, "geteuid", lambda: 0)
+    why = slurm_block.unavailable()
+    assert why == (f"no {tmp_path}/slurm-trixie/usr/sbin/slurmctld: scripts/bootstrap builds the trixie "
+                   "Slurm 24.11 root filesystem")
+    with pytest.raises(LabError, match="Slurm 24.11: no .*slurmctld: scripts/bootstrap builds"):
+        slurm_block.load(["n1"], "BlockName=r Nodes=n1\n")

@@ -109,8 +109,10 @@ def test_slurmctld_24_11_loads_the_deploys_block_file_without_the_failing_trays(
     """The file the deploy above wrote (the three GPU-fault trays FAIL), loaded by a real
     slurmctld 24.11 (the lab's 22.05 has no topology/block) whose nodes carry the inventory's
     names (the lab's inventory names each host by its address): its one block holds the passing
-    trays only. A block without nodes, and the form ccrhost wrote before it named the planning
-    base (a later block smaller than the first), are refused: the check can fail."""
+    trays only. A block without nodes, and a later block smaller than the first without
+    ``BlockSizes=`` (what ccrhost wrote for such racks before it named the planning base), are
+    refused: the check can fail; ccrhost's writer now makes of such racks a file slurmctld takes."""
+    from ccrhost.fleet import rack as fleet_rack
     from ccrhost.fleet.slurm_client import hostlist
 
     why = slurm_block.unavailable()
@@ -128,11 +130,20 @@ def test_slurmctld_24_11_loads_the_deploys_block_file_without_the_failing_trays(
         ("rack1", 0, sorted(passing), 3, False)]
     with pytest.raises(slurm_block.Refused, match="block rack1 hasn't got nodes"):
         slurm_block.load(names, text.replace(line, "BlockName=rack1"))
+    # a first rack larger than the next: without BlockSizes slurmctld refuses it; ccrhost's writer
+    # names the smallest block as the planning base, and slurmctld takes both racks
     failing = [lab.node(n).address for n in GPU_FAULTS]
-    before = f"BlockName=rack0 Nodes={hostlist([*failing, 'spare1'])}\n" + "".join(
-        row + "\n" for row in text.splitlines() if not row.startswith("BlockSizes="))
+    before = f"BlockName=rack0 Nodes={hostlist([*failing, 'spare1'])}\n" + text
     with pytest.raises(slurm_block.Refused, match=r"fatal: Block configuration \(rack1\) children count lower"):
         slurm_block.load([*names, "spare1"], before)
+    trays = [fleet_rack.tray(h, "rack0", None) for h in [*failing, "spare1"]]
+    trays += [fleet_rack.tray(h, "rack1", None) for h in passing]
+    written, _ = fleet_rack.block_topology(trays)
+    assert "\nBlockSizes=3,6,12,24,48\n" in written, written
+    shown = slurm_block.load([*names, "spare1"], written)
+    assert [(b.name, sorted(b.nodes), b.aggregated) for b in shown] == [
+        ("rack0", sorted([*failing, "spare1"]), False), ("rack1", sorted(passing), False),
+        ("rack[0-1]", sorted([*names, "spare1"]), True)]
 
 
 @pytest.mark.parametrize("fault, code", [("imex_peer_lost", "imex_peer_disconnected"),

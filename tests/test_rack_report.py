@@ -73,7 +73,7 @@ def test_a_healthy_rack_adds_nothing_and_blocks_every_tray(tmp_path):
     assert all(v.status == "OK" for v in verdicts.values()), [v.summary() for v in verdicts.values()]
     said = []
     got = rr.report(verdicts, dict.fromkeys(verdicts, settings()), tmp_path, said.append)
-    assert (tmp_path / "topology-block.conf").read_text() == HEAD + "BlockName=nvl72-a Nodes=gb[01-04]\nBlockSizes=4,8,16,32,64\n"
+    assert (tmp_path / "topology-block.conf").read_text() == HEAD + "BlockName=nvl72-a Nodes=gb[01-04]\n"
     assert said == [] and all(v.reasons == [] for v in verdicts.values())
     assert got.to_dict() == {"racks": {"nvl72-a": {h: [] for h in HOSTS}}, "no_rack": {}, "findings": [],
                              "files": {"topology-block.conf": str(tmp_path / "topology-block.conf")},
@@ -94,7 +94,6 @@ def test_the_tray_in_another_clique_fails_naming_the_rack_and_leaves_the_block(t
     assert all(verdicts[h].reasons == [] for h in ("gb01", "gb02", "gb04"))
     assert (tmp_path / "topology-block.conf").read_text() == HEAD + (
         "BlockName=nvl72-a Nodes=gb[01-02,04]\n"
-        "BlockSizes=3,6,12,24,48\n"
         "# left out: gb03: FAILs its checks (rack nvl72-a)\n")
     assert said == [f"rack: rack_fabric_split: {message}"]
     doc = got.to_dict()
@@ -112,7 +111,6 @@ def test_a_tray_its_own_check_failed_is_left_out_with_no_rack_reason(tmp_path):
     assert got.reasons == {} and [r.code for r in verdicts["gb02"].reasons] == ["port_down"]
     assert (tmp_path / "topology-block.conf").read_text() == HEAD + (
         "BlockName=nvl72-a Nodes=gb[01,03-04]\n"
-        "BlockSizes=3,6,12,24,48\n"
         "# left out: gb02: FAILs its checks (rack nvl72-a)\n")
 
 
@@ -132,7 +130,6 @@ def test_a_tray_the_inventory_puts_in_the_wrong_rack(tmp_path):
     assert (tmp_path / "topology-block.conf").read_text() == HEAD + (
         "BlockName=nvl72-a Nodes=gb[01-03]\n"
         "BlockName=nvl72-b Nodes=gb[04-06]\n"
-        "BlockSizes=3,6,12,24,48\n"
         "# left out: gb07: FAILs its checks (rack nvl72-b)\n")
 
 
@@ -177,7 +174,6 @@ def test_what_is_not_read_is_unknown_naming_the_rack_and_stays_in_the_block(tmp_
     assert got.to_dict()["no_rack"] == {"gb03": ["rack_unreadable"]}
     assert (tmp_path / "topology-block.conf").read_text() == HEAD + (
         "BlockName=nvl72-a Nodes=gb[01-02,04]\n"
-        "BlockSizes=3,6,12,24,48\n"
         "# left out: gb03: in no rack (imex_rack is not set)\n")
 
 
@@ -242,7 +238,7 @@ def test_slurm_verify_drains_the_odd_tray_and_writes_the_block_file(monkeypatch,
     assert drained["gb03"].startswith("ccrhost: rack_fabric_split: gb03 is the odd tray out of rack nvl72-a: ")
     assert [got[h].status for h in (*HOSTS, "gb05")] == ["OK", "OK", "FAIL", "OK", "OK"]
     report = tmp_path / "report"
-    block = HEAD + "BlockName=nvl72-a Nodes=gb[01-02,04]\nBlockSizes=3,6,12,24,48\n# left out: gb03: FAILs its checks (rack nvl72-a)\n"
+    block = HEAD + "BlockName=nvl72-a Nodes=gb[01-02,04]\n# left out: gb03: FAILs its checks (rack nvl72-a)\n"
     assert (report / "topology-block.conf").read_text() == block and conf.read_text() == block
     doc = json.loads((report / "ccr-report.json").read_text())
     assert doc["rack"]["racks"] == {"nvl72-a": {"gb01": [], "gb02": [], "gb03": ["rack_fabric_split"], "gb04": []}}
@@ -302,7 +298,7 @@ def test_the_deploys_fleet_report_judges_the_racks_and_writes_the_block_file(tmp
     out = io.StringIO()
     assert set(report.finish(out)) == {"json", "xml", "txt", "html"}
     assert (tmp_path / "topology-block.conf").read_text() == HEAD + (
-        "BlockName=nvl72-a Nodes=gb[01-02,04]\nBlockSizes=3,6,12,24,48\n# left out: gb03: FAILs its checks (rack nvl72-a)\n")
+        "BlockName=nvl72-a Nodes=gb[01-02,04]\n# left out: gb03: FAILs its checks (rack nvl72-a)\n")
     doc = json.loads((tmp_path / "ccr-report.json").read_text())
     assert doc["rack"]["racks"]["nvl72-a"]["gb03"] == ["rack_fabric_split"]
     assert doc["hosts"]["gb03"]["status"] == "FAIL" and doc["hosts"]["gb01"]["status"] == "OK"

@@ -102,28 +102,20 @@ def stage_check(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyO
             fleet.settings[name] = settings
 
 
-def _gemm_script(ccrhost: str, config: str, seconds: int | None) -> str:
-    """``ccrhost dcgm --gemm-only`` on the node, its results as slurm_dcgm's step prints them."""
-    import shlex
-
-    extra = f" --gemm-seconds {int(seconds)}" if seconds else ""
-    return (f'echo "@@dcgm"; {shlex.quote(ccrhost)} dcgm --config {shlex.quote(config)} --gemm-only{extra} '
-            f'--format json 2>&1 | base64; echo "@@end"')
-
-
 def run_gemm(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, seconds: int | None, say,
              label: str) -> dict[str, list]:
     """dcgmproftester on every GPU of ``names`` for ``seconds`` (None: the node's verify_gemm_seconds), at
     most the cap at once (the power-heavy load staggered batch by batch): {node: [ActiveResult]} or a note."""
     from ccrhost.fleet.slurm_client import run_steps
-    from ccrhost.fleet.slurm_dcgm import parse_step
+    from ccrhost.fleet.slurm_dcgm import parse_step, step_script
 
     out: dict = {}
     for job, taken, missed in _held(batches, names):
         if taken:
             longest = max(seconds or fleet.settings[n].verify_gemm_seconds for n in taken)
             say(f"{label}: GEMM load for {longest} s on {len(taken)} node(s)")
-            lines, err = run_steps(job, {n: _gemm_script(vopts.ccrhost, vopts.config, seconds) for n in taken},
+            args = ("--gemm-only", *(("--gemm-seconds", str(int(seconds))) if seconds else ()))
+            lines, err = run_steps(job, {n: step_script(vopts.ccrhost, vopts.config, *args) for n in taken},
                                    "ccrhost-gemm", longest + 180)()
             for name in taken:
                 out[name] = parse_step(lines[name]) if name in lines else (err or "no output from the step")
@@ -206,14 +198,27 @@ def judge_pairs(fleet: Fleet, name: str) -> None:
                  measured_gbps=getattr(ccr, "bandwidth_gbps", None), compute=getattr(ccr, "compute", None))
 
 
+def mesh_options(settings: list, timeout: int, say):
+    """One mesh for all the nodes, so one set of its settings: the strictest the nodes ask for (the smallest
+    group, the lowest prune share and p99 gate), said where they differ."""
+    from ccrhost.fleet.slurm_mesh import MeshOptions
+
+    keys = ("accept_mesh_group", "accept_mesh_prune", "accept_latency_max_p99_us")
+    chosen = {}
+    for key in keys:
+        values = sorted({getattr(s, key) for s in settings})
+        chosen[key] = values[0]
+        if len(values) > 1:
+            say(f"S2 mesh: the nodes ask for {key} {', '.join(map(str, values))}: the mesh uses {values[0]}")
+    return MeshOptions(group=chosen[keys[0]], prune=chosen[keys[1]], max_p99_us=chosen[keys[2]], timeout=timeout)
+
+
 def stage_mesh(fleet: Fleet, names: list[str], batches: Batches | None, timeout: int, say, runner=None):
     """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh);
     ``runner``: each round another way than Slurm's (slurm_mesh.run_mesh)."""
-    from ccrhost.fleet.slurm_mesh import MeshOptions, run_mesh
+    from ccrhost.fleet.slurm_mesh import run_mesh
 
-    first = fleet.settings[names[0]]
-    opts = MeshOptions(group=first.accept_mesh_group, prune=first.accept_mesh_prune,
-                       max_p99_us=first.accept_latency_max_p99_us, timeout=timeout)
+    opts = mesh_options([fleet.settings[n] for n in names], timeout, say)
     devices = {}
     for name in names:
         ports = [p for p in fleet.verdicts[name].readings.ports if p.active and not p.efa]

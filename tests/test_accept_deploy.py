@@ -8,6 +8,8 @@ tests/test_accept_deploy_lab.py."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from dataclasses import dataclass
 
 import pytest
@@ -22,6 +24,8 @@ from ccrhost.model.status import FAIL, OK, UNKNOWN, Reason, worst
 from ccrhost.model.verdict import Readings, Verdict
 from ccrhost.settings import validate_host
 
+sys.path.insert(0, str(Path(__file__).parent))  # nccl_report
+
 NODES = ["node1", "node2", "node3"]
 
 
@@ -30,6 +34,12 @@ class Port:
     device: str = "mlx5_0"
     active: bool = True
     efa: bool = False
+    effective_gbps: float = 400.0
+
+
+@dataclass
+class Gpu:
+    name: str = "NVIDIA H100 80GB HBM3"
 
 
 @dataclass
@@ -49,7 +59,7 @@ def fake_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
         for d in (reading.results.values() if reading is not None else ()):
             if d["status"] != OK:
                 reasons.append(Reason(d["status"], d["code"], d["message"]))
-    readings = Readings([Port()], [])
+    readings = Readings([Port()] * 8, [Gpu()] * 8)
     readings.fabric = first
     return Verdict(worst([r.level for r in reasons] or [OK]), reasons, None, None, readings)
 
@@ -57,15 +67,27 @@ def fake_verdict(snap, settings, measured=None, gpudirect=None, first=None, allr
 class Fake:
     """The runners, recording each call: ``cut`` nodes fail every mesh pair, ``gpu_bad`` fail the GEMM."""
 
-    def __init__(self, cut=(), gpu_bad=(), busy=(), passive_bad=(), stored=None):
+    def __init__(self, cut=(), gpu_bad=(), busy=(), passive_bad=(), stored=None, group_slow=()):
         self.cut, self.gpu_bad, self.busy_nodes, self.passive_bad = set(cut), set(gpu_bad), set(busy), set(passive_bad)
+        self.group_slow = set(group_slow)  # slows a group of three nodes or more (S4), never a pair
         self.stored = stored if stored is not None else {}
         self.calls: list[tuple] = []
         self.reads = 0
 
     def runners(self) -> ad.Runners:
         return ad.Runners(self.snapshots, self.certificates, self.busy, self.dcgm, self.gemm, self.singles,
-                          self.mesh_round, self.bandwidth, self.pair_allreduce)
+                          self.mesh_round, self.bandwidth, self.pair_allreduce, self.scale_launch)
+
+    def scale_launch(self, job, members, opts, port, timeout):
+        """mpirun's run of one group, as all_reduce_perf prints it: 150 GB/s with a slow node, else 380."""
+        from nccl_report import at_busbw
+
+        from ccrhost.node.active import ToolRun
+
+        names = [m.name for m in members]
+        self.calls.append(("scale", tuple(names), f"{members[0].address}:{port}"))
+        slow = self.group_slow & set(names) and len(names) >= 3
+        return ToolRun(("mpirun",), 0, at_busbw(150.0 if slow else 380.0, ranks=8 * len(names)), 1.0)
 
     def snapshots(self, names, again):
         self.calls.append(("snapshots", tuple(names)))
@@ -213,7 +235,24 @@ def test_the_scale_stage_is_unknown_naming_why_never_a_pass(tmp_path):
     for r in results.values():
         assert r.state == "incomplete" and statuses(r.certificate)["scale"] == UNKNOWN
         assert r.message.startswith("acceptance incomplete at S4 scale: UNKNOWN accept_not_run: S4 scale: not run "
-                                    "from a pyinfra deploy: no launcher (verify_allreduce_launcher none)")
+                                    "from a pyinfra deploy: verify_allreduce_launcher none: the growing groups' "
+                                    "all-reduce launches with mpirun here")
+
+
+def test_the_scale_stage_launches_growing_groups_with_mpirun_and_bisects_to_the_slow_node(tmp_path):
+    """S4 from the deploy: each group's all-reduce from its first node (mpirun's root), the groups growing as
+    on Slurm, the group that fails bisected to the node that slows it; the others certified."""
+    fake = Fake(group_slow={"node3"})
+    results, out = accept(tmp_path, fake, all={"accept_stages": ("check", "scale"),
+                                               "verify_allreduce_launcher": "mpirun"})
+    groups = [c[1] for c in fake.calls if c[0] == "scale"]
+    assert groups[0] == ("node1", "node2") and ("node1", "node2", "node3") in groups
+    assert all(c[2].startswith("10.0.0.1:") for c in fake.calls if c[0] == "scale")  # rooted at the first node
+    assert {n: r.state for n, r in results.items()} == {"node1": "certified", "node2": "certified",
+                                                         "node3": "failed"}
+    assert results["node3"].message.startswith("acceptance failed at S4 scale: FAIL allreduce_scale_slow: node3: "
+                                               "slowed a group of 3 nodes")
+    assert out.details["scale"]["admitted"] == ["node1", "node2"]
 
 
 def test_a_busy_node_is_not_touched(tmp_path):

@@ -30,7 +30,9 @@ from pathlib import Path
 from ccrhost.fleet.accept_stages import (
     Fleet,
     StageBatches,
+    mesh_details,
     not_run,
+    scale_details,
     stage_check,
     stage_mesh,
     stage_node,
@@ -358,16 +360,11 @@ def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say,
     elif stage == "node":
         stage_node(fleet, runs, held, vopts, nccl, say, clock)
     elif stage == "mesh":
-        got = stage_mesh(fleet, runs, held, opts.mesh_timeout, say)
-        out.details["mesh"] = {"rounds": got.rounds, "pruned": [p.node for p in got.pruned],
-                               "pairs": [p.to_dict() for p in got.pairs]}
+        out.details["mesh"] = mesh_details(stage_mesh(fleet, runs, held, opts.mesh_timeout, say))
     elif stage == "pairs":
         stage_pairs(fleet, runs, held, vopts, nccl, say, clock)
     elif stage == "scale":
-        got = stage_scale(fleet, runs, held, nccl, say)
-        out.details["scale"] = {"runs": [{"group": list(r.group), "passed": r.passed, "busbw": r.busbw,
-                                          "purpose": r.purpose, "step": r.step} for r in got.runs],
-                                "admitted": list(got.admitted)}
+        out.details["scale"] = scale_details(stage_scale(fleet, runs, held, nccl, say))
     elif stage == "soak":
         stage_soak(fleet, runs, held, vopts, opts.soak_minutes, say, clock)
 

@@ -17,8 +17,9 @@ Where this path differs from Slurm's:
 - S1's all-reduce modes run where the node's ``verify_allreduce`` is on
   (its ``verify_allreduce_modes``), S3's pair mode where
   ``verify_allreduce_launcher`` is set;
-- S4 has no launcher for a group all-reduce outside Slurm: every node that
-  asks for it is UNKNOWN ``accept_not_run`` saying so, never a pass;
+- S4 launches each group's all-reduce with mpirun from the group's first
+  node (``verify_allreduce_launcher: mpirun``, as S3's pairs); a node
+  without that launcher is UNKNOWN ``accept_not_run`` saying so, never a pass;
 - under ``--dry`` only S0 runs (read-only); the stages each node would run
   are said, nothing is measured and nothing written.
 """
@@ -30,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ccrhost.fleet import accept as common
-from ccrhost.fleet.accept_stages import Fleet, judge_pairs, merge_dcgm, not_run, stage_mesh
+from ccrhost.fleet.accept_stages import (Fleet, judge_pairs, merge_dcgm, mesh_details, not_run, scale_details,
+                                         stage_mesh)
 from ccrhost.model import certificate as cm
 from ccrhost.model.status import OK, UNKNOWN, WARN, Reason
 from ccrhost.model.verdict import add_findings
@@ -51,6 +53,7 @@ class Runners:
     mesh_round: Callable     # (pairs, addresses, devices, MeshOptions) -> [PairOutcome]
     bandwidth: Callable      # (names) -> {name: HostMeasurement} (ib_write_bw pairs)
     pair_allreduce: Callable  # (names) -> {name: ActiveResult} (the all-reduce pair mode)
+    scale_launch: Callable = None  # (job, [NodeInfo], NcclOptions, port, timeout) -> ToolRun: one group's run
 
 
 @dataclass
@@ -185,15 +188,28 @@ def stage_pairs(fleet: DeployFleet, names: list[str], runners: Runners) -> None:
         _unmeasured(fleet, name, "S3 pair bandwidth", missing.get(name))
 
 
-def stage_scale(fleet: DeployFleet, names: list[str]) -> None:
-    """S4: no launcher runs a growing group's all-reduce outside Slurm: UNKNOWN for every node, naming why."""
+def stage_scale(fleet: DeployFleet, names: list[str], runners: Runners, say) -> object:
+    """S4: the all-reduce over growing groups, launched with mpirun (the nodes whose verify_allreduce_launcher
+    is mpirun), a failing step bisected as on Slurm (accept_stages.stage_scale); UNKNOWN for the others."""
+    from ccrhost.fleet.accept_stages import stage_scale as admit_groups
+    from ccrhost.fleet.slurm_nccl import NcclOptions
+
+    launched = [n for n in names if fleet.settings[n].verify_allreduce_launcher == "mpirun"]
     for name in names:
-        launcher = fleet.settings[name].verify_allreduce_launcher
-        why = (f"verify_allreduce_launcher {launcher} launches pairs only" if launcher != "none"
-               else "no launcher (verify_allreduce_launcher none)")
-        add_findings(fleet.verdicts[name], [Reason(
-            UNKNOWN, "accept_not_run", f"S4 scale: not run from a pyinfra deploy: {why}; the growing groups' "
-            "all-reduce runs through Slurm (ccrhost slurm accept), or leave scale out of accept_stages")])
+        if name not in launched:
+            launcher = fleet.settings[name].verify_allreduce_launcher
+            add_findings(fleet.verdicts[name], [Reason(
+                UNKNOWN, "accept_not_run", f"S4 scale: not run from a pyinfra deploy: verify_allreduce_launcher "
+                f"{launcher}: the growing groups' all-reduce launches with mpirun here, or through Slurm "
+                "(ccrhost slurm accept); or leave scale out of accept_stages")])
+    if not launched:
+        return None
+    s = fleet.settings[launched[0]]
+    nccl = NcclOptions(binary=s.verify_allreduce_binary, max_bytes=s.verify_allreduce_max_bytes,
+                       iters=s.verify_allreduce_iters, timeout=s.verify_allreduce_timeout,
+                       port=s.verify_allreduce_port, min_busbw=s.verify_allreduce_min_busbw,
+                       max_nodes=max(len(launched), 2), platform=s.platform())
+    return admit_groups(fleet, launched, None, nccl, say, launch=runners.scale_launch)
 
 
 def stage_soak(fleet: DeployFleet, names: list[str], runners: Runners, clock) -> None:
@@ -272,13 +288,13 @@ def _stage(stage: str, fleet: DeployFleet, runs: list[str], runners: Runners, ou
     if stage == "node":
         stage_node(fleet, runs, runners, clock)
     elif stage == "mesh":
-        got = stage_mesh_deploy(fleet, runs, runners, say)
-        out.details["mesh"] = {"rounds": got.rounds, "pruned": [p.node for p in got.pruned],
-                               "pairs": [p.to_dict() for p in got.pairs]}
+        out.details["mesh"] = mesh_details(stage_mesh_deploy(fleet, runs, runners, say))
     elif stage == "pairs":
         stage_pairs(fleet, runs, runners)
     elif stage == "scale":
-        stage_scale(fleet, runs)
+        got = stage_scale(fleet, runs, runners, say)
+        if got is not None:
+            out.details["scale"] = scale_details(got)
     elif stage == "soak":
         stage_soak(fleet, runs, runners, clock)
 

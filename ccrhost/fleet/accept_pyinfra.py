@@ -98,7 +98,26 @@ def runners(state, inventory, settings_by_host: dict) -> Runners:
 
         return mpirun_pairs(state, inventory, settings_by_host, exclude=set(hosts) - set(names))
 
-    return Runners(snapshots, certificates, busy, dcgm, gemm, singles, mesh_round, bandwidth, pair_allreduce)
+    return Runners(snapshots, certificates, busy, dcgm, gemm, singles, mesh_round, bandwidth, pair_allreduce,
+                   lambda *args: scale_launch(state, hosts, settings_by_host, *args))
+
+
+def scale_launch(state, hosts: dict, settings_by_host: dict, job, members, opts, port: int, timeout):
+    """One S4 group's all-reduce (slurm_scale.run_scale's ``launch``): mpirun from the group's first node,
+    rank 0 and NCCL_COMM_ID's root there, as the pair mode runs (probes/nccl_tests.mpirun_argv)."""
+    from ccrhost.facts.allreduce import AllReducePairRun
+    from ccrhost.node.active import ToolRun
+    from ccrhost.probes.nccl_tests import mpirun_argv
+
+    first = members[0]
+    mpirun = settings_by_host[first.name].verify_allreduce_mpirun
+    tasks = max(min(m.gpus for m in members), 1)
+    argv = mpirun_argv(mpirun, opts.binary, [m.address for m in members], tasks, f"{first.address}:{port}",
+                       opts.max_bytes, opts.iters)
+    got = parallel_facts(state, [(hosts[first.name], AllReducePairRun,
+                                  {"argv": tuple(argv), "timeout": timeout, "attempt": next(_ATTEMPT)})])[0]
+    text, rc, timed_out, missing = got or ("", None, False, None)
+    return ToolRun(tuple(argv), rc, text, 0.0, timed_out, f"{mpirun} on {first.name} {missing}" if missing else None)
 
 
 def gemm_host(host, settings, seconds: int, clock=time.time):

@@ -234,16 +234,32 @@ def stage_mesh(fleet: Fleet, names: list[str], batches: Batches | None, timeout:
     return outcome
 
 
-def stage_scale(fleet: Fleet, names: list[str], batches: Batches, nccl, say) -> object:
-    """S4: all-reduce over growing groups, a failing step bisected (ccrhost.fleet.slurm_scale)."""
+def stage_scale(fleet: Fleet, names: list[str], batches: Batches | None, nccl, say, launch=None) -> object:
+    """S4: all-reduce over growing groups, a failing step bisected (ccrhost.fleet.slurm_scale); ``launch``
+    runs a group where Slurm does not (slurm_scale.run_scale)."""
     from ccrhost.fleet.slurm_nccl import node_infos
     from ccrhost.fleet.slurm_scale import run_scale
 
     infos = node_infos({n: fleet.verdicts[n] for n in names}, {n: fleet.addresses[n] for n in names})
-    outcome = run_scale(None, infos, nccl, say, batches=batches)
+    for name in names:
+        if name not in infos:  # never a pass on what was not run
+            add_findings(fleet.verdicts[name], [Reason(UNKNOWN, "accept_not_run",
+                                                       "S4 scale: no GPU read on the node: nothing to run on")])
+    outcome = run_scale(None, infos, nccl, say, batches=batches, launch=launch)
     for name, found in outcome.reasons.items():
         add_findings(fleet.verdicts[name], [found])
     return outcome
+
+
+def mesh_details(got) -> dict:
+    """S2's account in the run's report (accept.json's details)."""
+    return {"rounds": got.rounds, "pruned": [p.node for p in got.pruned], "pairs": [p.to_dict() for p in got.pairs]}
+
+
+def scale_details(got) -> dict:
+    """S4's account in the run's report: each group's run, why it ran, and who was admitted."""
+    return {"runs": [{"group": list(r.group), "passed": r.passed, "busbw": r.busbw, "purpose": r.purpose,
+                      "step": r.step} for r in got.runs], "admitted": list(got.admitted)}
 
 
 def stage_soak(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, minutes: float | None, say,

@@ -62,6 +62,9 @@ def run(nodes: int, workdir: Path, mesh_timeout: int) -> dict:
              "--nccl-iters", "5", "--nccl-timeout", "120", "--nccl-profile", LAB_PLATFORM],
             capture_output=True, text=True, env=lab_slurm.client_env(lab), cwd=workdir, timeout=3600)
         wall = time.monotonic() - start
+        if not (workdir / "report/accept.json").exists():  # what slurmctld said, before the lab goes
+            for log in sorted(lab.dir.rglob("slurmctld.log")):
+                print(log.read_text()[-4000:], file=sys.stderr)
     finally:
         lab.down()
     report = workdir / "report/accept.json"

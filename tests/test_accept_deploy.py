@@ -301,3 +301,22 @@ def test_a_node_a_runner_gave_no_result_is_unknown_never_passed(tmp_path):
     assert results["node2"].state == "incomplete" and out.stopped == {"node2": "node"}
     assert results["node2"].message == ("acceptance incomplete at S1 node-local: UNKNOWN accept_not_run: "
                                         "S1 node-local: DCGM diag level 1: the node gave no result")
+
+
+def test_the_power_heavy_stages_load_at_most_accept_max_nodes_at_once(tmp_path):
+    """S1 and S5 in batches of the smallest accept_max_nodes, one after another; S4's largest group too."""
+    fake_soak = Fake()
+    accept(tmp_path / "soak", fake_soak, all={"accept_stages": ("check", "soak")}, node1={"accept_max_nodes": 2})
+    assert [names for names, _ in fake_soak.ran("gemm")] == [("node1", "node2"), ("node3",)]
+    fake = Fake()
+    results, _ = accept(tmp_path, fake, all={"accept_stages": ("check", "node", "scale", "soak"),
+                                             "verify_allreduce_launcher": "mpirun"},
+                        node3={"accept_max_nodes": 2})
+    assert fake.ran("dcgm") == [(("node1", "node2"), 1), (("node3",), 1)]
+    # S1 in two batches; S5 only for the two that passed S4 (below)
+    assert [names for names, _ in fake.ran("gemm")] == [("node1", "node2"), ("node3",), ("node1", "node2")]
+    assert max(len(c[1]) for c in fake.calls if c[0] == "scale") == 2
+    # three nodes in chunks of two leave node3 alone at S4: not run, so never certified on it
+    assert {n: r.state for n, r in results.items()} == {"node1": "certified", "node2": "certified",
+                                                         "node3": "incomplete"}
+    assert "all-reduce at scale not run: chunk 2/2 of the cap of 2 held no other node" in results["node3"].message

@@ -156,3 +156,12 @@ def test_the_labs_group_slow_fault_needs_a_ring_larger_than_a_pair():
     for bad in ("group_slow=2", "group_slow", "group_slow=x"):
         with pytest.raises(ProfileError, match="give the ring size K it slows from, 3 or more"):
             link_files(profile, [parse_fault(f"node5:{bad}")[1]])
+
+
+def test_a_chunk_of_one_node_is_never_admitted_unmeasured():
+    """Three nodes under a cap of two: chunks of two and one; the lone node has no group, so it is UNKNOWN."""
+    fabric = Fabric()
+    out = run_scale("7", infos(3), NcclOptions(max_nodes=2), lambda m: None, run=fabric)
+    assert fabric.groups() == [("gpu01", "gpu02")]
+    assert out.admitted == ("gpu01", "gpu02")
+    assert out.reasons["gpu03"].level == "UNKNOWN" and out.reasons["gpu03"].code == "allreduce_scale_undecided"

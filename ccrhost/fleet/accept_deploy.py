@@ -208,7 +208,7 @@ def stage_scale(fleet: DeployFleet, names: list[str], runners: Runners, say) -> 
     nccl = NcclOptions(binary=s.verify_allreduce_binary, max_bytes=s.verify_allreduce_max_bytes,
                        iters=s.verify_allreduce_iters, timeout=s.verify_allreduce_timeout,
                        port=s.verify_allreduce_port, min_busbw=s.verify_allreduce_min_busbw,
-                       max_nodes=max(len(launched), 2), platform=s.platform())
+                       max_nodes=cap(fleet, launched), platform=s.platform())
     return admit_groups(fleet, launched, None, nccl, say, launch=runners.scale_launch)
 
 
@@ -283,10 +283,24 @@ def run(names: list[str], settings: dict, addresses: dict, runners: Runners, rep
     return results, out
 
 
+def cap(fleet: DeployFleet, names: list[str]) -> int:
+    """The smallest accept_max_nodes ``names`` ask for: nodes loaded at once (slurm accept's --max-nodes)."""
+    return min(fleet.settings[n].accept_max_nodes for n in names)
+
+
+def batches(fleet: DeployFleet, names: list[str]) -> list[list[str]]:
+    """``names`` in batches of at most :func:`cap` (the power-heavy load staggered)."""
+    k = cap(fleet, names)
+    return [names[i:i + k] for i in range(0, len(names), k)]
+
+
 def _stage(stage: str, fleet: DeployFleet, runs: list[str], runners: Runners, out: common.Outcome, say,
            clock) -> None:
+    if stage in ("node", "soak") and len(batches(fleet, runs)) > 1:
+        say(f"{cm.TITLES[stage]}: {len(runs)} nodes in batches of at most {cap(fleet, runs)} (accept_max_nodes)")
     if stage == "node":
-        stage_node(fleet, runs, runners, clock)
+        for batch in batches(fleet, runs):
+            stage_node(fleet, batch, runners, clock)
     elif stage == "mesh":
         out.details["mesh"] = mesh_details(stage_mesh_deploy(fleet, runs, runners, say))
     elif stage == "pairs":
@@ -296,7 +310,8 @@ def _stage(stage: str, fleet: DeployFleet, runs: list[str], runners: Runners, ou
         if got is not None:
             out.details["scale"] = scale_details(got)
     elif stage == "soak":
-        stage_soak(fleet, runs, runners, clock)
+        for batch in batches(fleet, runs):
+            stage_soak(fleet, batch, runners, clock)
 
 
 def _message(out: common.Outcome, name: str, cert, dry: bool, plan: tuple[str, ...]) -> str:

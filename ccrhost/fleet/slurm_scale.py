@@ -159,6 +159,11 @@ def run_scale(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
         def launch(step_job, members, opts, port, timeout):
             return run(group_argv(step_job, members, opts, port), timeout, None)
     for number, chunk in enumerate(chunks, 1):
+        if len(chunk) == 1:  # a cap of 2 over an odd count: no group to run, so never admitted unmeasured
+            reasons[chunk[0]] = Reason(UNKNOWN, "allreduce_scale_undecided", (
+                f"{chunk[0]}: all-reduce at scale not run: chunk {number}/{len(chunks)} of the cap of {cap} held "
+                "no other node; run it with a larger cap"))
+            continue
         got, _, left = _admit_chunk(job, chunk, infos, opts, say, batches, start, launch, runs, cap,
                                              f"chunk {number}/{len(chunks)}" if len(chunks) > 1 else "")
         admitted += got

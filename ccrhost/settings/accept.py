@@ -49,6 +49,11 @@ class AcceptSettings(BaseModel):
         20, ge=1, le=600, description="Seconds each ib_write_lat end of a mesh pair may run in S2 from a "
         "pyinfra deploy (deploys/accept.py); ccrhost slurm accept takes --mesh-timeout.",
     )
+    accept_max_nodes: int = Field(
+        8, ge=2, le=4096, description="Nodes a pyinfra deploy (deploys/accept.py) loads at once in the power-heavy "
+        "stages (S1 node-local, S5 soak: one batch after another) and in S4's largest group; the smallest any "
+        "node asks for. ccrhost slurm accept takes --max-nodes.",
+    )
     accept_latency_max_p99_us: float = Field(
         4.2, gt=0, le=1000, description="ib_write_lat's 99th percentile above which a mesh pair FAILs "
         "rdma_latency_high (Imbue's host validation: at most 4.2 us).",

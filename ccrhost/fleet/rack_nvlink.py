@@ -5,7 +5,8 @@ the scale stage runs a group: ``slurm_scale.group_argv``), with
 falls back to the NICs unseen. It is judged by the platform's
 ``allreduce.rack`` figure (model/rack_nvlink.py ``figure``); a slow rack is
 run without trays, halving (fleet/admission.py ``isolate``), until the tray
-that slows it is found. Each tray's result is an all-reduce result of mode
+that slows it is found, then once without that tray alone (which clears
+the others, or shows a second slow tray). Each tray's result is an all-reduce result of mode
 ``rack``, for slurm_verify to judge and store as the others.
 
 Only trays whose own check was judged and did not FAIL run (a tray that
@@ -39,6 +40,10 @@ class _NoVerdict(Exception):
         self.verdict = verdict
 
 
+class _OneTray(Exception):
+    """The isolation asked for a run of one tray, which crosses nothing: no tray can be singled out."""
+
+
 def trays_to_run(verdicts: dict, settings: dict, addresses: dict[str, str], say) -> tuple[dict, dict]:
     """(the racks' trays by rack, NodeInfo by tray): the nodes whose settings turn
     imex_enable on and name an imex_rack, whose own check judged readings and did not FAIL."""
@@ -62,9 +67,8 @@ def run_rack(job: str | None, rack: str, members: list[NodeInfo], figures: list,
 
     def oracle(group: tuple[str, ...]) -> bool:
         group_infos = [infos[t] for t in group]
-        if len(group) < 2:  # one tray's all-reduce never leaves the tray: its own nvlink mode judges it
-            runs.append(model.RackRun(group, True, None, "one tray: nothing crosses the rack"))
-            return True
+        if len(group) < 2:  # one tray's all-reduce crosses no other tray: it says nothing of the rack's links
+            raise _OneTray()
         tasks = max(min(m.gpus for m in group_infos), 1)
         port = opts.port + (len(runs) % 16) * (len(trays) + 1)  # a killed run's ranks may hold their ports
         tool = run(group_argv(job, group_infos, opts, port, RACK, "ccrhost-nccl-rack"),
@@ -81,7 +85,12 @@ def run_rack(job: str | None, rack: str, members: list[NodeInfo], figures: list,
 
     try:
         found = isolate(trays, oracle)
+        rest = tuple(t for t in trays if t != found.culprit)
+        if found.culprit is not None and len(rest) > 1 and rest not in {r.trays for r in runs}:
+            oracle(rest)  # the rack without the tray named: clears every other tray, or shows a second slow one
         told = model.outcome(rack, trays, runs, found.culprit, found.undecided)
+    except _OneTray:  # two trays: neither can run without the other
+        told = model.outcome(rack, trays, runs, None, tuple(trays))
     except _NoVerdict as stop:
         told = model.not_measured(rack, trays, stop.verdict.status, stop.verdict.code, stop.verdict.message)
     now = clock()

@@ -116,7 +116,7 @@ def outcome(rack: str, trays: list[str], runs: list[RackRun], culprit: str | Non
     for t in trays:
         if t in out:
             continue
-        if t in cleared:
+        if t in cleared and t not in undecided:
             passing = max((r for r in runs if r.passed and t in r.trays), key=lambda r: len(r.trays))
             out[t] = TrayResult(OK, None, f"rack {rack} was slow ({_gbs(whole)} over {len(whole.trays)} trays) "
                                 f"{f'with {culprit}' if culprit else 'as a whole'}; this tray passed in "

@@ -92,7 +92,7 @@ def run_rack(job: str | None, rack: str, members: list[NodeInfo], figures: list,
     except _OneTray:  # two trays: neither can run without the other
         told = model.outcome(rack, trays, runs, None, tuple(trays))
     except _NoVerdict as stop:
-        told = model.not_measured(rack, trays, stop.verdict.status, stop.verdict.code, stop.verdict.message)
+        told = model.not_measured(rack, trays, stop.verdict.reason)
     now = clock()
     return {t: ActiveResult(CHECK, RACK, r.status, r.code, r.message, now, opts.valid_for, r.busbw, len(runs))
             for t, r in told.items()}, runs

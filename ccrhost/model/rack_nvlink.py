@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ccrhost.model.allreduce import RACK, Figure, thresholds
-from ccrhost.model.status import FAIL, OK, UNKNOWN
-
-SLOW = "rack_nvlink_slow"
-UNDECIDED = "rack_nvlink_undecided"
+from ccrhost.model.status import FAIL, OK, UNKNOWN, Reason
 
 
 @dataclass(frozen=True)
@@ -43,6 +40,10 @@ class TrayResult:
     code: str | None
     message: str
     busbw: float | None = None
+
+    @classmethod
+    def of(cls, reason: Reason, busbw: float | None = None) -> TrayResult:
+        return cls(reason.level, reason.code, reason.message, busbw)
 
 
 def _natural(name: str) -> list:
@@ -109,10 +110,10 @@ def outcome(rack: str, trays: list[str], runs: list[RackRun], culprit: str | Non
         with_it, without = evidence(culprit, runs)
         other = (f"{_gbs(without)} over {len(without.trays)} trays without it" if without
                  else "no run without it passed")
-        out[culprit] = TrayResult(FAIL, SLOW, (
+        out[culprit] = TrayResult.of(Reason(FAIL, "rack_nvlink_slow", (
             f"{culprit} slows the all-reduce over NVLink of rack {rack}: busbw {_gbs(with_it)} over "
             f"{len(with_it.trays) if with_it else len(trays)} trays with it, {other}; "
-            f"{(with_it or whole).message}"), with_it.busbw if with_it else whole.busbw)
+            f"{(with_it or whole).message}")), with_it.busbw if with_it else whole.busbw)
     for t in trays:
         if t in out:
             continue
@@ -123,18 +124,18 @@ def outcome(rack: str, trays: list[str], runs: list[RackRun], culprit: str | Non
                                 f"{len(passing.trays)} trays without it: {passing.message}", passing.busbw)
         else:
             among = [u for u in (undecided or trays) if u != culprit]
-            out[t] = TrayResult(UNKNOWN, UNDECIDED, (
+            out[t] = TrayResult.of(Reason(UNKNOWN, "rack_nvlink_undecided", (
                 f"rack {rack}: its all-reduce over NVLink was slow ({whole.message}), but no run without trays "
                 f"singled one out (the slow one is among {', '.join(among)}): a flaky run, two slow trays "
-                "together, or a limit of the rack's size"), whole.busbw)
+                "together, or a limit of the rack's size")), whole.busbw)
     return {t: out[t] for t in trays}
 
 
-def not_measured(rack: str, trays: list[str], status: str, code: str | None, message: str) -> dict[str, TrayResult]:
-    """A run of the rack that gave no verdict on speed (it could not launch or
-    measure, or moved wrong data: the trays' own runs name that tray): no
-    tray is judged on speed here, each is UNKNOWN with the run's own code
-    where it was UNKNOWN, else ``rack_nvlink_undecided``; never a drain of the whole rack."""
-    code = code if status == UNKNOWN and code else UNDECIDED
-    return {t: TrayResult(UNKNOWN, code, f"rack {rack}: the all-reduce over NVLink gave no verdict on speed: "
-                          f"{message}") for t in trays}
+def not_measured(rack: str, trays: list[str], reason: Reason) -> dict[str, TrayResult]:
+    """A run of the rack that gave no verdict on speed (``reason``, judge_run's: it could not launch or
+    measure, or moved wrong data, which the trays' own runs name): no tray is judged on speed here, each is
+    UNKNOWN, with the run's own code where that was UNKNOWN, else ``rack_nvlink_undecided``; never a drain
+    of the whole rack."""
+    said = f"rack {rack}: the all-reduce over NVLink gave no verdict on speed: {reason.message}"
+    told = replace(reason, message=said) if reason.level == UNKNOWN else Reason(UNKNOWN, "rack_nvlink_undecided", said)
+    return {t: TrayResult.of(told) for t in trays}

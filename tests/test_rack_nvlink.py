@@ -170,3 +170,54 @@ def test_bisection_runs_grow_as_log2_of_the_rack():
     # the rack, ceil(log2 n) halvings, a confirming run, the rack without the tray named
     assert all(worst[n] <= 1 + math.ceil(math.log2(n)) + 2 for n in worst), worst
     assert worst[16] - worst[8] <= 1 and worst[8] - worst[4] <= 2, worst  # doubling the rack: about one run more
+
+
+def test_explain_covers_the_new_codes(capsys):
+    from ccrhost.cli import entry
+
+    for code, level in (("rack_nvlink_slow", "FAIL"), ("rack_nvlink_undecided", "UNKNOWN")):
+        with pytest.raises(SystemExit):
+            entry(["explain", code])
+        out = capsys.readouterr().out
+        assert out.startswith(f"{code} ({level})\nAction: investigate; scope: node\n"), out
+        assert "--rack-nvlink" in out, out
+
+
+def test_slurm_verify_rack_nvlink_is_an_option_and_asks_for_idle_nodes_only_even_with_include_busy(monkeypatch):
+    # it loads every GPU of a rack: never on a node running a job (--include-busy or not)
+    import io
+
+    from ccrhost.cli import entry
+    from ccrhost.fleet import slurm_job, slurm_verify
+    from ccrhost.fleet.slurm_client import SlurmNode
+    from ccrhost.fleet.slurm_job import VerifyOptions
+
+    seen = []
+    monkeypatch.setattr("ccrhost.fleet.slurm.run_verify", lambda opts, stream=None: (seen.append(opts), (0, {}, {}))[1])
+    with pytest.raises(SystemExit):
+        entry(["slurm", "verify", "-p", "gpu", "--rack-nvlink", "--nccl-max-bytes", "4G"])
+    assert isinstance(seen[0].rack_nvlink, NcclOptions) and seen[0].rack_nvlink.max_bytes == "4G"
+    assert seen[0].nccl is None
+    with pytest.raises(SystemExit):
+        entry(["slurm", "verify", "-p", "gpu"])
+    assert seen[1].rack_nvlink is None
+
+    class Asked(Exception):
+        pass
+
+    asked = []
+
+    def submit(usable, opts, say):
+        asked.append(list(usable))
+        raise Asked
+
+    nodes = {"n1": SlurmNode("n1", "10.0.0.1", "idle", None), "n2": SlurmNode("n2", "10.0.0.2", "mixed", None),
+             "n3": SlurmNode("n3", "10.0.0.3", "allocated", None)}
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(slurm_verify, "list_nodes", lambda p, n: nodes)
+    monkeypatch.setattr(slurm_job, "list_nodes", lambda nodelist: {k: nodes[k] for k in nodelist.split(",")})
+    monkeypatch.setattr(slurm_job, "submit", submit)
+    with pytest.raises(Asked):
+        slurm_verify.run_verify(VerifyOptions("gpu", include_busy=True, rack_nvlink=NcclOptions()),
+                                stream=io.StringIO())
+    assert asked == [["n1"]]

@@ -221,3 +221,47 @@ def test_slurm_verify_rack_nvlink_is_an_option_and_asks_for_idle_nodes_only_even
         slurm_verify.run_verify(VerifyOptions("gpu", include_busy=True, rack_nvlink=NcclOptions()),
                                 stream=io.StringIO())
     assert asked == [["n1"]]
+
+
+def fake_verdict(status="OK"):
+    from types import SimpleNamespace
+
+    gpus = [SimpleNamespace(name="NVIDIA GB200")] * 4
+    return SimpleNamespace(status=status, evaluated=True, readings=SimpleNamespace(gpus=gpus, ports=[]))
+
+
+def test_only_trays_of_a_rack_that_do_not_fail_their_own_checks_run_and_a_rack_of_one_runs_nothing():
+    from types import SimpleNamespace
+
+    from ccrhost.fleet.rack_nvlink import run_racks, trays_to_run
+
+    def tray(rack, imex=True):
+        return SimpleNamespace(imex_enable=imex, imex_rack=rack, platform=lambda: resolve("gb200-nvl72"))
+
+    verdicts = {n: fake_verdict("FAIL" if n == "gb03" else "OK") for n in ("gb01", "gb02", "gb03", "gb04", "gb05",
+                                                                          "gb06", "cpu1")}
+    settings = {"gb01": tray("a"), "gb02": tray("a"), "gb03": tray("a"), "gb04": tray(None), "gb05": tray("b"),
+                "gb06": tray("c"), "cpu1": tray("a", imex=False)}
+    addresses = {n: f"10.0.0.{i}" for i, n in enumerate(verdicts, 1)}
+    said = []
+    racks, infos = trays_to_run(verdicts, settings, addresses, said.append)
+    assert racks == {"a": ["gb01", "gb02"], "b": ["gb05"], "c": ["gb06"]}
+    assert "rack all-reduce: not run on gb03: FAIL their own checks" in said
+    launcher = Launcher()
+    results = run_racks("77", verdicts, settings, addresses, NcclOptions(), said.append, run=launcher)
+    assert set(results) == {"gb01", "gb02"} and len(launcher.argvs) == 1  # racks b and c: one tray each
+    assert results["gb01"].status == "OK" and "threshold 432 GB/s" in results["gb01"].message
+
+
+def test_the_stored_rack_result_is_what_the_check_and_prolog_judge_and_it_goes_stale():
+    from ccrhost.model.allreduce import AllReduceReading, check_allreduce
+
+    results, _ = run(trays(4), Launcher("gb02"))
+    fresh = AllReduceReading(1000.0 + 60, {"rack": results["gb02"].to_dict()})
+    assert [(r.level, r.code) for r in check_allreduce(fresh)] == [("FAIL", "rack_nvlink_slow")]
+    assert "rack nvl72-a" in check_allreduce(fresh)[0].message
+    ok = AllReduceReading(1000.0 + 60, {"rack": results["gb01"].to_dict()})
+    assert check_allreduce(ok) == []
+    stale = AllReduceReading(1000.0 + 86400 + 1, {"rack": results["gb02"].to_dict()})
+    assert [(r.level, r.code) for r in check_allreduce(stale)] == [("UNKNOWN", "allreduce_stale")]
+    assert check_allreduce(stale)[0].message.startswith("rack-level all-reduce over NVLink: ")

@@ -80,13 +80,15 @@ def test_the_step_runs_every_tray_of_the_rack_over_nvlink_a_task_per_gpu():
 # --- the figure -----------------------------------------------------------------------------------------
 
 def test_gb200_nvl72_has_a_rack_figure_with_its_source_and_gb300_has_none():
-    gb200 = model.figure([("NVIDIA GB200", resolve("gb200-nvl72"))])
+    gb200 = model.figure([("NVIDIA GB200", resolve("gb200-nvl72"), None)])
     assert [f.busbw for f in gb200] == [432.0] and "Azure" in gb200[0].source
-    assert model.figure([("NVIDIA GB300", resolve("gb300-nvl72"))]) == []
-    # a site's figure stands for the platform's
-    assert [f.busbw for f in model.figure([("NVIDIA GB300", resolve("gb300-nvl72"))], {"rack": 500})] == [500.0]
+    assert model.figure([("NVIDIA GB300", resolve("gb300-nvl72"), None)]) == []
+    # a site's figure (verify_allreduce_min_busbw.rack) stands for the platform's
+    site = model.figure([("NVIDIA GB300", resolve("gb300-nvl72"), {"rack": 500})])
+    assert [f.busbw for f in site] == [500.0] and "verify_allreduce_min_busbw.rack" in site[0].source
     # one tray without a figure: the rack has none
-    assert model.figure([("NVIDIA GB200", resolve("gb200-nvl72")), ("NVIDIA GB300", resolve("gb300-nvl72"))]) == []
+    assert model.figure([("NVIDIA GB200", resolve("gb200-nvl72"), None),
+                         ("NVIDIA GB300", resolve("gb300-nvl72"), None)]) == []
 
 
 def test_a_rack_without_a_figure_is_unknown_naming_allreduce_rack_never_a_pass():
@@ -236,7 +238,8 @@ def test_only_trays_of_a_rack_that_do_not_fail_their_own_checks_run_and_a_rack_o
     from ccrhost.fleet.rack_nvlink import run_racks, trays_to_run
 
     def tray(rack, imex=True):
-        return SimpleNamespace(imex_enable=imex, imex_rack=rack, platform=lambda: resolve("gb200-nvl72"))
+        return SimpleNamespace(imex_enable=imex, imex_rack=rack, platform=lambda: resolve("gb200-nvl72"),
+                               verify_allreduce_min_busbw=None)
 
     verdicts = {n: fake_verdict("FAIL" if n == "gb03" else "OK") for n in ("gb01", "gb02", "gb03", "gb04", "gb05",
                                                                           "gb06", "cpu1")}

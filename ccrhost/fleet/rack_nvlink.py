@@ -108,9 +108,11 @@ def run_racks(job: str | None, verdicts: dict, settings: dict, addresses: dict[s
         if len(trays) < 2:
             say(f"rack all-reduce: rack {rack}: {len(trays)} tray to run: nothing crosses the rack, not run")
             continue
-        members = [(infos[t].gpu_name, opts.platform if opts.platform is not None else settings[t].platform())
-                   for t in trays]
-        figures = model.figure(members, opts.min_busbw)
+        # --nccl-profile's platform, else each tray's own (verify_profile); a site's figure, else the tray's own
+        figures = model.figure([(infos[t].gpu_name,
+                                 opts.platform if opts.platform is not None else settings[t].platform(),
+                                 opts.min_busbw or getattr(settings[t], "verify_allreduce_min_busbw", None))
+                                for t in trays])
         held = batches.hold(trays) if batches is not None else nullcontext((job, trays))
         with held as (step_job, taken):
             left = [t for t in trays if t not in taken]

@@ -65,12 +65,12 @@ def rounds(trays: int) -> int:
     return math.ceil(math.log2(trays)) if trays > 1 else 0
 
 
-def figure(members: list[tuple[str | None, object]], overrides: dict | None = None) -> list[Figure]:
+def figure(members: list[tuple[str | None, object, dict | None]]) -> list[Figure]:
     """The figures the rack's run is judged by (``members``: each tray's GPU
-    model and resolved platform): those of the tray whose published
-    ``allreduce.rack`` is lowest; none (the run is UNKNOWN
-    ``allreduce_no_threshold``, naming allreduce.rack) where any tray has none."""
-    each = [thresholds(RACK, gpu, [], overrides, platform) for gpu, platform in members]
+    model, resolved platform and ``verify_allreduce_min_busbw``): those of
+    the tray whose published ``allreduce.rack`` is lowest; none (the run is
+    UNKNOWN ``allreduce_no_threshold``, naming allreduce.rack) where any tray has none."""
+    each = [thresholds(RACK, gpu, [], overrides, platform) for gpu, platform, overrides in members]
     if not each or any(not [f for f in figs if not f.fleet] for figs in each):
         return []
     return min(each, key=lambda figs: min(f.busbw for f in figs if not f.fleet))

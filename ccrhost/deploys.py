@@ -106,6 +106,49 @@ def active_tests(settings) -> list[str]:
         ("DCGM diag", settings.verify_dcgm and settings.verify_dcgm_level_deploy > 0)) if on]
 
 
+def accept_stage() -> None:
+    """Staged acceptance (deploys/accept.py; docs/accept.md): the stages each host's certificate does not
+    hold, run once for the whole inventory by the first host here (ccrhost.fleet.accept_deploy), then each
+    host's certificate stored on it; a host not certified fails, naming the stage and its codes."""
+    from ccrhost.operations import accept
+    from ccrhost.operations.base import DRY
+
+    settings = host_settings(host, inventory)
+    _keep_readings(settings)
+    outcome = accept_fleet(DRY).get(host.name)
+    if outcome is None:  # the host failed before its stages (pyinfra has said why)
+        return
+    if outcome.planned:
+        host.log(f"acceptance: stages its certificate did not hold: {', '.join(outcome.planned)}")
+    accept.certificate(name="Store the acceptance certificate", settings=settings, outcome=outcome)
+
+
+def accept_fleet(dry: bool) -> dict:
+    """Every active host's acceptance outcome, computed once per run; the table printed once."""
+    import sys
+    import time
+
+    from ccrhost.fleet.parallel import once_per_run
+
+    def compute():
+        from ccrhost.fleet import accept as common
+        from ccrhost.fleet.accept_deploy import run
+        from ccrhost.fleet.accept_pyinfra import runners
+
+        settings = all_settings(inventory)
+        active = set(inventory.get_active_hosts())
+        names = [h.name for h in inventory if h in active]
+        addresses = {h.name: h.data.get("ssh_hostname") or h.name for h in inventory if h in active}
+        report_dir = settings[names[0]].verify_report_dir if names else "."
+        results, out = run(names, settings, addresses, runners(state, inventory, settings), report_dir, dry,
+                           say=lambda line: sys.stderr.write(f"ccrhost accept: {line}\n"))
+        if not dry:  # a dry run ran S0 alone: each host says what it would run
+            sys.stderr.write("\n" + common.text_table(out, time.time()))
+        return results
+
+    return once_per_run(inventory, "accept", compute)
+
+
 def monitor_stage() -> None:
     """One sampling window on every host at once; the fleet table at the end."""
     from ccrhost.fleet.monitor import fleet_window
@@ -190,6 +233,11 @@ def rdma() -> None:
 @deploy("ccrhost verify")
 def verification() -> None:
     verify_stage()
+
+
+@deploy("ccrhost accept")
+def acceptance() -> None:
+    accept_stage()
 
 
 @deploy("ccrhost monitor")

@@ -189,3 +189,18 @@ def test_nodes_left_alone_are_not_accepted_and_the_run_says_unknown(monkeypatch)
     assert code == 3 and ran == []  # nothing reserved, resumed or drained
     assert out.untouched == {"gpu1": "allocated: running a job", "gpu2": "down*: down",
                              "gpu3": "idle*: not responding"}
+
+
+def test_the_mesh_takes_the_strictest_of_the_nodes_settings_and_says_where_they_differ():
+    from ccrhost.fleet.accept_stages import mesh_options
+    from ccrhost.settings.accept import AcceptSettings as Settings
+
+    loose = Settings(accept_mesh_group=32, accept_mesh_prune=0.5, accept_latency_max_p99_us=4.2)
+    strict = Settings(accept_mesh_group=8, accept_mesh_prune=0.5, accept_latency_max_p99_us=3.0)
+    said = []
+    opts = mesh_options([loose, strict, loose], 20, said.append)
+    assert (opts.group, opts.prune, opts.max_p99_us, opts.timeout) == (8, 0.5, 3.0, 20)
+    assert said == ["S2 mesh: the nodes ask for accept_mesh_group 8, 32: the mesh uses 8",
+                    "S2 mesh: the nodes ask for accept_latency_max_p99_us 3.0, 4.2: the mesh uses 3.0"]
+    said.clear()
+    assert mesh_options([loose, loose], 5, said.append).group == 32 and said == []

@@ -209,5 +209,7 @@ def test_the_slurm_step_gives_back_every_result_the_node_printed_or_says_why_not
     assert parse_step(["@@dcgm", said, "@@end"]) == "ccrhost dcgm printed no result: Error: --config: no such file"
     assert parse_step(["srun: error: node down"]) == "the step printed no result"
     assert "dcgm --config /etc/ccrhost/check.yaml --level 3 --format json" in step_script(
-        "/usr/local/bin/ccrhost", "/etc/ccrhost/check.yaml", 3)
+        "/usr/local/bin/ccrhost", "/etc/ccrhost/check.yaml", "--level", "3")
+    assert "dcgm --config /c.yaml --gemm-only --gemm-seconds 5 --format json" in step_script("ccrhost", "/c.yaml",
+                                                                                              "--gemm-only", "--gemm-seconds", "5")
     assert DcgmOptions(level=1).step_timeout > 300 and DcgmOptions(level=1, timeout=99).step_timeout == 99

@@ -115,6 +115,23 @@ def test_block_topology_leaves_out_failing_trays_and_short_racks():
                                                    "the whole block is left out")
 
 
+def test_without_sizes_the_planning_base_is_the_smallest_block_so_slurm_takes_a_shorter_later_rack():
+    # Slurm 24.11 without BlockSizes takes the first block's node count as the base and refuses a smaller
+    # later block (tests/test_rack_lab.py shows its slurmctld doing so): nvl72-b, short of a tray, sets the base
+    ts = trays("nvl72-a", [f"gb{i:03d}" for i in range(1, 19)]) + trays("nvl72-b", [f"gb{i:03d}" for i in range(19, 37)], B)
+    ts[20].failing = True
+    text, left = rack.block_topology(ts)
+    assert text.splitlines()[2:] == ["BlockName=nvl72-a Nodes=gb[001-018]",
+                                     "BlockName=nvl72-b Nodes=gb[019-020,022-036]",
+                                     "BlockSizes=17,34,68,136,272"]
+    assert left == ["gb021: FAILs its checks (rack nvl72-b)"]
+    # every tray failing: no block, and no BlockSizes without one
+    for t in ts:
+        t.failing = True
+    text, _ = rack.block_topology(ts)
+    assert "BlockName" not in text and "BlockSizes" not in text
+
+
 def test_block_sizes_follow_the_man_page():
     rack.block_topology([], sizes=(18, 36, 144))
     with pytest.raises(ValueError, match=r"BlockSizes \[18, 54\]: 54 is not a power of two times 18"):

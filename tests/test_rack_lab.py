@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO, in_node, lab_inventory, lab_ssh, run_pyinfra
 
 from ccrhost.lab import rack as lab_rack
+from ccrhost.lab import slurm_block
 
 pytestmark = pytest.mark.lab
 
@@ -26,6 +27,7 @@ GPU_FAULTS = {
     "node5": ("nvlink_down=1:4", "gpu_nvlink_down", "GPU 1 ("),  # GPU health's, not repeated by the tray's count
 }
 TRAY_CODES = {"imex_", "gpu_fabric", "gpu_nvlink"}
+WRITTEN: dict[str, str] = {}  # the deploy's topology-block.conf, for the test that loads it into slurmctld
 
 
 def tray_reasons(verdict: dict) -> list[tuple[str, str]]:
@@ -85,6 +87,7 @@ def test_a_healthy_rack_is_ok_and_each_gpu_fault_fails_its_tray_alone_on_every_p
         run = run_pyinfra("deploys/verify.py", inventory=path)
         assert "Traceback" not in run.out, run.out
         deployed = json.loads((tmp_path / "report" / "ccr-report.json").read_text())["hosts"]
+        WRITTEN["block"] = (tmp_path / "report" / "topology-block.conf").read_text()
         for node in TRAYS:
             fault, code, text = GPU_FAULTS.get(node, (None, None, None))
             wanted = [("FAIL", code)] if code else []
@@ -100,6 +103,47 @@ def test_a_healthy_rack_is_ok_and_each_gpu_fault_fails_its_tray_alone_on_every_p
     finally:
         for node, (fault, _, _) in GPU_FAULTS.items():
             lab.clear(node, fault.split("=")[0])
+
+
+def test_slurmctld_24_11_loads_the_deploys_block_file_without_the_failing_trays(rack):
+    """The file the deploy above wrote (the three GPU-fault trays FAIL), loaded by a real
+    slurmctld 24.11 (the lab's 22.05 has no topology/block) whose nodes carry the inventory's
+    names (the lab's inventory names each host by its address): its one block holds the passing
+    trays only. A block without nodes, and a later block smaller than the first without
+    ``BlockSizes=`` (what ccrhost wrote for such racks before it named the planning base), are
+    refused: the check can fail; ccrhost's writer now makes of such racks a file slurmctld takes."""
+    from ccrhost.fleet import rack as fleet_rack
+    from ccrhost.fleet.slurm_client import hostlist
+
+    why = slurm_block.unavailable()
+    if why:
+        pytest.skip(f"Slurm 24.11 slurmctld: {why}")
+    if "block" not in WRITTEN:
+        pytest.skip("the deploy's test did not write topology-block.conf in this run")
+    lab, text = rack, WRITTEN["block"]
+    names = [lab.node(n).address for n in TRAYS]
+    passing = [lab.node(n).address for n in TRAYS if n not in GPU_FAULTS]
+    line = f"BlockName=rack1 Nodes={hostlist(passing)}"
+    assert f"\n{line}\n" in text, text
+    shown = slurm_block.load(names, text)
+    assert [(b.name, b.index, sorted(b.nodes), b.size, b.aggregated) for b in shown] == [
+        ("rack1", 0, sorted(passing), 3, False)]
+    with pytest.raises(slurm_block.Refused, match="block rack1 hasn't got nodes"):
+        slurm_block.load(names, text.replace(line, "BlockName=rack1"))
+    # a first rack larger than the next: without BlockSizes slurmctld refuses it; ccrhost's writer
+    # names the smallest block as the planning base, and slurmctld takes both racks
+    failing = [lab.node(n).address for n in GPU_FAULTS]
+    before = f"BlockName=rack0 Nodes={hostlist([*failing, 'spare1'])}\n" + text
+    with pytest.raises(slurm_block.Refused, match=r"fatal: Block configuration \(rack1\) children count lower"):
+        slurm_block.load([*names, "spare1"], before)
+    trays = [fleet_rack.tray(h, "rack0", None) for h in [*failing, "spare1"]]
+    trays += [fleet_rack.tray(h, "rack1", None) for h in passing]
+    written, _ = fleet_rack.block_topology(trays)
+    assert "\nBlockSizes=3,6,12,24,48\n" in written, written
+    shown = slurm_block.load([*names, "spare1"], written)
+    assert [(b.name, sorted(b.nodes), b.aggregated) for b in shown] == [
+        ("rack0", sorted([*failing, "spare1"]), False), ("rack1", sorted(passing), False),
+        ("rack[0-1]", sorted([*names, "spare1"]), True)]
 
 
 @pytest.mark.parametrize("fault, code", [("imex_peer_lost", "imex_peer_disconnected"),

@@ -247,7 +247,7 @@ def test_slurm_verify_drains_the_odd_tray_and_writes_the_block_file(monkeypatch,
     assert doc["rack"]["left_out"] == ["gb03: FAILs its checks (rack nvl72-a)"]
     assert [r["code"] for r in doc["hosts"]["gb03"]["reasons"]] == ["rack_fabric_split"]
     assert "rack: rack_fabric_split: gb03 is the odd tray out of rack nvl72-a" in said
-    assert (f"rack: wrote {conf} (Slurm 23.11+ topology/block): run `scontrol reconfigure` for slurmctld to "
+    assert (f"rack: wrote {conf} (Slurm 24.05+ topology/block): run `scontrol reconfigure` for slurmctld to "
             "load it") in said
 
 

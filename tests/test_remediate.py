@@ -114,8 +114,11 @@ def test_reboots_stay_within_the_cap_and_the_dry_run_touches_nothing():
                            "--format=csv,noheader -i 2` there prints no process",
                            f"would run: {SSH} 10.0.0.5 '/usr/local/bin/ccrhost check --config "
                            "/etc/ccrhost/check.yaml --format json'",
+                           "would run: ccrhost slurm accept --nodes n5 --again node,soak --ccrhost /usr/local/bin/ccrhost "
+                           "--config /etc/ccrhost/check.yaml   # if the check says OK or WARN and the node keeps an "
+                           "acceptance certificate (its stages among these): resumes it only if it is certified again",
                            "would run: scontrol update NodeName=n5 State=RESUME   # if the check says OK or WARN and "
-                           "the drain reason is unchanged"]}
+                           "the drain reason is unchanged, where the node keeps no certificate"]}
     assert [x for x in c.ran if x[:3] != ("scontrol", "show", "node")] == []  # read, never changed
     logs = {log.node: (log.steps, log.outcome) for log in run(c, enabled=("reboot",), max_reboots=2)}
     assert logs["n1"] == (["rebooting (scontrol reboot); a later run checks it and resumes it if it passes"],
@@ -158,8 +161,14 @@ def test_dcgm_diag_runs_on_the_repaired_node_before_its_check():
         f"{SSH} 10.0.0.1 '/usr/local/bin/ccrhost reset-gpu --config /etc/ccrhost/check.yaml 2'",
         f"{SSH} 10.0.0.1 '/usr/local/bin/ccrhost dcgm --config /etc/ccrhost/check.yaml --level 2'",
         f"{SSH} 10.0.0.1 '/usr/local/bin/ccrhost check --config /etc/ccrhost/check.yaml --format json'",
+        "ccrhost slurm accept --nodes n1 --again node,soak --ccrhost /usr/local/bin/ccrhost --config "
+        "/etc/ccrhost/check.yaml",
         "scontrol update NodeName=n1 State=RESUME"]
     assert c.ran == []
+    # --no-accept: the check's way out only, its condition as ever
+    assert run(c, enabled=("reset_gpu",), dry_run=True, accept=False)[0].steps[-1] == (
+        "would run: scontrol update NodeName=n1 State=RESUME   # if the check says OK or WARN and the drain reason "
+        "is unchanged")
     logs = run(c, enabled=("reset_gpu",), dcgm_level=2)
     on_node = [cmd for _, cmd in (x for x in c.ran if len(x) == 2)]
     diag = on_node.index("/usr/local/bin/ccrhost dcgm --config /etc/ccrhost/check.yaml --level 2")
@@ -265,8 +274,11 @@ def test_the_dry_run_prints_each_command_exactly_one_a_line_and_runs_none(monkey
         "/etc/ccrhost/check.yaml --level 1'",
         "n2: would run: ssh -p 2222 10.0.0.2 ''\"'\"'/opt/ccr host/ccrhost'\"'\"' check --config "
         "/etc/ccrhost/check.yaml --format json'",
+        "n2: would run: ccrhost slurm accept --nodes n2 --again node,soak --ccrhost '/opt/ccr host/ccrhost' --config "
+        "/etc/ccrhost/check.yaml   # if the check says OK or WARN and the node keeps an acceptance certificate (its "
+        "stages among these): resumes it only if it is certified again",
         "n2: would run: scontrol update NodeName=n2 State=RESUME   # if the check says OK or WARN and the drain "
-        "reason is unchanged",
+        "reason is unchanged, where the node keeps no certificate",
         "n2: dry run",
         "n3: reason 'hw ticket 42' is not ccrhost's: left alone",
         "n3: dry run"]

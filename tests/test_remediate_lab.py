@@ -81,11 +81,15 @@ def test_reset_resume_held_gpu_repeat_failures_replace_and_an_operators_drain(sl
                   for rest in ("reset-gpu --config /etc/ccrhost/check.yaml 2", "check --config "
                                "/etc/ccrhost/check.yaml --format json")]
         lines = out.splitlines()
-        assert lines[lines.index("node2: dry run") - 3:lines.index("node2: dry run")] == [
+        accept = shlex.join(["ccrhost", "slurm", "accept", "--nodes", "node2", "--again", "node,soak", "--ccrhost",
+                             lab_slurm.ccrhost_command(), "--config", "/etc/ccrhost/check.yaml"])
+        assert lines[lines.index("node2: dry run") - 4:lines.index("node2: dry run")] == [
             wanted[0] + "   # if `nvidia-smi --query-compute-apps=pid --format=csv,noheader -i 2` there prints no "
                         "process", wanted[1],
+            f"node2: would run: {accept}   # if the check says OK or WARN and the node keeps an acceptance "
+            "certificate (its stages among these): resumes it only if it is certified again",
             "node2: would run: scontrol update NodeName=node2 State=RESUME   # if the check says OK or WARN and the "
-            "drain reason is unchanged"], out
+            "drain reason is unchanged, where the node keeps no certificate"], out
         assert reset_file(lab, "node2") == [] and "drain" in state(lab, "node2")[0]
         # the real run: reset over the node's emulated state, check, resume
         out = remediate(lab, "--allow", "reset_gpu")

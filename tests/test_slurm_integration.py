@@ -104,6 +104,7 @@ EVERY_KEY = {
     "wiring_spines": {"spine-1": ["leaf-r0-*"]},
     "accept_stages": ("check", "node", "pairs"), "accept_budgets": {"node": 7200}, "accept_soak_minutes": 15.0,
     "accept_dcgm_level": 3, "accept_mesh_group": 16, "accept_mesh_prune": 0.25, "accept_latency_max_p99_us": 5.0,
+    "accept_mesh_timeout": 6,
     "accept_certificate": "/var/lib/ccrhost/cert.json", "accept_valid_for": 86400,
 }
 # Keys that exclude others of EVERY_KEY take their non-default value here.

@@ -30,7 +30,9 @@ from pathlib import Path
 from ccrhost.fleet.accept_stages import (
     Fleet,
     StageBatches,
+    mesh_details,
     not_run,
+    scale_details,
     stage_check,
     stage_mesh,
     stage_node,
@@ -325,16 +327,21 @@ def _run_stages(opts, fleet: Fleet, todo, batches, vopts, out: Outcome, certs, r
                 alive.remove(name)
                 say(f"{name}: {cm.TITLES[stage]} {verdict.status if verdict else UNKNOWN}: goes no further")
     for name in todo:
-        # certified means every stage the node's own settings ask for (--stages only narrows this run)
-        wanted = _wanted_for(fleet, name)
-        cert = certs.get(name)
-        if cert is not None:
-            for stage in cm.STAGES:
-                if stage not in wanted and stage not in cert.stages:
-                    cert = cm.record(cert, name, cm.StageResult(stage, cm.SKIPPED, clock(), run=run_id),
-                                     _valid_for(fleet, name), _versions(fleet, name), wanted)
-            certs[name] = cert
-        out.states[name] = cm.state(cert, wanted, clock(), _versions(fleet, name))
+        certs[name], out.states[name] = completed(fleet, name, certs.get(name), run_id, clock)
+        if certs[name] is None:
+            del certs[name]
+
+
+def completed(fleet: Fleet, name: str, cert, run_id: str, clock):
+    """(the node's certificate with every stage its settings leave out recorded as skipped, its state).
+    Certified means every stage the node's own settings ask for (--stages only narrows a run)."""
+    wanted = _wanted_for(fleet, name)
+    if cert is not None:
+        for stage in cm.STAGES:
+            if stage not in wanted and stage not in cert.stages:
+                cert = cm.record(cert, name, cm.StageResult(stage, cm.SKIPPED, clock(), run=run_id),
+                                 _valid_for(fleet, name), _versions(fleet, name), wanted)
+    return cert, cm.state(cert, wanted, clock(), _versions(fleet, name))
 
 
 def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say, clock, out: Outcome,
@@ -353,16 +360,11 @@ def _stage(stage, opts, fleet: Fleet, runs, held, vopts, nccl, plan, certs, say,
     elif stage == "node":
         stage_node(fleet, runs, held, vopts, nccl, say, clock)
     elif stage == "mesh":
-        got = stage_mesh(fleet, runs, held, opts.mesh_timeout, say)
-        out.details["mesh"] = {"rounds": got.rounds, "pruned": [p.node for p in got.pruned],
-                               "pairs": [p.to_dict() for p in got.pairs]}
+        out.details["mesh"] = mesh_details(stage_mesh(fleet, runs, held, opts.mesh_timeout, say))
     elif stage == "pairs":
         stage_pairs(fleet, runs, held, vopts, nccl, say, clock)
     elif stage == "scale":
-        got = stage_scale(fleet, runs, held, nccl, say)
-        out.details["scale"] = {"runs": [{"group": list(r.group), "passed": r.passed, "busbw": r.busbw,
-                                          "purpose": r.purpose, "step": r.step} for r in got.runs],
-                                "admitted": list(got.admitted)}
+        out.details["scale"] = scale_details(stage_scale(fleet, runs, held, nccl, say))
     elif stage == "soak":
         stage_soak(fleet, runs, held, vopts, opts.soak_minutes, say, clock)
 

@@ -102,28 +102,20 @@ def stage_check(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyO
             fleet.settings[name] = settings
 
 
-def _gemm_script(ccrhost: str, config: str, seconds: int | None) -> str:
-    """``ccrhost dcgm --gemm-only`` on the node, its results as slurm_dcgm's step prints them."""
-    import shlex
-
-    extra = f" --gemm-seconds {int(seconds)}" if seconds else ""
-    return (f'echo "@@dcgm"; {shlex.quote(ccrhost)} dcgm --config {shlex.quote(config)} --gemm-only{extra} '
-            f'--format json 2>&1 | base64; echo "@@end"')
-
-
 def run_gemm(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, seconds: int | None, say,
              label: str) -> dict[str, list]:
     """dcgmproftester on every GPU of ``names`` for ``seconds`` (None: the node's verify_gemm_seconds), at
     most the cap at once (the power-heavy load staggered batch by batch): {node: [ActiveResult]} or a note."""
     from ccrhost.fleet.slurm_client import run_steps
-    from ccrhost.fleet.slurm_dcgm import parse_step
+    from ccrhost.fleet.slurm_dcgm import parse_step, step_script
 
     out: dict = {}
     for job, taken, missed in _held(batches, names):
         if taken:
             longest = max(seconds or fleet.settings[n].verify_gemm_seconds for n in taken)
             say(f"{label}: GEMM load for {longest} s on {len(taken)} node(s)")
-            lines, err = run_steps(job, {n: _gemm_script(vopts.ccrhost, vopts.config, seconds) for n in taken},
+            args = ("--gemm-only", *(("--gemm-seconds", str(int(seconds))) if seconds else ()))
+            lines, err = run_steps(job, {n: step_script(vopts.ccrhost, vopts.config, *args) for n in taken},
                                    "ccrhost-gemm", longest + 180)()
             for name in taken:
                 out[name] = parse_step(lines[name]) if name in lines else (err or "no output from the step")
@@ -195,19 +187,38 @@ def stage_pairs(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyO
             old = fleet.allreduce.get(name)
             fleet.allreduce[name] = replace(reading, results={**(old.results if old else {}), **reading.results})
     for name in names:
-        fleet.verdicts[name] = fleet.judge(name)
-        ccr = fleet.verdicts[name].measured_ccr
-        fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None),
-                     measured_gbps=getattr(ccr, "bandwidth_gbps", None), compute=getattr(ccr, "compute", None))
+        judge_pairs(fleet, name)
 
 
-def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, timeout: int, say):
-    """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh)."""
-    from ccrhost.fleet.slurm_mesh import MeshOptions, run_mesh
+def judge_pairs(fleet: Fleet, name: str) -> None:
+    """S3's verdict for the node and its figures: the measured CCR, its B and F."""
+    fleet.verdicts[name] = fleet.judge(name)
+    ccr = fleet.verdicts[name].measured_ccr
+    fleet.figure(name, "pairs", measured_ccr=getattr(ccr, "ccr", None),
+                 measured_gbps=getattr(ccr, "bandwidth_gbps", None), compute=getattr(ccr, "compute", None))
 
-    first = fleet.settings[names[0]]
-    opts = MeshOptions(group=first.accept_mesh_group, prune=first.accept_mesh_prune,
-                       max_p99_us=first.accept_latency_max_p99_us, timeout=timeout)
+
+def mesh_options(settings: list, timeout: int, say):
+    """One mesh for all the nodes, so one set of its settings: the strictest the nodes ask for (the smallest
+    group, the lowest prune share and p99 gate), said where they differ."""
+    from ccrhost.fleet.slurm_mesh import MeshOptions
+
+    keys = ("accept_mesh_group", "accept_mesh_prune", "accept_latency_max_p99_us")
+    chosen = {}
+    for key in keys:
+        values = sorted({getattr(s, key) for s in settings})
+        chosen[key] = values[0]
+        if len(values) > 1:
+            say(f"S2 mesh: the nodes ask for {key} {', '.join(map(str, values))}: the mesh uses {values[0]}")
+    return MeshOptions(group=chosen[keys[0]], prune=chosen[keys[1]], max_p99_us=chosen[keys[2]], timeout=timeout)
+
+
+def stage_mesh(fleet: Fleet, names: list[str], batches: Batches | None, timeout: int, say, runner=None):
+    """S2: a full mesh of ib_write_lat pairs in groups, pruning, the latency gate (ccrhost.fleet.slurm_mesh);
+    ``runner``: each round another way than Slurm's (slurm_mesh.run_mesh)."""
+    from ccrhost.fleet.slurm_mesh import run_mesh
+
+    opts = mesh_options([fleet.settings[n] for n in names], timeout, say)
     devices = {}
     for name in names:
         ports = [p for p in fleet.verdicts[name].readings.ports if p.active and not p.efa]
@@ -217,22 +228,38 @@ def stage_mesh(fleet: Fleet, names: list[str], batches: Batches, timeout: int, s
         if name not in devices:
             add_findings(fleet.verdicts[name], [Reason(UNKNOWN, "accept_not_run",
                                                        "S2 mesh: no active compute RDMA port to test from")])
-    outcome = run_mesh(None, {n: fleet.addresses[n] for n in devices}, devices, opts, say, batches)
+    outcome = run_mesh(None, {n: fleet.addresses[n] for n in devices}, devices, opts, say, batches, runner)
     for name, found in outcome.reasons.items():
         add_findings(fleet.verdicts[name], list(found))
     return outcome
 
 
-def stage_scale(fleet: Fleet, names: list[str], batches: Batches, nccl, say) -> object:
-    """S4: all-reduce over growing groups, a failing step bisected (ccrhost.fleet.slurm_scale)."""
+def stage_scale(fleet: Fleet, names: list[str], batches: Batches | None, nccl, say, launch=None) -> object:
+    """S4: all-reduce over growing groups, a failing step bisected (ccrhost.fleet.slurm_scale); ``launch``
+    runs a group where Slurm does not (slurm_scale.run_scale)."""
     from ccrhost.fleet.slurm_nccl import node_infos
     from ccrhost.fleet.slurm_scale import run_scale
 
     infos = node_infos({n: fleet.verdicts[n] for n in names}, {n: fleet.addresses[n] for n in names})
-    outcome = run_scale(None, infos, nccl, say, batches=batches)
+    for name in names:
+        if name not in infos:  # never a pass on what was not run
+            add_findings(fleet.verdicts[name], [Reason(UNKNOWN, "accept_not_run",
+                                                       "S4 scale: no GPU read on the node: nothing to run on")])
+    outcome = run_scale(None, infos, nccl, say, batches=batches, launch=launch)
     for name, found in outcome.reasons.items():
         add_findings(fleet.verdicts[name], [found])
     return outcome
+
+
+def mesh_details(got) -> dict:
+    """S2's account in the run's report (accept.json's details)."""
+    return {"rounds": got.rounds, "pruned": [p.node for p in got.pruned], "pairs": [p.to_dict() for p in got.pairs]}
+
+
+def scale_details(got) -> dict:
+    """S4's account in the run's report: each group's run, why it ran, and who was admitted."""
+    return {"runs": [{"group": list(r.group), "passed": r.passed, "busbw": r.busbw, "purpose": r.purpose,
+                      "step": r.step} for r in got.runs], "admitted": list(got.admitted)}
 
 
 def stage_soak(fleet: Fleet, names: list[str], batches: Batches, vopts: VerifyOptions, minutes: float | None, say,

@@ -160,6 +160,25 @@ def _singles_host(state, h, settings):
         return single_node_host(h, settings)
 
 
+def single_modes(state, hosts: dict, settings_by_host: dict) -> dict[str, list[ActiveResult]]:
+    """:func:`single_node_host` on every host of ``hosts`` (name -> pyinfra Host) at once; a host whose run
+    raised is failed with the reason (this host only, as a failed fact read is) and absent from the result."""
+    import gevent
+
+    jobs = {n: gevent.spawn(_singles_host, state, h, settings_by_host[n]) for n, h in hosts.items()}
+    gevent.joinall(list(jobs.values()))
+    out = {}
+    for n, g in jobs.items():
+        if not g.successful():
+            from ccrhost import failures
+
+            failures.record(n, f"the all-reduce modes failed: {type(g.exception).__name__}: {g.exception}")
+            state.fail_hosts({hosts[n]})
+            continue
+        out[n] = list(g.value)
+    return out
+
+
 def fleet_allreduce(state, inventory, settings_by_host: dict, clock=time.time,
                     exclude=frozenset()) -> dict[str, list[ActiveResult]]:
     """Every all-reduce mode of the deploy's verification, once per run:
@@ -172,22 +191,10 @@ def fleet_allreduce(state, inventory, settings_by_host: dict, clock=time.time,
     from ccrhost.model.allreduce import ENDS_THE_RUN, skipped
 
     def compute():
-        import gevent
-
         active = set(inventory.get_active_hosts())
         hosts = {h.name: h for h in inventory if h in active and h.name not in exclude
                  and settings_by_host[h.name].verify_allreduce}
-        jobs = {n: gevent.spawn(_singles_host, state, h, settings_by_host[n]) for n, h in hosts.items()}
-        gevent.joinall(list(jobs.values()))
-        out = {}
-        for n, g in jobs.items():
-            if not g.successful():  # this host only: failed with the reason, as a failed fact read is
-                from ccrhost import failures
-
-                failures.record(n, f"the all-reduce modes failed: {type(g.exception).__name__}: {g.exception}")
-                state.fail_hosts({hosts[n]})
-                continue
-            out[n] = list(g.value)
+        out = single_modes(state, hosts, settings_by_host)
         ended = {n: next(r for r in rs if r.code in ENDS_THE_RUN) for n, rs in out.items()
                  if any(r.code in ENDS_THE_RUN for r in rs)}
         left_out = set(ended) | (set(hosts) - set(out)) | set(exclude)

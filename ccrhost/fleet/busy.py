@@ -19,18 +19,21 @@ def runs_active(settings, measure: bool = True) -> bool:
 def busy_hosts(state, inventory, settings_by_host: dict) -> dict[str, GpuWork]:
     """Host name -> its GPU work, for each active host that would run an
     active test, is not let run it busy (``verify_active_when_busy``) and
-    is not idle."""
+    is not idle; read once per run."""
+    return once_per_run(inventory, "busy_hosts", lambda: read_busy(state, inventory, settings_by_host))
+
+
+def read_busy(state, inventory, settings_by_host: dict, wants=runs_active) -> dict[str, GpuWork]:
+    """:func:`busy_hosts` read now, for the active hosts whose settings ``wants`` (the verification's active
+    tests by default; an acceptance's stages)."""
     from ccrhost.facts.busy import GpuWorkFact
 
-    def compute():
-        active = set(inventory.get_active_hosts())
-        hosts = [h for h in inventory if h in active and runs_active(settings_by_host[h.name])
-                 and not settings_by_host[h.name].verify_active_when_busy]
-        now = time.time()
-        works = parallel_facts(state, [(h, GpuWorkFact, {"attempt": now,
-                                                         "slurm_conf": settings_by_host[h.name].slurm_conf})
-                                       for h in hosts])
-        return {h.name: w or GpuWork(error="the read failed") for h, w in zip(hosts, works)
-                if w is None or not w.idle}
-
-    return once_per_run(inventory, "busy_hosts", compute)
+    active = set(inventory.get_active_hosts())
+    hosts = [h for h in inventory if h in active and wants(settings_by_host[h.name])
+             and not settings_by_host[h.name].verify_active_when_busy]
+    now = time.time()
+    works = parallel_facts(state, [(h, GpuWorkFact, {"attempt": now,
+                                                     "slurm_conf": settings_by_host[h.name].slurm_conf})
+                                   for h in hosts])
+    return {h.name: w or GpuWork(error="the read failed") for h, w in zip(hosts, works)
+            if w is None or not w.idle}

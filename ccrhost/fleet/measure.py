@@ -115,17 +115,19 @@ def measure_fleet(state, hosts: dict, plan: MeasurePlan, runner=None) -> dict[st
     return out
 
 
-def plan_for(state, inventory, settings_by_host: dict, exclude=frozenset()) -> tuple[dict, MeasurePlan | None]:
+def plan_for(state, inventory, settings_by_host: dict, exclude=frozenset(),
+             only=None) -> tuple[dict, MeasurePlan | None]:
     """Read every measuring host's RDMA ports (in parallel) and plan the test;
-    hosts in ``exclude`` (GPU work running) are left out of every pair."""
+    hosts in ``exclude`` (GPU work running) are left out of every pair. ``only``: these hosts measure
+    (an acceptance stage's), whatever their verify_measure."""
     from ccrhost.facts.rdma import RdmaDevices
     from ccrhost.model.ports import compute_ports
     from ccrhost.probes.rdma import RdmaReading
 
     active = set(inventory.get_active_hosts())
     # inventory order, so pairs are predictable from the inventory file
-    hosts = {h.name: h for h in inventory if h in active and settings_by_host[h.name].verify_measure
-             and h.name not in exclude}
+    hosts = {h.name: h for h in inventory if h in active and h.name not in exclude
+             and (settings_by_host[h.name].verify_measure if only is None else h.name in only)}
     if not hosts:
         return hosts, None
     facts = parallel_facts(state, [(h, RdmaDevices, {}) for h in hosts.values()])

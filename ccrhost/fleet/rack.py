@@ -163,7 +163,10 @@ def block_topology(trays: list[Tray], reasons: dict[str, list[Reason]] | None = 
     """(topology.conf text, what was left out and why). One ``BlockName=<rack> Nodes=<hostlist>``
     line per rack of the inventory, without the trays that FAIL (their own check, or ``reasons``:
     the rack checks); ``sizes`` the ``BlockSizes=`` line, whose first (the planning base) every
-    block must reach: a rack short of it after its failing trays are left out is left out whole."""
+    block must reach: a rack short of it after its failing trays are left out is left out whole.
+    Without ``sizes``, where the blocks differ in size, the base is the smallest block: Slurm's own
+    default, the first block's node count, makes slurmctld refuse the file where a later rack is
+    smaller."""
     _block_sizes(tuple(sizes))
     left: list[str] = []
     blocks: dict[str, list[str]] = {}
@@ -184,6 +187,15 @@ def block_topology(trays: list[Tray], reasons: dict[str, list[Reason]] | None = 
                         "the whole block is left out")
             continue
         lines.append(f"BlockName={name} Nodes={hostlist(hosts)}")
-    if sizes:
+    written = [len(blocks[name]) for name in sorted(blocks) if not sizes or len(blocks[name]) >= sizes[0]]
+    if not sizes and len(set(written)) > 1:
+        # Without BlockSizes, Slurm takes the first block's node count as the planning base and
+        # slurmctld will not start where a later block is smaller (24.05 on: "children count lower
+        # than bblock_node_cnt", block_record.c; 23.11 wants every block equal and knows no
+        # BlockSizes), as a rack is once its failing trays are left out: the base is the smallest
+        # block, with the four levels above it that Slurm aggregates by default. Equal blocks
+        # need no line, and every Slurm from 23.11 takes them.
+        sizes = tuple(min(written) << level for level in range(5))
+    if sizes and written:
         lines.append("BlockSizes=" + ",".join(map(str, sizes)))
     return "\n".join(lines) + "\n", left

@@ -141,6 +141,6 @@ def build(verdicts: dict[str, Verdict], settings: dict, directory: str | Path | 
         else:
             out.files[name] = str(path)
     if TOPOLOGY_BLOCK in out.files:
-        say(f"rack: wrote {out.files[TOPOLOGY_BLOCK]} (Slurm 23.11+ topology/block): run `scontrol reconfigure` "
+        say(f"rack: wrote {out.files[TOPOLOGY_BLOCK]} (Slurm 24.05+ topology/block): run `scontrol reconfigure` "
             "for slurmctld to load it")
     return out

@@ -211,7 +211,13 @@ def _would_check(node, opts: RemediateOptions, log: NodeLog) -> NodeLog:
     if opts.dcgm_level:
         log.would(ssh_line(opts, node.address, dcgm_command(opts)))
     log.would(ssh_line(opts, node.address, check_command(opts)))
-    log.would(shlex.join(resume_args(node.name)), "if the check says OK or WARN and the drain reason is unchanged")
+    again = reason_stages(node.reason) if opts.accept else ()
+    if again:
+        # the dry run reads no certificate: both ways out, each with its condition
+        log.would(accept_line(opts, [node.name], again), "if the check says OK or WARN and the node keeps an "
+                  "acceptance certificate (its stages among these): resumes it only if it is certified again")
+    log.would(shlex.join(resume_args(node.name)), "if the check says OK or WARN and the drain reason is unchanged"
+              + (", where the node keeps no certificate" if again else ""))
     log.outcome = "dry run"
     return log
 
@@ -284,11 +290,19 @@ def accept_stages(verdict: Verdict, reason: str | None) -> tuple[str, ...]:
     stored = verdict.readings.certificate
     if stored is None or stored.error or not stored.data:
         return ()
+    return tuple(s for s in reason_stages(reason) if s in stored.wanted)
+
+
+def reason_stages(reason: str | None) -> tuple[str, ...]:
+    """The node-local acceptance stages a drain reason's codes concern: a lone repaired node has no partner
+    for the mesh, pairs or group runs, which `ccrhost slurm accept --nodes NODE,PEERS --again ...` runs
+    with certified peers."""
+    from ccrhost.model import certificate as cm
+    from ccrhost.model.drain_reason import parse_drain_reason
+    from ccrhost.model.reasons import SOURCES
+
     parsed = parse_drain_reason(reason)
-    # the node-local stages: a lone repaired node has no partner for the mesh, pairs or group runs, which
-    # `ccrhost slurm accept --nodes NODE,PEERS --again ...` runs with certified peers
-    return tuple(s for s in cm.stages_for(parsed.codes if parsed else (), SOURCES)
-                 if s in stored.wanted and s not in cm.FLEET_STAGES)
+    return tuple(s for s in cm.stages_for(parsed.codes if parsed else (), SOURCES) if s not in cm.FLEET_STAGES)
 
 
 def accept_line(opts: RemediateOptions, nodes: list[str], again: tuple[str, ...]) -> str:

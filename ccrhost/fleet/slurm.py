@@ -111,9 +111,9 @@ def slurm():
               type=click.Path(dir_okay=False, writable=True),
               help="Where nodes' settings turn imex_enable on: also write the block topology.conf of their NVLink "
               "racks (one BlockName per imex_rack, failing trays left out; as <report-dir>/topology-block.conf) to "
-              "PATH, replaced atomically; not with --dry-run. For Slurm 23.11+ with TopologyPlugin=topology/block "
-              "(Slurm 22.05 has no topology/block); slurmctld loads it only when reconfigured: run "
-              "`scontrol reconfigure` after.")
+              "PATH, replaced atomically; not with --dry-run. For Slurm 24.05+ with TopologyPlugin=topology/block "
+              "(23.11 where the racks are equal in size; 22.05 has none); slurmctld loads it only when "
+              "reconfigured: run `scontrol reconfigure` after.")
 def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain, fleet_tolerance, measure_seconds,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,

@@ -38,10 +38,12 @@ class DcgmOptions:
         return self.timeout or DEADLINES[self.level] + ENGINE_DEADLINE + GRACE + 3600
 
 
-def step_script(ccrhost: str, config: str, level: int) -> str:
-    """What each node runs: the diag, its result as base64 in 76-character
-    lines (srun cuts a long output line into several)."""
-    return (f'echo "@@dcgm"; {shlex.quote(ccrhost)} dcgm --config {shlex.quote(config)} --level {level} '
+def step_script(ccrhost: str, config: str, *args: str) -> str:
+    """What each node runs: ``ccrhost dcgm ARGS`` (a diag level, or the GEMM
+    alone), its result as base64 in 76-character lines (srun cuts a long
+    output line into several)."""
+    extra = "".join(f" {shlex.quote(a)}" for a in args)
+    return (f'echo "@@dcgm"; {shlex.quote(ccrhost)} dcgm --config {shlex.quote(config)}{extra} '
             f'--format json 2>&1 | base64; echo "@@end"')
 
 
@@ -77,8 +79,8 @@ def run_diag(job: str | None, names: list[str], opts: DcgmOptions, ccrhost: str,
         with (nullcontext((job, chunk)) if batches is None else batches.hold(chunk)) as (held, taken):
             if taken:
                 say(f"DCGM diag level {opts.level}: {len(taken)} node(s) of {len(chunk)} in this batch")
-                lines, err = run_steps(held, {n: step_script(ccrhost, config, opts.level) for n in taken},
-                                        "ccrhost-dcgm", opts.step_timeout)()
+                script = step_script(ccrhost, config, "--level", str(opts.level))
+                lines, err = run_steps(held, {n: script for n in taken}, "ccrhost-dcgm", opts.step_timeout)()
                 for name in taken:
                     got = parse_step(lines[name]) if name in lines else (err or "no output from the step")
                     out[name] = got if isinstance(got, list) else [_not_run(opts.level, got, opts.valid_for, clock)]

@@ -203,17 +203,20 @@ def slurm_round(job: str, pairs: list[tuple[str, str]], nodes: dict[str, str], d
 
 
 def run_mesh(job: str | None, nodes: dict[str, str], devices: dict[str, str], opts: MeshOptions, say,
-             batches: Batches | None = None) -> MeshOutcome:
+             batches: Batches | None = None, runner=None) -> MeshOutcome:
     """The stage over ``nodes`` (node -> address its peers connect to), each
-    on ``devices[node]``. With ``batches``, at most its cap of nodes held at once."""
-    if job is None and batches is None:
-        raise ValueError("run_mesh needs a job or batches")
+    on ``devices[node]``. With ``batches``, at most its cap of nodes held at once. ``runner(pairs, nodes,
+    devices, opts) -> [PairOutcome]`` runs a round another way than Slurm's (a pyinfra deploy's SSH)."""
+    if job is None and batches is None and runner is None:
+        raise ValueError("run_mesh needs a job, batches or a runner")
     names = [n for n in nodes if devices.get(n)]
     plan = mesh.rounds(names, opts.group) if len(names) > 1 else []
     pairs: list[PairOutcome] = []
     for number, round_pairs in enumerate(plan, start=1):
         say(round_line("mesh", number, round_pairs, "<-"))  # server <- its client
-        if batches is None:
+        if runner is not None:
+            got = runner(round_pairs, nodes, devices, opts)
+        elif batches is None:
             got = slurm_round(job, round_pairs, nodes, devices, opts)
         else:
             got = run_pair_batches(

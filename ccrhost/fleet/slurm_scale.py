@@ -132,13 +132,16 @@ def _gbs(run: ScaleRun | None) -> str:
 
 
 def run_scale(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, say, batches=None, start: int = 2,
-              run=run_tool) -> ScaleOutcome:
+              run=run_tool, launch=None) -> ScaleOutcome:
     """Admit ``infos``' nodes (in their order) by groups growing from
     ``start`` and doubling, no group larger than the cap (``batches.cap``,
     else ``opts.max_nodes``): more nodes than the cap are admitted per chunk
     of at most the cap. With ``batches`` each group's nodes are held only for
     its run; without, every step runs in ``job``. Runs are not retried: a
-    flaky shortfall is caught by admission's confirming run (undecided)."""
+    flaky shortfall is caught by admission's confirming run (undecided).
+    ``launch(job, members, opts, port, timeout) -> ToolRun`` runs one group
+    (default: an srun step, :func:`group_argv`, through ``run``); a deploy
+    without Slurm launches it with mpirun from the group's first node."""
     if start < 2:
         raise ValueError(f"start must be at least 2 (a group of one node crosses no network), not {start}")
     cap = max(batches.cap if batches is not None else opts.max_nodes, 2)
@@ -154,15 +157,18 @@ def run_scale(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
     if len(chunks) > 1:
         say(f"all-reduce scale: {len(names)} nodes, more than the cap of {cap}: admitted per chunk "
             f"({', '.join(str(len(c)) for c in chunks)} nodes), no group larger than {cap}")
+    if launch is None:
+        def launch(step_job, members, opts, port, timeout):
+            return run(group_argv(step_job, members, opts, port), timeout, None)
     for number, chunk in enumerate(chunks, 1):
-        got, _, left = _admit_chunk(job, chunk, infos, opts, say, batches, start, run, runs, cap,
+        got, _, left = _admit_chunk(job, chunk, infos, opts, say, batches, start, launch, runs, cap,
                                              f"chunk {number}/{len(chunks)}" if len(chunks) > 1 else "")
         admitted += got
         reasons.update(left)
     return ScaleOutcome(tuple(admitted), reasons, tuple(runs))
 
 
-def _admit_chunk(job, chunk, infos, opts, say, batches, start, run, runs, cap, label):
+def _admit_chunk(job, chunk, infos, opts, say, batches, start, launch, runs, cap, label):
     """One chunk's admission: restarted without the nodes of a run that could not measure (the groups that
     already ran are answered from their results, not run again)."""
     results: dict[tuple[str, ...], bool] = {}
@@ -188,8 +194,8 @@ def _admit_chunk(job, chunk, infos, opts, say, batches, start, run, runs, cap, l
                 verdict, missing_on = judge_run(RunResult(None, error=f"not run: {note}"), PAIR, None, what), ()
             else:
                 tasks = max(min(m.gpus for m in members), 1)
-                tool = run(group_argv(step_job, members, opts, port),
-                           run_timeout(figure, len(group) * tasks, opts.max_bytes, opts.iters, opts.timeout), None)
+                tool = launch(step_job, members, opts, port,
+                              run_timeout(figure, len(group) * tasks, opts.max_bytes, opts.iters, opts.timeout))
                 result = run_result(tool.output, tool.rc, tool.timed_out, tool.missing)
                 verdict, missing_on = judge_run(result, PAIR, figure, what), result.missing_on
         verdict = _relabel(verdict, len(group))

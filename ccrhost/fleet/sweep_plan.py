@@ -54,7 +54,7 @@ def plan(nodes: dict[str, SlurmNode], opts: VerifyOptions, cap: int) -> list[str
 
         level = opts.dcgm.level
         stages.append((f"DCGM diag level {level}", lambda chunk: step_argvs(
-            JOB, {n: step_script(opts.ccrhost, opts.config, level) for n in chunk}, "ccrhost-dcgm")))
+            JOB, {n: step_script(opts.ccrhost, opts.config, "--level", str(level)) for n in chunk}, "ccrhost-dcgm")))
     if opts.nccl is not None:
         stages.append((f"all-reduce {', '.join(opts.nccl.modes)} (GPUS: the GPUs the node's check reads)",
                        lambda chunk: [_single(n, mode, opts.nccl) for mode in opts.nccl.modes for n in chunk]))

@@ -48,6 +48,12 @@ def read(path: str) -> Certificate | str | None:
         return None
     except OSError as exc:
         return f"{path}: cannot be read: {exc.strerror or exc}"
+    return parse(raw, path)
+
+
+def parse(raw: bytes, path: str) -> Certificate | str:
+    """The certificate in ``raw`` (the file's bytes, however read: here, or by a deploy's fact); why, as one
+    line, where it is none."""
     if len(raw) > MAX_BYTES:
         return f"{path}: over {MAX_BYTES >> 20} MiB: not a certificate"
     try:
@@ -69,8 +75,12 @@ def read(path: str) -> Certificate | str | None:
 def stored_reading(path: str, wanted: tuple[str, ...], present: dict, clock=time.time) -> StoredCertificate:
     """What the check keeps among its readings: the certificate as stored (normalised), or why it could not
     be read, with the node's accept_stages and versions (:func:`versions`) and the time it was read."""
-    now = clock()
-    got = read(path)
+    return stored_from(read(path), path, wanted, present, clock())
+
+
+def stored_from(got: Certificate | str | None, path: str, wanted: tuple[str, ...], present: dict,
+                now: float) -> StoredCertificate:
+    """:func:`stored_reading` from what :func:`read` or :func:`parse` gave."""
     if isinstance(got, str):
         return StoredCertificate(now, path, tuple(wanted), dict(present), error=got)
     return StoredCertificate(now, path, tuple(wanted), dict(present), None if got is None else got.to_dict())

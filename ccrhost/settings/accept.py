@@ -45,6 +45,10 @@ class AcceptSettings(BaseModel):
         0.5, gt=0, le=1, description="A node that fails at least this share of its mesh pairs is pruned and "
         "FAILs rdma_mesh_pruned (AMD cvs prune_failure_threshold).",
     )
+    accept_mesh_timeout: int = Field(
+        20, ge=1, le=600, description="Seconds each ib_write_lat end of a mesh pair may run in S2 from a "
+        "pyinfra deploy (deploys/accept.py); ccrhost slurm accept takes --mesh-timeout.",
+    )
     accept_latency_max_p99_us: float = Field(
         4.2, gt=0, le=1000, description="ib_write_lat's 99th percentile above which a mesh pair FAILs "
         "rdma_latency_high (Imbue's host validation: at most 4.2 us).",

@@ -260,7 +260,7 @@ def test_a_fleet_copy_figure_fails_a_gpu_that_passes_the_published_one(tmp_path)
 
 
 def test_the_figure_keys_are_the_ones_the_judges_read():
-    keys = {f"allreduce.{m}" for m in ar.MODES} | {f"nvbandwidth.{t}" for t in nvb.TESTCASES}
+    keys = {f"allreduce.{m}" for m in (*ar.MODES, ar.RACK)} | {f"nvbandwidth.{t}" for t in nvb.TESTCASES}
     assert keys | {"ib_write_bw.gpudirect"} == set(plat.FIGURE_UNITS)
     assert re.fullmatch(r"[a-z0-9-]+", "hgx-h100-8x400")
 

@@ -79,6 +79,11 @@ def slurm():
               "platform file here (docs/platforms.md) [default: the built-in for each node's GPU model].")
 @click.option("--nccl-srun-option", "nccl_srun_options", multiple=True, metavar="OPT",
               help="Passed to each all-reduce srun step, e.g. --nccl-srun-option=--mpi=pmix (repeatable).")
+@click.option("--rack-nvlink", is_flag=True, help="Where nodes' settings turn imex_enable on: also run each NVLink "
+              "rack's all-reduce over all its idle trays' GPUs (one step, NCCL_MNNVL_ENABLE=1), judged by the "
+              "platform's allreduce.rack figure; a slow rack is run without trays, halving, until the tray that "
+              "slows it FAILs rack_nvlink_slow. It loads every GPU of the rack: only where asked (docs/rack.md). "
+              "Takes the --nccl-* binary, size, iterations, timeout, port, profile and srun options.")
 @click.option("--dcgm", is_flag=True, help="Also run DCGM's diagnostics (dcgmi diag) on every idle node, by the "
               "node's own `ccrhost dcgm`: host engine first, the level under its deadline, the result stored on the "
               "node (docs/dcgm.md).")
@@ -113,7 +118,7 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
            measure_retries, measure_timeout, measure_port, measure_ports, wait_s, check_timeout, sbatch_options,
            nccl, nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout, nccl_max_nodes,
            nccl_port, nccl_profile, nccl_srun_options, refresh_nic, dcgm, dcgm_level, dcgm_max_nodes, dcgm_timeout,
-           include_busy, evidence_max_mb, dry_run, topology_conf, topology_block):
+           include_busy, evidence_max_mb, dry_run, topology_conf, topology_block, rack_nvlink):
     """Check every idle node in one Slurm job; drain the ones that FAIL.
 
     Runs in the current allocation when there is one (SLURM_JOB_ID), else
@@ -140,6 +145,9 @@ def verify(partition, nodelist, measure, ccrhost_cmd, config, report_dir, drain,
     if nccl:
         opts.nccl = nccl_options(nccl_modes, nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
                                  nccl_max_nodes, nccl_port, nccl_srun_options, nccl_profile)
+    if rack_nvlink:
+        opts.rack_nvlink = nccl_options("nvlink", nccl_binary, nccl_max_bytes, nccl_iters, nccl_retries, nccl_timeout,
+                                        nccl_max_nodes, nccl_port, nccl_srun_options, nccl_profile)
     if dcgm:
         from ccrhost.fleet.slurm_dcgm import DcgmOptions
 

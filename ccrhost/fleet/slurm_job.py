@@ -54,6 +54,7 @@ class VerifyOptions:
     include_busy: bool = False         # --include-busy: also ask for nodes running a job (wait for them)
     topology_conf: str | None = None   # --topology-conf: also write the fleet's topology.conf here (wiring on)
     topology_block: str | None = None  # --topology-block: also write the racks' topology/block file here (imex on)
+    rack_nvlink: object = None         # --rack-nvlink: a slurm_nccl.NcclOptions: each NVLink rack's all-reduce
 
 
 class Progress:

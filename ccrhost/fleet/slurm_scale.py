@@ -76,13 +76,15 @@ def group_figure(members: list[NodeInfo], opts: NcclOptions):
                        opts.platform)
 
 
-def group_argv(job: str, members: list[NodeInfo], opts: NcclOptions, port: int) -> list[str]:
-    """One step over the group: a task per GPU (the fewest any member has), the root on the node Slurm lists first."""
+def group_argv(job: str, members: list[NodeInfo], opts: NcclOptions, port: int, mode: str = PAIR,
+               name: str = "ccrhost-nccl-scale") -> list[str]:
+    """One step over the group: a task per GPU (the fewest any member has), the root on the node Slurm lists
+    first; ``mode``'s NCCL settings (the rack-level run's too: fleet/rack_nvlink.py)."""
     tasks = max(min(m.gpus for m in members), 1)
     first = min(members, key=lambda n: _natural(n.name))
-    env = {**environment(PAIR), "NCCL_COMM_ID": f"{first.address}:{port}"}
-    return [*_step(job, [m.name for m in members], tasks, "ccrhost-nccl-scale", opts), *_env_args(env),
-            *command(opts.binary, PAIR, tasks, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,
+    env = {**environment(mode), "NCCL_COMM_ID": f"{first.address}:{port}"}
+    return [*_step(job, [m.name for m in members], tasks, name, opts), *_env_args(env),
+            *command(opts.binary, mode, tasks, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,
                      iters=opts.iters, per_process=True)]
 
 

@@ -179,6 +179,26 @@ def store_allreduce(job: str | None, readings: dict, settings: dict, say, batche
         + (f" ({'; '.join(errors)})" if errors else ""))
 
 
+def rack_allreduce(job, judged: dict[str, Verdict], outputs, measured, settings, addresses, opts: VerifyOptions,
+                   say, batches, verdicts) -> dict:
+    """--rack-nvlink (fleet/rack_nvlink.py): each tray's rack result added to its all-reduce results, its
+    verdict judged again with them, and stored on the tray for the prolog. Returns the trays' readings."""
+    from ccrhost.fleet.rack_nvlink import run_racks
+    from ccrhost.model.allreduce import RACK, AllReduceReading
+
+    got = run_racks(job, judged, settings, addresses, opts.rack_nvlink, say, batches)
+    now = time.time()
+    readings = {}
+    for name, result in got.items():
+        base = verdicts[name].readings.allreduce if verdicts[name].readings is not None else None
+        readings[name] = AllReduceReading(now, {**(base.results if base else {}), RACK: result.to_dict()},
+                                          base.error if base else None)
+        verdicts[name] = judge(outputs[name], measured.get(name), readings[name])[0]
+    store_allreduce(job, {n: AllReduceReading(now, {RACK: r.to_dict()}) for n, r in got.items()}, settings, say,
+                    batches)
+    return readings
+
+
 def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict], dict]:
     """The fleet job. Returns (exit code, verdict per node, report paths)."""
     from ccrhost.fleet.report import text_table, write_reports
@@ -200,12 +220,14 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
     if not nodes:
         raise VerifyError(f"no nodes{f' in partition {opts.partition}' if opts.partition else ''}"
                           f"{f' matching {opts.nodelist}' if opts.nodelist else ''}")
-    capped = (opts.nccl is not None or opts.dcgm is not None or opts.idle_only) and not inside
+    capped = (opts.nccl is not None or opts.dcgm is not None or opts.rack_nvlink is not None
+              or opts.idle_only) and not inside
     if (capped or not opts.include_busy) and not inside:
         # only idle nodes (in batches of at most the cap where capped): a job for a node that runs
         # another would wait for it (up to --wait), and the check would run beside that job
         usable = [n for n in usable if nodes[n].state == "idle"]
-    batch_cap = opts.max_nodes or min((o.max_nodes for o in (opts.nccl, opts.dcgm) if o is not None), default=64)
+    batch_cap = opts.max_nodes or min((o.max_nodes for o in (opts.nccl, opts.dcgm, opts.rack_nvlink)
+                                       if o is not None), default=64)
     verdicts: dict[str, Verdict] = {n: drained_verdict(v) if not v.usable or inside else busy_verdict(v)
                                     for n, v in nodes.items() if n not in usable}
     say(f"{len(nodes)} nodes, {len(usable)} can run the check"
@@ -263,6 +285,10 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                     verdicts[name] = judge(outputs[name], measured.get(name), reading)[0]
                 store_allreduce(job, readings, settings, say, batches)
                 allreduce = readings
+            if opts.rack_nvlink is not None:
+                allreduce.update(rack_allreduce(job, {n: verdicts[n] for n in usable if n in settings}, outputs,
+                                                measured, settings, {n: nodes[n].address for n in usable}, opts,
+                                                say, batches, verdicts))
             if opts.dcgm is not None:
                 from ccrhost.fleet.slurm_dcgm import run_diag
 
@@ -310,7 +336,8 @@ def run_verify(opts: VerifyOptions, stream=None) -> tuple[int, dict[str, Verdict
                         # --dry-run, or the node's own settings observe only (slurm_mode): say, do not act
                         dry = opts.dry_run or getattr(settings.get(name), "slurm_mode", None) == "observe"
                         note = node_drain.drain(v, node=name, scontrol="scontrol",
-                                                measured=opts.measure or opts.nccl is not None,
+                                                measured=opts.measure or opts.nccl is not None
+                                                or opts.rack_nvlink is not None,
                                                 cap=cap, dry_run=dry)
                         say(note)
                         if note.actions:

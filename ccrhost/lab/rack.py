@@ -24,6 +24,8 @@ FAULTS = {
     "fabric_degraded": "[INDEX]: GPU INDEX's (default 0) NVLink fabric bandwidth is degraded (Fabric/Health "
                        "Bandwidth: Degraded)",
     "imex_channel_missing": "the IMEX channel device was not created at boot (set at lab up)",
+    "rack_slow": "this tray's NVLinks across the rack carry half their rate: an all_reduce_perf over several of "
+                 "the rack's trays is slow, its own single-node runs are not",
 }
 LIVE = tuple(k for k in FAULTS if k != "imex_channel_missing")
 CHANNEL = "/run/nvidia-caps-imex-channels/channel0"  # the lab's imex_channel: a device in the tray's own /run

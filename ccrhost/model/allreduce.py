@@ -70,6 +70,8 @@ class AllReduceOutput:
 
 NVLINK, LOOPBACK, PAIR = "nvlink", "loopback", "pair"
 MODES = (NVLINK, LOOPBACK, PAIR)
+# the rack-level run over an NVLink rack's trays (fleet/rack_nvlink.py; docs/rack.md), not a --nccl-modes mode
+RACK = "rack"
 # What each mode sets for NCCL (shared/reference/active-checks.md §2).
 MODE_ENV = {
     NVLINK: {},
@@ -77,10 +79,13 @@ MODE_ENV = {
     LOOPBACK: {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
     # two-node tree busbw can read above what the NICs carry (nccl #2409, #1576): judge the network on ring
     PAIR: {"NCCL_ALGO": "RING"},
+    # across the trays over NVLink (multi-node NVLink), never a silent fall back to the NICs
+    RACK: {"NCCL_MNNVL_ENABLE": "1"},
 }
 MODE_TEXT = {NVLINK: "single-node all-reduce over NVLink",
              LOOPBACK: "single-node all-reduce through the NICs (NVLink and shared memory off)",
-             PAIR: "two-node ring all-reduce"}
+             PAIR: "two-node ring all-reduce",
+             RACK: "rack-level all-reduce over NVLink"}
 
 
 @dataclass(frozen=True)

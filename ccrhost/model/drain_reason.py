@@ -21,7 +21,7 @@ from ccrhost.model.verdict_line import REPLACE_CODES, bounded_summary, reason_co
 # with this prefix instead.
 MEASURED_PREFIX = "ccrhost: measured:"
 # codes only a fleet measurement gives (ib_write_bw, the all-reduce pairs): the node-local check cannot see them
-MEASURED_CODES = ("measured_slow", "allreduce_slow", "allreduce_wrong", "ccr_measured_low")
+MEASURED_CODES = ("measured_slow", "allreduce_slow", "allreduce_wrong", "ccr_measured_low", "rack_nvlink_slow")
 
 # The reason runs to its " [user@time]" (the time: group 2) and the fields newer Slurm prints after it
 REASON_FIELD = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]@]*@([^\]]*)\])?"

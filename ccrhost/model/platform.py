@@ -31,6 +31,7 @@ GPUS = "gpus"  # gpus.yaml: the per-GPU peak table (model/gpus.py), not a platfo
 # figure key -> its unit; the same keys in figures: and fleet:
 FIGURE_UNITS = {
     "allreduce.nvlink": "GB/s", "allreduce.loopback": "GB/s", "allreduce.pair": "GB/s",
+    "allreduce.rack": "GB/s",
     "nvbandwidth.host_to_device_memcpy_ce": "GB/s", "nvbandwidth.device_to_host_memcpy_ce": "GB/s",
     "nvbandwidth.device_to_device_memcpy_read_ce": "GB/s",
     "ib_write_bw.gpudirect": "Gb/s",

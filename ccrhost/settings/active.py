@@ -26,10 +26,12 @@ class ActiveSettings(BaseModel):
         description="The all_reduce_perf command (a name on PATH or an absolute path, e.g. "
         "/usr/local/bin/all_reduce_perf in NGC PyTorch images).",
     )
-    verify_allreduce_min_busbw: dict[Literal["nvlink", "loopback", "pair"], Annotated[float, Field(gt=0)]] | None = \
+    verify_allreduce_min_busbw: dict[Literal["nvlink", "loopback", "pair", "rack"],
+                                     Annotated[float, Field(gt=0)]] | None = \
         Field(None, description="busbw (GB/s) below which a mode FAILS, overriding the published figure: the "
-              "platform file's (docs/platforms.md), for pair else the node's NICs x 46 GB/s per 400G. The "
-              "platform's fleet figure applies as well.")
+              "platform file's (docs/platforms.md), for pair else the node's NICs x 46 GB/s per 400G. rack: the "
+              "rack-level all-reduce of `ccrhost slurm verify --rack-nvlink` (docs/rack.md). The platform's fleet "
+              "figure applies as well.")
     verify_allreduce_retries: int = Field(
         2, ge=0, le=10, description="Reruns of a run below threshold; the first good run passes (wrong results "
         "and UNKNOWN are never rerun).",

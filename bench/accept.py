@@ -64,7 +64,9 @@ def run(nodes: int, workdir: Path, mesh_timeout: int) -> dict:
         wall = time.monotonic() - start
         if not (workdir / "report/accept.json").exists():  # what slurmctld said, before the lab goes
             for log in sorted(lab.dir.rglob("slurmctld.log")):
-                print(log.read_text()[-4000:], file=sys.stderr)
+                said = [line for line in log.read_text().splitlines()
+                        if re.search(r"JobId=1\b|[Pp]rolog|error|requeue", line)]
+                print("\n".join(said[-80:]), file=sys.stderr)
     finally:
         lab.down()
     report = workdir / "report/accept.json"

@@ -189,7 +189,7 @@ def lab_inventory(tmp_path: Path, per_node: dict | None = None, **data) -> str:
 SLOW_FIRST = ("test_accept_lab.py", "test_allreduce_lab.py", "test_rollout_lab.py", "test_dcgm_lab.py", "test_bench_smoke.py",
               "test_host_health_lab.py", "test_calibrate_lab.py", "test_baseline_lab.py", "test_platform_lab.py",
               "test_qos_e2e.py", "test_nicfw_lab.py", "test_slurm_paths.py", "test_slurm.py", "test_accept_deploy_lab.py",
-              "test_verify_e2e.py", "test_wiring_lab.py", "test_rack_lab.py", "test_datapath_e2e.py",
+              "test_verify_e2e.py", "test_wiring_lab.py", "test_rack_lab.py", "test_rack_nvlink_lab.py", "test_datapath_e2e.py",
               "test_trouble_e2e.py", "test_fuzz.py",
               "test_install_e2e.py", "test_remediate_lab.py", "test_ci.py", "test_faults.py", "test_busy_lab.py",
               "test_fabric_e2e.py", "test_kubernetes.py", "test_gpu_health_e2e.py", "test_wheel.py",

@@ -78,7 +78,16 @@ def run(nodes: int, workdir: Path, mesh_timeout: int) -> dict:
     starts = [(t, m.group(1), int(m.group(2))) for t, line in stamps if (m := STAGE_LINE.match(line))]
     ends = [t for t, _, _ in starts[1:]] + [next((t for t, line in stamps if line.startswith("certificates stored")),
                                                  wall)]
-    return {"nodes": nodes, "mesh_timeout": mesh_timeout, "faults": bad, "rc": proc.returncode, "up_s": up, "accept_s": wall,
+    why = {}
+    for name, cert in doc["certificates"].items():
+        if doc["states"].get(name) == "certified":
+            continue
+        for stage, res in cert["stages"].items():
+            if res["status"] in ("FAIL", "UNKNOWN"):
+                codes = ",".join(dict.fromkeys(r["code"] for r in res["reasons"] if r["level"] == res["status"]))
+                why[name] = f"{stage} {res['status']} {codes}"
+                break
+    return {"nodes": nodes, "mesh_timeout": mesh_timeout, "faults": bad, "why": why, "rc": proc.returncode, "up_s": up, "accept_s": wall,
             "stages": [(name, n, end - t) for (t, name, n), end in zip(starts, ends)],
             "states": doc["states"], "mesh_rounds": doc["details"].get("mesh", {}).get("rounds"),
             "scale_runs": len(doc["details"].get("scale", {}).get("runs", []))}
@@ -107,6 +116,15 @@ def write(results: list[dict], output: Path, commit: str) -> None:
                   f"Mesh rounds: {r['mesh_rounds']}; scale runs: {r['scale_runs']}; exit {r['rc']}. "
                   f"Certified: {len(certified)} of {r['nodes']}; not: "
                   f"{', '.join(f'{n} ({s})' for n, s in sorted(others.items())) or 'none'}.", ""]
+        if r.get("why"):
+            counts: dict = {}
+            for name, said in r["why"].items():
+                counts.setdefault(said, []).append(name)
+            lines += ["Why, by the first stage each certificate did not pass:", "",
+                      "| stage, status, codes | nodes |", "| --- | --- |"]
+            lines += [f"| {said} | {', '.join(sorted(names, key=lambda n: int(n[4:])))} |"
+                      for said, names in sorted(counts.items(), key=lambda kv: -len(kv[1]))]
+            lines.append("")
     output.write_text("\n".join(lines))
 
 

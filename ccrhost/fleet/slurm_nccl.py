@@ -10,7 +10,6 @@ as ``ccrhost check`` (the one verdict).
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from ccrhost.model.allreduce import (
     thresholds,
     with_retries,
 )
+from ccrhost.model.ports import natural_key
 from ccrhost.node.active import run_tool
 from ccrhost.probes.nccl_tests import command, environment, run_result
 
@@ -217,16 +217,12 @@ def run_modes(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, sa
     return {n: AllReduceReading(now, r) for n, r in results.items()}
 
 
-def _natural(name: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
-
-
 def pair_run(job: str, a: NodeInfo, b: NodeInfo, opts: NcclOptions, index: int, run=run_tool) -> AllReducePair:
     tasks = min(a.gpus, b.gpus)
     figure = pair_figure(list(a.nic_gbps), list(b.nic_gbps), a.gpu_name, opts.min_busbw, opts.platform)
     port = opts.port + 4 * index
     # task 0 lands on the node Slurm lists first (its node order, by name on most sites): the root is there
-    first = min((a, b), key=lambda n: _natural(n.name))
+    first = min((a, b), key=lambda n: natural_key(n.name))
     env = {**environment(PAIR), "NCCL_COMM_ID": f"{first.address}:{port}"}
     argv = [*_step(job, [a.name, b.name], max(tasks, 1), "ccrhost-nccl-pair", opts), *_env_args(env),
             *command(opts.binary, PAIR, tasks, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,

@@ -28,8 +28,10 @@ from dataclasses import dataclass, replace
 from ccrhost.fleet.admission import admit
 from ccrhost.fleet.allreduce import pair_figure
 from ccrhost.fleet.slurm_job import busy_note
-from ccrhost.fleet.slurm_nccl import NcclOptions, NodeInfo, _env_args, _natural, _step
-from ccrhost.model.allreduce import MODE_TEXT, PAIR, RunResult, RunVerdict, judge_run, run_timeout, thresholds
+from ccrhost.fleet.slurm_nccl import NcclOptions, NodeInfo, _env_args, _step
+from ccrhost.model.allreduce import (MODE_TEXT, PAIR, RunResult, RunVerdict, busbw_text, judge_run, run_timeout,
+                                     thresholds)
+from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, OK, UNKNOWN, Reason
 from ccrhost.node.active import run_tool
 from ccrhost.probes.nccl_tests import command, environment, run_result
@@ -81,7 +83,7 @@ def group_argv(job: str, members: list[NodeInfo], opts: NcclOptions, port: int, 
     """One step over the group: a task per GPU (the fewest any member has), the root on the node Slurm lists
     first; ``mode``'s NCCL settings (the rack-level run's too: fleet/rack_nvlink.py)."""
     tasks = max(min(m.gpus for m in members), 1)
-    first = min(members, key=lambda n: _natural(n.name))
+    first = min(members, key=lambda n: natural_key(n.name))
     env = {**environment(mode), "NCCL_COMM_ID": f"{first.address}:{port}"}
     return [*_step(job, [m.name for m in members], tasks, name, opts), *_env_args(env),
             *command(opts.binary, mode, tasks, min_bytes=opts.max_bytes, max_bytes=opts.max_bytes,
@@ -125,10 +127,6 @@ def _relabel(verdict: RunVerdict, nodes: int) -> RunVerdict:
 
 def _label(nodes: int) -> str:
     return f"ring all-reduce over {nodes} nodes"
-
-
-def _gbs(run: ScaleRun | None) -> str:
-    return f"{run.busbw:.1f} GB/s" if run is not None and run.busbw is not None else "not measured"
 
 
 def run_scale(job: str | None, infos: dict[str, NodeInfo], opts: NcclOptions, say, batches=None, start: int = 2,
@@ -238,11 +236,11 @@ def _admit_chunk(job, chunk, infos, opts, say, batches, start, launch, runs, cap
     for f in adm.culprits:
         with_it, without = _evidence(f.node, mine)
         size = len(with_it.group) if with_it else f.size
-        other = (f"{_gbs(without)} over {len(without.group)} nodes without it" if without
+        other = (f"{busbw_text(without)} over {len(without.group)} nodes without it" if without
                  else "no group without it large enough to run")
         said = f"; {with_it.message}" if with_it else ""
         left[f.node] = Reason(FAIL, "allreduce_scale_slow", (
-            f"{f.node}: slowed a group of {f.size} nodes at admission step {f.step}{where}: busbw {_gbs(with_it)} "
+            f"{f.node}: slowed a group of {f.size} nodes at admission step {f.step}{where}: busbw {busbw_text(with_it)} "
             f"over {size} nodes with it, {other}{said}"))
     for f in adm.undecided:
         left[f.node] = Reason(UNKNOWN, "allreduce_scale_undecided", (

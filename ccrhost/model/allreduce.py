@@ -148,6 +148,11 @@ TIMEOUT_MARGIN = 3       # a run this many times slower than the figure is a han
 TIMEOUT_MAX = 7200
 
 
+def busbw_text(run) -> str:
+    """A group run's busbw for a message (a run with ``busbw``, or None): "N.N GB/s" or "not measured"."""
+    return f"{run.busbw:.1f} GB/s" if run is not None and run.busbw is not None else "not measured"
+
+
 def size_bytes(text: str) -> int | None:
     """A -b/-e size as nccl-tests' parsesize reads it (K, M, G: powers of 1024)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -15,10 +15,10 @@ as the other all-reduce results are (mode ``rack``), so the prolog and
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 
-from ccrhost.model.allreduce import RACK, Figure, thresholds
+from ccrhost.model.allreduce import RACK, Figure, busbw_text, thresholds
+from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, OK, UNKNOWN, Reason
 
 
@@ -46,10 +46,6 @@ class TrayResult:
         return cls(reason.level, reason.code, reason.message, busbw)
 
 
-def _natural(name: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
-
-
 def plan(trays: dict[str, str | None]) -> dict[str, list[str]]:
     """Each rack's trays in natural order (``trays``: host -> its ``imex_rack``;
     a tray in no rack is in no run), racks by name."""
@@ -57,7 +53,7 @@ def plan(trays: dict[str, str | None]) -> dict[str, list[str]]:
     for host, rack in trays.items():
         if rack is not None:
             out.setdefault(rack, []).append(host)
-    return {name: sorted(hosts, key=_natural) for name, hosts in sorted(out.items())}
+    return {name: sorted(hosts, key=natural_key) for name, hosts in sorted(out.items())}
 
 
 def rounds(trays: int) -> int:
@@ -74,10 +70,6 @@ def figure(members: list[tuple[str | None, object, dict | None]]) -> list[Figure
     if not each or any(not [f for f in figs if not f.fleet] for figs in each):
         return []
     return min(each, key=lambda figs: min(f.busbw for f in figs if not f.fleet))
-
-
-def _gbs(run: RackRun | None) -> str:
-    return f"{run.busbw:.1f} GB/s" if run is not None and run.busbw is not None else "not measured"
 
 
 def evidence(culprit: str, runs: list[RackRun]) -> tuple[RackRun | None, RackRun | None]:
@@ -108,10 +100,10 @@ def outcome(rack: str, trays: list[str], runs: list[RackRun], culprit: str | Non
     out: dict[str, TrayResult] = {}
     if culprit is not None:
         with_it, without = evidence(culprit, runs)
-        other = (f"{_gbs(without)} over {len(without.trays)} trays without it" if without
+        other = (f"{busbw_text(without)} over {len(without.trays)} trays without it" if without
                  else "no run without it passed")
         out[culprit] = TrayResult.of(Reason(FAIL, "rack_nvlink_slow", (
-            f"{culprit} slows the all-reduce over NVLink of rack {rack}: busbw {_gbs(with_it)} over "
+            f"{culprit} slows the all-reduce over NVLink of rack {rack}: busbw {busbw_text(with_it)} over "
             f"{len(with_it.trays) if with_it else len(trays)} trays with it, {other}; "
             f"{(with_it or whole).message}")), with_it.busbw if with_it else whole.busbw)
     for t in trays:
@@ -119,7 +111,7 @@ def outcome(rack: str, trays: list[str], runs: list[RackRun], culprit: str | Non
             continue
         if t in cleared and t not in undecided:
             passing = max((r for r in runs if r.passed and t in r.trays), key=lambda r: len(r.trays))
-            out[t] = TrayResult(OK, None, f"rack {rack} was slow ({_gbs(whole)} over {len(whole.trays)} trays) "
+            out[t] = TrayResult(OK, None, f"rack {rack} was slow ({busbw_text(whole)} over {len(whole.trays)} trays) "
                                 f"{f'with {culprit}' if culprit else 'as a whole'}; this tray passed in "
                                 f"{len(passing.trays)} trays without it: {passing.message}", passing.busbw)
         else:

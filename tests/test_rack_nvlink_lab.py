@@ -74,10 +74,15 @@ def prolog(lab, node) -> dict:
 
 
 def single_node_busbw(lab, node) -> float:
-    """The tray's own all-reduce over its four GPUs (the nvlink mode's run), busbw at the size judged."""
-    out = lab_ssh(lab, node, "all_reduce_perf -b 1G -e 1G -f 2 -n 2 -c 1 -g 4").stdout
-    rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
-    return float(rows[-1][7])
+    """The tray's own all-reduce over its four GPUs (the nvlink mode's run), busbw at the size judged: the
+    best of three, since the lab's timing shares two cores with the rest of the suite (one run read 306
+    against 393 GB/s with no fault in it; rack_slow halves the rate)."""
+    best = 0.0
+    for _ in range(3):
+        out = lab_ssh(lab, node, "all_reduce_perf -b 1G -e 1G -f 2 -n 2 -c 1 -g 4").stdout
+        rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+        best = max(best, float(rows[-1][7]))
+    return best
 
 
 def test_a_healthy_rack_is_ok_stored_and_a_rack_slow_tray_alone_fails_after_bisection(rack, tmp_path):

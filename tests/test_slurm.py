@@ -359,8 +359,10 @@ def test_the_drain_cap_keeps_the_next_node_off_jobs_without_draining_it(cluster,
         # its prolog keeps jobs off it, and it stays undrained
         job = slurm(lab, "sbatch", "--parsable", "-w", kept, "-n1", "-o", str(tmp_path / "ran"),
                     "--wrap", "echo ran").stdout.strip()
+        # a refused prolog requeues the job; on its way back it shows COMPLETING a moment
         deadline = time.monotonic() + 30
-        while "Restarts=0" in (shown := slurm(lab, "scontrol", "show", "job", job, "-o").stdout):
+        while ("Restarts=0" in (shown := slurm(lab, "scontrol", "show", "job", job, "-o").stdout)
+               or "JobState=COMPLETING" in shown):
             assert time.monotonic() < deadline, shown
             time.sleep(0.2)
         assert job_state(lab, job) in ("PENDING", "REQUEUED"), shown

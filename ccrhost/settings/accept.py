@@ -15,7 +15,7 @@ Stage = Literal["check", "node", "mesh", "pairs", "scale", "soak"]
 assert STAGES == Stage.__args__  # one list of stages: the model's
 
 
-class AcceptSettings(BaseModel):
+class AcceptSettings(BaseModel, defer_build=True):
     # Acceptance (model/certificate.py, fleet/accept.py; docs/accept.md)
     accept_stages: tuple[Stage, ...] = Field(
         STAGES, description="The stages a node must pass to be certified, in this order: check (S0: the passive "

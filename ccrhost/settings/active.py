@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, field_validator
 from ccrhost.model.gemm import GemmPolicy
 
 
-class ActiveSettings(BaseModel):
+class ActiveSettings(BaseModel, defer_build=True):
     # NCCL all-reduce gate (model/allreduce.py, node/allreduce.py; docs/allreduce.md)
     verify_allreduce: bool = Field(
         False, description="Run nccl-tests' all_reduce_perf in the single-node modes of "

@@ -39,7 +39,7 @@ class MountSpec(BaseModel):
         "without inode counts (f_files 0) is not judged.")
 
 
-class BaselineSettings(BaseModel):
+class BaselineSettings(BaseModel, defer_build=True):
     # CPUs: /sys/devices/system/cpu/{online,possible}, /proc/cpuinfo
     baseline_cpus_all_online: bool = Field(
         False, description="Every possible CPU is online: /sys/devices/system/cpu/online equals .../possible "

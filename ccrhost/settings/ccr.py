@@ -18,7 +18,7 @@ from ccrhost.settings.workload import Workload
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 
 
-class CcrSettings(BaseModel):
+class CcrSettings(BaseModel, defer_build=True):
     verify_profile: str | None = Field(
         None, min_length=1, max_length=4096,
         description=f"The node's platform: a built-in platform file (ccrhost/platforms/: {', '.join(builtin_names())}) "

@@ -23,7 +23,7 @@ RoceMtu = Literal[dp.NETDEV_MTUS]  # type: ignore[valid-type]
 VersionText = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,9}([._-][0-9]{1,9}){0,15}$")]
 
 
-class DatapathSettings(BaseModel):
+class DatapathSettings(BaseModel, defer_build=True):
     rdma_modules: tuple[ModuleName, ...] = Field(
         DEFAULT_MODULES, description="Kernel modules to load now and at every boot."
     )

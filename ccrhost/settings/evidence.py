@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
-class EvidenceSettings(BaseModel):
+class EvidenceSettings(BaseModel, defer_build=True):
     verify_evidence_dir: str | None = Field(
         None, pattern=r"^/[A-Za-z0-9_./-]{1,255}$",
         description="Where `ccrhost check` keeps a diagnostics bundle when a failure starts (verdict.json with "

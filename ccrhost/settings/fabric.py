@@ -14,7 +14,7 @@ LinkCounter = Literal[dp.COUNTERS]  # type: ignore[valid-type]
 FabricCounter = Literal[fabric.RATE_COUNTERS]  # type: ignore[valid-type]
 
 
-class FabricSettings(BaseModel):
+class FabricSettings(BaseModel, defer_build=True):
     verify_window_max_age: float = Field(
         3600, ge=0, le=604800, description="Oldest stored counter reading (seconds) a rate is measured from; "
         "without one that serves (none, older, or from another boot) every rate is the counters' total over the "

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 
-class GpuHealthSettings(BaseModel):
+class GpuHealthSettings(BaseModel, defer_build=True):
     # GPU health (model/gpu_health.py; docs/gpu-health.md): defaults from the anchors named there
     verify_gpu_xid_lookback_hours: float = Field(
         2, ge=0, le=720, description="XIDs logged longer ago than this are not judged (Azure check_gpu_xid: 2 h); "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
-class HistorySettings(BaseModel):
+class HistorySettings(BaseModel, defer_build=True):
     # a node's failure history (model/history.py; issue 40)
     verify_history: str | None = Field(
         None, pattern=r"^/[A-Za-z0-9_./-]{1,255}$",

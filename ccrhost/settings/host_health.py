@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, StringConstraints, field_validator
 UnitName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9:_.@-]{1,128}$")]
 
 
-class HostHealthSettings(BaseModel):
+class HostHealthSettings(BaseModel, defer_build=True):
     # Host health (model/host_health.py; docs/host-health.md): anchors named there
     host_health_enable: bool = Field(
         False, description="Read and judge the host's health (every host_health_* check below). Off until a "

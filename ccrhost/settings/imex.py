@@ -17,7 +17,7 @@ UnitName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9:_.@-]{1,128}$"
 RackName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 
 
-class ImexSettings(BaseModel):
+class ImexSettings(BaseModel, defer_build=True):
     # IMEX and the NVLink tray (model/imex.py; shared/reference/platforms.md)
     imex_enable: bool = Field(
         False, description="Read and judge the node's IMEX domain (nvidia-imex-ctl -N), its IMEX unit and channel "

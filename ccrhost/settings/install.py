@@ -9,7 +9,7 @@ from ccrhost.settings.keys import CONTROLLER_ONLY
 from ccrhost.settings.paths import AbsPath
 
 
-class InstallSettings(BaseModel):
+class InstallSettings(BaseModel, defer_build=True):
     # ccrhost on the compute nodes (deploys/install.py)
     ccrhost_install_dir: AbsPath = Field(
         "/usr/local/lib/ccrhost",

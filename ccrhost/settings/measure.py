@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
-class MeasureSettings(BaseModel):
+class MeasureSettings(BaseModel, defer_build=True):
     verify_measure: bool = Field(False, description="Measure bandwidth with ib_write_bw between host pairs (deploys/verify.py).")
     verify_measure_seconds: int = Field(10, ge=1, le=3600, description="Sustained duration of each ib_write_bw run.")
     verify_measure_retries: int = Field(2, ge=0, le=10, description="Reruns of a slow pair before it counts as slow.")

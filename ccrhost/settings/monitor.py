@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
-class MonitorSettings(BaseModel):
+class MonitorSettings(BaseModel, defer_build=True):
     monitor_seconds: float = Field(10, gt=0, le=86400, description="Length of deploys/monitor.py's window.")
     monitor_interval: float = Field(1, ge=0.1, le=3600, description="Seconds between deploys/monitor.py's samples.")
     monitor_gpu_target: float = Field(90, ge=0, le=100, description="Mean GPU utilization target, %.")

@@ -32,7 +32,7 @@ NcclName = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,64}$")]
 NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:/@%+^-]{0,255}$")]
 
 
-class NcclSettings(BaseModel):
+class NcclSettings(BaseModel, defer_build=True):
     nccl_ib_hca: HcaList | None = Field(None, description="NCCL_IB_HCA as given, instead of the discovered active compute ports.")
     nccl_socket_ifname: IfnameList | None = Field(
         None, description="NCCL_SOCKET_IFNAME; default: exactly the interface of the default route."

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 
-class NicFwSettings(BaseModel):
+class NicFwSettings(BaseModel, defer_build=True):
     verify_nic_firmware: bool = Field(
         False, description="Audit each compute NIC's firmware settings (`mlxconfig -e q`, or mstflint's "
         "`mstconfig`) against the profile: the deploy and the health check (`ccrhost check --refresh-nic`) "

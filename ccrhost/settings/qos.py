@@ -15,7 +15,7 @@ EightBuffers = Annotated[tuple[Priority, ...], Field(min_length=8, max_length=8)
 DcqcnName = Literal[tuple(sorted({**DCQCN_RP, **DCQCN_NP}))]  # type: ignore[valid-type]
 
 
-class QosSettings(BaseModel):
+class QosSettings(BaseModel, defer_build=True):
     roce_version: Literal[1, 2] = Field(2, description="rdma_cm default RoCE mode: 2 writes `RoCE v2`, 1 writes `IB/RoCE v1`.")
     roce_dscp: int = Field(26, ge=0, le=63, description="DSCP of RoCE traffic (rdma_cm's default ToS, NCCL_IB_TC).")
     roce_ecn_bits: int = Field(

@@ -9,7 +9,7 @@ from ccrhost.settings.keys import CONTROLLER_ONLY
 from ccrhost.settings.paths import ETC_DROPIN_FOLDERS, system_tree, within
 
 
-class ReportSettings(BaseModel):
+class ReportSettings(BaseModel, defer_build=True):
     verify_npd_warn_unhealthy: bool = Field(
         False, description="`ccrhost check --format npd` exits 1 (Node Problem Detector: problem) on WARN too; "
         "default: only FAIL is a problem.",

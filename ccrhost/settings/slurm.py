@@ -13,7 +13,7 @@ from ccrhost.settings.paths import AbsPath, SearchPath, file_name_problem, writt
 HEALTHCHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
 
-class SlurmSettings(BaseModel):
+class SlurmSettings(BaseModel, defer_build=True):
     slurm_ccrhost: AbsPath = Field(
         "/usr/local/bin/ccrhost", description="The ccrhost command on the node, as the Slurm prolog and health check run it."
     )

@@ -52,7 +52,7 @@ _ALLOWED = {
 }
 
 
-class WiringSettings(BaseModel):
+class WiringSettings(BaseModel, defer_build=True):
     # The fabric's wiring (model/wiring.py, fleet/wiring.py; docs/wiring.md)
     wiring_enable: bool = Field(
         False, description="Judge the fabric's wiring: each compute NIC's first-hop leaf (LLDP on RoCE, the "

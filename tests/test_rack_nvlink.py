@@ -140,6 +140,16 @@ def test_the_failed_tray_names_the_busbw_with_and_without_it():
     assert "below 432 GB/s (allreduce.rack of gb200-nvl72)" in said
 
 
+def test_a_rack_of_three_names_the_run_without_the_tray_that_passed_not_a_failed_pair():
+    # the halvings run gb02+gb03 (failed); gb02 alone is never run, so only the whole rack and the rack
+    # without gb03 single it out (the scale stage, unlike the rack, counts a pair's lone rest as cleared)
+    results, runs = run(trays(3), Launcher("gb03"))
+    assert ("gb02", "gb03") in [r.trays for r in runs]
+    assert results["gb03"].message.startswith(
+        "gb03 slows the all-reduce over NVLink of rack nvl72-a: busbw 405.5 GB/s over 3 trays with it, "
+        "811.0 GB/s over 2 trays without it;"), results["gb03"].message
+
+
 def test_a_slow_rack_no_run_singles_out_is_undecided_never_failed():
     # slow only as a whole (a limit of its size, or a flaky first run)
     class WholeOnly(Launcher):

@@ -197,11 +197,9 @@ def test_explain_covers_the_new_codes(capsys):
 
 def test_slurm_verify_rack_nvlink_is_an_option_and_asks_for_idle_nodes_only_even_with_include_busy(monkeypatch):
     # it loads every GPU of a rack: never on a node running a job (--include-busy or not)
-    import io
+    from slurm_fakes import asked_for
 
     from ccrhost.cli import entry
-    from ccrhost.fleet import slurm_job, slurm_verify
-    from ccrhost.fleet.slurm_client import SlurmNode
     from ccrhost.fleet.slurm_job import VerifyOptions
 
     seen = []
@@ -214,24 +212,7 @@ def test_slurm_verify_rack_nvlink_is_an_option_and_asks_for_idle_nodes_only_even
         entry(["slurm", "verify", "-p", "gpu"])
     assert seen[1].rack_nvlink is None
 
-    class Asked(Exception):
-        pass
-
-    asked = []
-
-    def submit(usable, opts, say):
-        asked.append(list(usable))
-        raise Asked
-
-    nodes = {"n1": SlurmNode("n1", "10.0.0.1", "idle", None), "n2": SlurmNode("n2", "10.0.0.2", "mixed", None),
-             "n3": SlurmNode("n3", "10.0.0.3", "allocated", None)}
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(slurm_verify, "list_nodes", lambda p, n: nodes)
-    monkeypatch.setattr(slurm_job, "list_nodes", lambda nodelist: {k: nodes[k] for k in nodelist.split(",")})
-    monkeypatch.setattr(slurm_job, "submit", submit)
-    with pytest.raises(Asked):
-        slurm_verify.run_verify(VerifyOptions("gpu", include_busy=True, rack_nvlink=NcclOptions()),
-                                stream=io.StringIO())
+    asked, _ = asked_for(monkeypatch, VerifyOptions("gpu", include_busy=True, rack_nvlink=NcclOptions()))
     assert asked == [["n1"]]
 
 

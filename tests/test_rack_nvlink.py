@@ -140,6 +140,16 @@ def test_the_failed_tray_names_the_busbw_with_and_without_it():
     assert "below 432 GB/s (allreduce.rack of gb200-nvl72)" in said
 
 
+def test_a_rack_of_three_names_the_run_without_the_tray_that_passed_not_a_failed_pair():
+    # the halvings run gb02+gb03 (failed); gb02 alone is never run, so only the whole rack and the rack
+    # without gb03 single it out (the scale stage, unlike the rack, counts a pair's lone rest as cleared)
+    results, runs = run(trays(3), Launcher("gb03"))
+    assert ("gb02", "gb03") in [r.trays for r in runs]
+    assert results["gb03"].message.startswith(
+        "gb03 slows the all-reduce over NVLink of rack nvl72-a: busbw 405.5 GB/s over 3 trays with it, "
+        "811.0 GB/s over 2 trays without it;"), results["gb03"].message
+
+
 def test_a_slow_rack_no_run_singles_out_is_undecided_never_failed():
     # slow only as a whole (a limit of its size, or a flaky first run)
     class WholeOnly(Launcher):
@@ -187,11 +197,9 @@ def test_explain_covers_the_new_codes(capsys):
 
 def test_slurm_verify_rack_nvlink_is_an_option_and_asks_for_idle_nodes_only_even_with_include_busy(monkeypatch):
     # it loads every GPU of a rack: never on a node running a job (--include-busy or not)
-    import io
+    from slurm_fakes import asked_for
 
     from ccrhost.cli import entry
-    from ccrhost.fleet import slurm_job, slurm_verify
-    from ccrhost.fleet.slurm_client import SlurmNode
     from ccrhost.fleet.slurm_job import VerifyOptions
 
     seen = []
@@ -204,24 +212,7 @@ def test_slurm_verify_rack_nvlink_is_an_option_and_asks_for_idle_nodes_only_even
         entry(["slurm", "verify", "-p", "gpu"])
     assert seen[1].rack_nvlink is None
 
-    class Asked(Exception):
-        pass
-
-    asked = []
-
-    def submit(usable, opts, say):
-        asked.append(list(usable))
-        raise Asked
-
-    nodes = {"n1": SlurmNode("n1", "10.0.0.1", "idle", None), "n2": SlurmNode("n2", "10.0.0.2", "mixed", None),
-             "n3": SlurmNode("n3", "10.0.0.3", "allocated", None)}
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(slurm_verify, "list_nodes", lambda p, n: nodes)
-    monkeypatch.setattr(slurm_job, "list_nodes", lambda nodelist: {k: nodes[k] for k in nodelist.split(",")})
-    monkeypatch.setattr(slurm_job, "submit", submit)
-    with pytest.raises(Asked):
-        slurm_verify.run_verify(VerifyOptions("gpu", include_busy=True, rack_nvlink=NcclOptions()),
-                                stream=io.StringIO())
+    asked, _ = asked_for(monkeypatch, VerifyOptions("gpu", include_busy=True, rack_nvlink=NcclOptions()))
     assert asked == [["n1"]]
 
 

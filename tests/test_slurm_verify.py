@@ -237,33 +237,15 @@ def test_verify_exits_with_the_worst_verdict_and_prints_no_json(monkeypatch, cap
 @pytest.mark.parametrize("include_busy", [False, True])
 def test_verify_asks_only_for_idle_nodes_unless_told_to_wait_for_busy_ones(monkeypatch, include_busy):
     # issue 46: `slurm verify` asked for an exclusive job on every node of a busy partition and waited
-    import io
+    from slurm_fakes import asked_for  # here: slurm_fakes imports this module's task_lines
 
-    from ccrhost.fleet import slurm_verify
-    from ccrhost.fleet.slurm_client import SlurmNode
     from ccrhost.fleet.slurm_job import VerifyOptions
 
-    class Asked(Exception):
-        pass
-
-    asked = []
-
-    def submit(usable, opts, say):
-        asked.append(list(usable))
-        raise Asked
-
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(slurm_verify, "list_nodes", lambda p, n: {
-        "n1": SlurmNode("n1", "10.0.0.1", "idle", None), "n2": SlurmNode("n2", "10.0.0.2", "mixed", None),
-        "n3": SlurmNode("n3", "10.0.0.3", "allocated", None)})
-    monkeypatch.setattr(slurm_verify, "submit", submit)
-    said = io.StringIO()
-    with pytest.raises(Asked):
-        slurm_verify.run_verify(VerifyOptions("gpu", include_busy=include_busy), stream=said)
+    asked, said = asked_for(monkeypatch, VerifyOptions("gpu", include_busy=include_busy))
     if include_busy:
-        assert asked == [["n1", "n2", "n3"]] and "3 nodes, 3 can run the check\n" in said.getvalue()
+        assert asked == [["n1", "n2", "n3"]] and "3 nodes, 3 can run the check\n" in said
     else:
-        assert asked == [["n1"]] and "3 nodes, 1 can run the check; not checked: n2, n3\n" in said.getvalue()
+        assert asked == [["n1"]] and "3 nodes, 1 can run the check; not checked: n2, n3\n" in said
 
 
 def test_sweep_dry_run_prints_every_command_of_every_batch_and_submits_nothing(monkeypatch, capsys):

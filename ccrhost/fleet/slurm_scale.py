@@ -31,6 +31,7 @@ from ccrhost.fleet.slurm_job import busy_note
 from ccrhost.fleet.slurm_nccl import NcclOptions, NodeInfo, _env_args, _step
 from ccrhost.model.allreduce import (MODE_TEXT, PAIR, RunResult, RunVerdict, busbw_text, judge_run, run_timeout,
                                      thresholds)
+from ccrhost.model.culprit import evidence
 from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, OK, UNKNOWN, Reason
 from ccrhost.node.active import run_tool
@@ -100,21 +101,6 @@ def _chunks(names: list[str], cap: int) -> list[list[str]]:
         out.append(names[at:at + k])
         at += k
     return out
-
-
-def _evidence(culprit: str, runs: list[ScaleRun]) -> tuple[ScaleRun | None, ScaleRun | None]:
-    """The smallest failed run with the culprit whose group without it passed (or was too small to run: one
-    node's all-reduce crosses no network), and that passing run (None then)."""
-    passed = {frozenset(r.group): r for r in runs if r.passed}
-    best = None
-    for r in runs:
-        if r.passed is False and culprit in r.group:
-            rest = frozenset(r.group) - {culprit}
-            if (len(rest) < 2 or rest in passed) and (best is None or len(r.group) < len(best.group)):
-                best = r
-    if best is None:
-        return next((r for r in runs if r.passed is False and culprit in r.group), None), None
-    return best, passed.get(frozenset(best.group) - {culprit})
 
 
 def _relabel(verdict: RunVerdict, nodes: int) -> RunVerdict:
@@ -234,7 +220,8 @@ def _admit_chunk(job, chunk, infos, opts, say, batches, start, launch, runs, cap
             runs[i] = ScaleRun(r.group, r.passed, r.busbw, r.message, *purpose[r.group])
     mine = runs[first_run:]
     for f in adm.culprits:
-        with_it, without = _evidence(f.node, mine)
+        # a group without it of one node is never run (it crosses no network): the run with it is evidence
+        with_it, without = evidence(f.node, mine, lambda r: r.group, lone_rest_passes=True)
         size = len(with_it.group) if with_it else f.size
         other = (f"{busbw_text(without)} over {len(without.group)} nodes without it" if without
                  else "no group without it large enough to run")

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ccrhost.model.allreduce import RACK, Figure, busbw_text, thresholds
+from ccrhost.model.culprit import evidence
 from ccrhost.model.ports import natural_key
 from ccrhost.model.status import FAIL, OK, UNKNOWN, Reason
 
@@ -72,17 +73,6 @@ def figure(members: list[tuple[str | None, object, dict | None]]) -> list[Figure
     return min(each, key=lambda figs: min(f.busbw for f in figs if not f.fleet))
 
 
-def evidence(culprit: str, runs: list[RackRun]) -> tuple[RackRun | None, RackRun | None]:
-    """The smallest failed run with the culprit whose trays without it passed, and that passing run."""
-    passed = {frozenset(r.trays): r for r in runs if r.passed}
-    found = [r for r in runs if r.passed is False and culprit in r.trays
-             and frozenset(r.trays) - {culprit} in passed]
-    if not found:
-        return next((r for r in runs if r.passed is False and culprit in r.trays), None), None
-    best = min(found, key=lambda r: len(r.trays))
-    return best, passed[frozenset(best.trays) - {culprit}]
-
-
 def outcome(rack: str, trays: list[str], runs: list[RackRun], culprit: str | None,
             undecided: tuple[str, ...]) -> dict[str, TrayResult]:
     """Each tray's result from the rack's runs (the first: the whole rack)
@@ -99,7 +89,8 @@ def outcome(rack: str, trays: list[str], runs: list[RackRun], culprit: str | Non
     cleared = {t for r in runs if r.passed for t in r.trays}
     out: dict[str, TrayResult] = {}
     if culprit is not None:
-        with_it, without = evidence(culprit, runs)
+        # a rest of one tray never runs (it crosses no other tray): only a passing run clears the others
+        with_it, without = evidence(culprit, runs, lambda r: r.trays)
         other = (f"{busbw_text(without)} over {len(without.trays)} trays without it" if without
                  else "no run without it passed")
         out[culprit] = TrayResult.of(Reason(FAIL, "rack_nvlink_slow", (

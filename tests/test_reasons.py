@@ -14,6 +14,7 @@ Runtime checks: ``ccrhost explain``, and the handbook entry per code.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 from pathlib import Path
@@ -158,7 +159,11 @@ def scan() -> Scan:
     return result
 
 
-SCAN = scan()
+@functools.cache
+def scanned() -> Scan:
+    """The scan, once per process and only when a test asks: at import it ran in every xdist
+    worker's collection (some 3 s of CPU each)."""
+    return scan()
 
 
 # --- the codes an f-string makes, by running the code that makes them ---------
@@ -193,8 +198,8 @@ DYNAMIC = {
 
 def emitted() -> dict[str, str]:
     """Every code the source can give -> where it is made."""
-    codes = {c: where[0] for c, where in SCAN.literal.items()}
-    for pattern, where in SCAN.patterns.items():
+    codes = {c: where[0] for c, where in scanned().literal.items()}
+    for pattern, where in scanned().patterns.items():
         for code in DYNAMIC[pattern]() if pattern in DYNAMIC else ():
             if re.match(pattern, code):
                 codes.setdefault(code, where)
@@ -212,22 +217,22 @@ def _catalogue_file(code: str) -> str:
 
 
 def _entry_hint(code: str, where: str) -> str:
-    level = "/".join(sorted(SCAN.levels.get(code, ()))) or "LEVEL"
+    level = "/".join(sorted(scanned().levels.get(code, ()))) or "LEVEL"
     return (f"{code} (made at {where}): add an entry to {CATALOGUE}/{_catalogue_file(code)} (or the file of its "
             f"domain): code: {code}, level: {level}, action, scope, meaning, reads, causes, confirm, fix, see "
             "(the fields: ccrhost/model/reasons.py), then run python -m ccrhost.docs")
 
 
 def test_the_scan_resolves_every_code_argument():
-    assert not SCAN.unresolved, ("a reason code the scan cannot follow; make it a literal, a parameter of a "
-                                 "helper, or teach tests/test_reasons.py: " + "; ".join(SCAN.unresolved))
-    unknown = {p: w for p, w in SCAN.patterns.items() if p not in DYNAMIC}
+    assert not scanned().unresolved, ("a reason code the scan cannot follow; make it a literal, a parameter of a "
+                                 "helper, or teach tests/test_reasons.py: " + "; ".join(scanned().unresolved))
+    unknown = {p: w for p, w in scanned().patterns.items() if p not in DYNAMIC}
     assert not unknown, ("a reason code made by an f-string: add its pattern and a function that makes every "
                          f"variant to DYNAMIC in tests/test_reasons.py: {unknown}")
     # the scan does find what it is meant to: a literal, a forwarded one, a tuple, an exception's code
     for code in ("port_down", "check_failed", "unreachable", "nic_pcie_width", "gpu_pcie_gen", "gpu_unknown_model",
                  "check_error"):
-        assert code in SCAN.literal, code
+        assert code in scanned().literal, code
 
 
 def test_every_code_the_code_can_give_is_registered():
@@ -243,7 +248,7 @@ def test_no_registered_code_is_dead():
 
 
 def test_registered_levels_are_the_levels_the_code_gives():
-    wrong = {c: (reasons.REGISTRY[c].level, sorted(levels)) for c, levels in SCAN.levels.items()
+    wrong = {c: (reasons.REGISTRY[c].level, sorted(levels)) for c, levels in scanned().levels.items()
              if c in reasons.REGISTRY and levels != {reasons.REGISTRY[c].level}}
     assert not wrong, f"registry level vs the level in the source: {wrong}"
 

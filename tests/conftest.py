@@ -184,14 +184,14 @@ def lab_inventory(tmp_path: Path, per_node: dict | None = None, **data) -> str:
 # --no-loadscope-reorder (its default hands out the modules with the most
 # tests first, so these few-test, long lab modules started last and one
 # worker ran alone at the end). Each worker takes two modules at the start
-# (worker N the Nth and the (N+4)th), so the second four are the shorter
-# partners of the first four; after that a free worker takes the next one.
+# (of six workers, worker N the Nth and the (N+6)th); after that a free
+# worker takes the next one.
 SLOW_FIRST = ("test_accept_lab.py", "test_allreduce_lab.py", "test_rollout_lab.py", "test_dcgm_lab.py", "test_bench_smoke.py",
-              "test_host_health_lab.py", "test_calibrate_lab.py", "test_baseline_lab.py", "test_platform_lab.py",
+              "test_install_e2e.py", "test_host_health_lab.py", "test_calibrate_lab.py", "test_baseline_lab.py", "test_platform_lab.py",
               "test_qos_e2e.py", "test_nicfw_lab.py", "test_slurm_paths.py", "test_slurm.py", "test_accept_deploy_lab.py",
               "test_verify_e2e.py", "test_wiring_lab.py", "test_rack_lab.py", "test_rack_nvlink_lab.py", "test_datapath_e2e.py",
               "test_trouble_e2e.py", "test_fuzz.py",
-              "test_install_e2e.py", "test_remediate_lab.py", "test_ci.py", "test_faults.py", "test_busy_lab.py",
+              "test_remediate_lab.py", "test_ci.py", "test_faults.py", "test_busy_lab.py",
               "test_fabric_e2e.py", "test_kubernetes.py", "test_gpu_health_e2e.py", "test_wheel.py",
               "test_pci_shims.py", "test_lab.py", "test_deploy_rdma.py")
 

@@ -40,6 +40,7 @@ class Port:
 @dataclass
 class Gpu:
     name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str | None = None  # not read: the certificate records no GPUs
 
 
 @dataclass

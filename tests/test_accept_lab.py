@@ -11,8 +11,9 @@ Faults, each caught by one stage and invisible before it:
 The run certifies exactly node1, node2, node4 and node6, resumes only them,
 drains the others naming the stage and code, and never touches node8. With
 node5's routes mended, a second run (node5 with node1 and node2 as partners)
-certifies it by re-running only the stages it had not passed; the certified
-nodes run only their passive check.
+certifies it by re-running only the stages it had not passed; node2, given
+another GPU board meanwhile (a repair's: a new UUID), runs every stage again,
+and node1 only its passive check.
 
 The mesh's runner is proven alone on the same lab first (one lab for the
 module): the full mesh (fleet/slurm_mesh) prunes exactly the node cut from
@@ -179,16 +180,27 @@ def test_accept_certifies_exactly_the_healthy_nodes_and_a_second_run_reruns_only
                                   "--format json")
     cert = json.loads(check.stdout)["certificate"]
     assert cert["state"] == "certified", cert
+    # issued under node1's GPUs, as its nvidia-smi names them
+    uuids = lab_ssh(lab, "node1", "nvidia-smi --query-gpu=uuid --format=csv,noheader").stdout.split()
+    assert doc["certificates"]["node1"]["versions"]["gpus"] == ",".join(sorted(uuids)), doc["certificates"]["node1"]
+
+    # a repair put another board in node2's GPU slot 1: the same node name, another GPU, so what its stages
+    # proved no longer holds
+    lab.fault("node2", "gpu_serial=1:1650923099999")
+    check = lab_ssh(lab, "node2", f"{lab_slurm.ccrhost_command()} check --config /etc/ccrhost/check.yaml "
+                                  "--format json")
+    cert = json.loads(check.stdout)["certificate"]
+    assert cert["state"] == "expired" and list(cert["expired_stage"]["versions_changed"]) == ["gpus"], cert
 
     # node5's routes mended: a second run with two certified nodes as its partners re-runs what node5 had
-    # not passed (S1 holds); the certified ones run only their passive check
+    # not passed (S1 holds) and every stage on node2; node1 runs only its passive check
     lab.clear("node5", FAULTS["node5"])
     run = accept(lab, tmp_path, "--reservation", "ccrhost-accept-test", nodes="node[1-2,5]")
     said = run.stdout + run.stderr[-6000:]
     assert run.returncode == 0, said
     doc = report(tmp_path)
     assert doc["states"] == dict.fromkeys(("node1", "node2", "node5"), "certified"), said
-    assert doc["ran"] == {"node1": ["check"], "node2": ["check"],
+    assert doc["ran"] == {"node1": ["check"], "node2": ["check", "node", "mesh", "pairs", "scale", "soak"],
                           "node5": ["check", "mesh", "pairs", "scale", "soak"]}, said
     states = lab_slurm.node_states(lab)
     assert {n for n, (st, _) in states.items() if st == "idle"} == {*CERTIFIED, "node5"}, states

@@ -57,6 +57,18 @@ def test_a_stage_past_its_validity_or_under_another_driver_runs_again():
     assert cm.to_run(cert, ALL, 900.0, V) == ALL
 
 
+def test_a_swapped_gpu_runs_every_stage_again_and_a_gpu_not_read_does_not():
+    with_gpus = {**V, "gpus": "GPU-1,GPU-2"}
+    cert = None
+    for i, s in enumerate(ALL):
+        cert = cm.record(cert, "n1", passed(s, 1000.0 + i, with_gpus), 3600.0, with_gpus, ALL)
+    assert cm.state(cert, ALL, 1100.0, with_gpus) == cm.CERTIFIED
+    swapped = {**V, "gpus": "GPU-1,GPU-9"}  # the same node name, another GPU in it
+    assert cm.state(cert, ALL, 1100.0, swapped) == cm.EXPIRED
+    assert cm.to_run(cert, ALL, 1100.0, swapped) == ALL
+    assert cm.to_run(cert, ALL, 1100.0, V) == ("check",)  # no UUID read now: not held against it
+
+
 def test_again_reruns_a_holding_stage_and_wanted_leaves_the_others_out():
     cert = cert_with(*(passed(s) for s in ALL))
     assert cm.to_run(cert, ALL, 1100.0, V, again=("node", "soak")) == ("check", "node", "soak")

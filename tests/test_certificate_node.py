@@ -125,7 +125,9 @@ def test_the_store_script_fails_and_leaves_nothing_where_it_cannot_write(tmp_pat
 
 def test_versions_come_from_the_readings_and_one_not_read_is_absent():
     r = healthy()
-    assert node_cert.versions(r, "0.1.0") == {"ccrhost": "0.1.0"}
+    gpus = "GPU-0,GPU-1,GPU-2,GPU-3,GPU-4,GPU-5,GPU-6,GPU-7"  # each GPU's UUID, sorted
+    assert node_cert.versions(r, "0.1.0") == {"gpus": gpus, "ccrhost": "0.1.0"}
+    r.gpus = [replace(g, uuid=None) for g in r.gpus]  # not read: absent, never a guess
     r.datapath = replace(unreadable("x"), error=None, versions=HostVersions(
         nic_fw={"mlx5_0": "28.39.3560", "mlx5_1": "28.39.3560", "mlx5_9": "16.35.1012"}, nvidia="550.54.15"))
     r.baseline = BaselineReading(nccl="2.21.5")
@@ -183,6 +185,12 @@ CASES = [  # certificate, read at, present versions -> JSON fields, cell
                                             "age_s": 1000.0,
                                             "versions_changed": {"driver": ["550.54.15", "560.35.03"]}}},
      "expired S0 passive check: driver 550.54.15 -> 560.35.03"),
+    # a repair swapped GPU 3: another GPU, so what the stages proved no longer holds; only it is named
+    (cert(("check", OK, T0), ("node", OK, T0 + 100), ("mesh", OK, T0 + 200), versions={**V, "gpus": "GPU-a,GPU-b,GPU-c"}),
+     T0 + 1000, {**V, "gpus": "GPU-a,GPU-c,GPU-d"},
+     {"state": "expired", "expired_stage": {"stage": "check", "title": "S0 passive check", "at": T0, "age_s": 1000.0,
+                                            "versions_changed": {"gpus": ["GPU-a,GPU-b,GPU-c", "GPU-a,GPU-c,GPU-d"]}}},
+     "expired S0 passive check: gpus GPU-b -> GPU-d"),
     (None, T0, V,
      {"state": "incomplete", "stored": False, "issued_at": None, "age_s": None, "stages": {}}, "none"),
 ]

@@ -405,7 +405,7 @@ FAULT_KINDS = {
     "fabric_not_ready": "[INDEX]: the NVSwitch fabric of GPU INDEX (default: every GPU) is In Progress",
     "pcie_replay": "[INDEX]: GPU INDEX's (default 0) PCIe replay counter rises (5 a second)",
     "gpu_serial": "INDEX:SERIAL: the board in GPU slot INDEX is the one with SERIAL (a board moved here from "
-                  "another node: nvidia-smi -q prints its serial)",
+                  "another node, or a repair's new one: nvidia-smi prints its serial and its own UUID)",
     "pfc_storm": "[DEV]: that NIC's netdev (default: the first) counts a pause-storm event a second and sends PFC "
                  "pause half the time on each PFC priority (ethtool -S)",
     "global_pause": "[DEV]: 802.3x global pause is on at power-on on that NIC's netdev (default: the first; "

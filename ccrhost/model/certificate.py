@@ -27,9 +27,10 @@ BUDGETS = {"check": 900, "node": 4 * 3600, "mesh": 3600, "pairs": 3600, "scale":
 FLEET_STAGES = ("mesh", "pairs", "scale")  # a node's result depends on its peers': run with every live node
 SKIPPED = "SKIPPED"   # a stage the node's settings leave out
 PASSED = (OK, WARN)
-# the versions a passed stage must still match (model/certificate_view.versions' keys): ccrhost's own is
-# recorded, not compared, so upgrading ccrhost does not expire every node's certificate
-COMPARED = ("driver", "nic_firmware", "nccl")
+# the versions a passed stage must still match (model/certificate_view.versions' keys), the GPUs' UUIDs
+# among them: ccrhost's own is recorded, not compared, so upgrading ccrhost does not expire every node's
+# certificate
+COMPARED = ("driver", "nic_firmware", "nccl", "gpus")
 
 CERTIFIED, FAILED, INCOMPLETE, EXPIRED = "certified", "failed", "incomplete", "expired"
 

@@ -42,10 +42,15 @@ def versions(readings, ccrhost_version: str | None = None) -> dict[str, str]:
     """The node's versions a certificate is issued under, from what its
     check read: ``driver`` (/proc/driver/nvidia/version, the data-path read),
     ``nic_firmware`` (the compute ports' NICs' fw_ver), ``nccl`` (libnccl.so.2,
-    read where a baseline_* key asks for the host baseline) and ``ccrhost``
-    (this ccrhost's). A version not read is absent, never a guess: the
-    certificate's ``holds`` compares only those known on both sides."""
+    read where a baseline_* key asks for the host baseline), ``gpus`` (the
+    GPUs' UUIDs, sorted: a GPU swapped in a repair is another GPU, whatever
+    the node is called) and ``ccrhost`` (this ccrhost's). A version not read
+    is absent, never a guess: the certificate's ``holds`` compares only
+    those known on both sides."""
     out: dict[str, str] = {}
+    uuids = sorted(g.uuid for g in readings.gpus if g.uuid)
+    if uuids:
+        out["gpus"] = ",".join(uuids)
     dp = readings.datapath
     if dp is not None and dp.error is None:
         if dp.versions.nvidia:
@@ -169,11 +174,18 @@ def cell(doc: dict | None) -> str:
         return f"incomplete {cm.TITLES.get(first, first)}: not run" if first else "incomplete"
     expired = doc["expired_stage"]
     if state == cm.EXPIRED and expired is not None:
-        changed = "; ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(expired["versions_changed"].items()))
+        changed = "; ".join(_change(k, a, b) for k, (a, b) in sorted(expired["versions_changed"].items()))
         if not changed and expired["age_s"] < 0:  # a clock set back: the stage's time is still to come
             return f"expired {expired['title']}: its time is {span(-expired['age_s'])} ahead of the node's clock"
         return f"expired {expired['title']}: {changed or span(expired['age_s']) + ' old'}"
     return str(state)
+
+
+def _change(key: str, was: str, now: str) -> str:
+    if key == "gpus":  # name only the GPUs that left and came, not every UUID of the node
+        gone, came = set(was.split(",")) - set(now.split(",")), set(now.split(",")) - set(was.split(","))
+        return f"gpus {','.join(sorted(gone)) or 'none'} -> {','.join(sorted(came)) or 'none'}"
+    return f"{key} {was} -> {now}"
 
 
 def cells(verdicts: dict) -> dict[str, str]:

@@ -277,6 +277,18 @@ def gpu_health() -> dict:
     return out
 
 
+def gpu_uuid(i: int, health: dict | None = None) -> str:
+    """GPU ``i``'s UUID: the node's own (lab/boot.py), or, for a board moved
+    into the slot (gpu_serial fault), that board's, made from its serial, as
+    a board carries its UUID with it."""
+    moved = (gpu_health() if health is None else health).get("gpu_serial", {})
+    if i not in moved:
+        return node()["gpu_uuids"][i]
+    import uuid  # only for a moved board: every probe runs nvidia-smi
+
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"board-{moved[i]}"))
+
+
 def uptime() -> float:
     with open("/proc/uptime") as f:
         return float(f.read().split()[0])

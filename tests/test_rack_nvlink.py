@@ -259,3 +259,37 @@ def test_the_stored_rack_result_is_what_the_check_and_prolog_judge_and_it_goes_s
     stale = AllReduceReading(1000.0 + 86400 + 1, {"rack": results["gb02"].to_dict()})
     assert [(r.level, r.code) for r in check_allreduce(stale)] == [("UNKNOWN", "allreduce_stale")]
     assert check_allreduce(stale)[0].message.startswith("rack-level all-reduce over NVLink: ")
+
+
+def test_a_tray_its_batch_could_not_hold_is_left_out_of_every_run_and_keeps_no_result():
+    """A tray running someone's job (or lost) when its rack's trays are held: the rack runs without it,
+    says so, and gives it no result (its stored one stays as it was); a rack left with one held tray
+    runs nothing."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from ccrhost.fleet.rack_nvlink import run_racks
+
+    class Batches:
+        def __init__(self, busy):
+            self.busy, self.asked = set(busy), []
+
+        @contextmanager
+        def hold(self, names):
+            self.asked.append(list(names))
+            yield "88", [n for n in names if n not in self.busy]
+
+    rack_a, rack_b = trays(4), ["gb05", "gb06"]
+    tray = SimpleNamespace(imex_enable=True, platform=lambda: resolve("gb200-nvl72"), verify_allreduce_min_busbw=None)
+    settings = {n: SimpleNamespace(**vars(tray), imex_rack="a" if n in rack_a else "b") for n in rack_a + rack_b}
+    verdicts = {n: fake_verdict("OK") for n in settings}
+    addresses = {n: f"10.0.0.{i}" for i, n in enumerate(settings, 1)}
+    said, launcher, batches = [], Launcher("gb03"), Batches({"gb03", "gb06"})
+    results = run_racks(None, verdicts, settings, addresses, NcclOptions(), said.append, batches=batches,
+                        run=launcher)
+    assert batches.asked == [rack_a, rack_b]
+    ran = [argv[argv.index("-w") + 1].split(",") for argv in launcher.argvs]
+    assert ran == [["gb01", "gb02", "gb04"]] and all("--jobid=88" in argv for argv in launcher.argvs), launcher.argvs
+    assert set(results) == {"gb01", "gb02", "gb04"} and all(r.status == "OK" for r in results.values())
+    assert "rack all-reduce: rack a: gb03 not held (busy or lost): run without them" in said
+    assert "rack all-reduce: rack b: gb06 not held (busy or lost): run without them" in said

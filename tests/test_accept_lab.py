@@ -183,6 +183,9 @@ def test_accept_certifies_exactly_the_healthy_nodes_and_a_second_run_reruns_only
     # issued under node1's GPUs, as its nvidia-smi names them
     uuids = lab_ssh(lab, "node1", "nvidia-smi --query-gpu=uuid --format=csv,noheader").stdout.split()
     assert doc["certificates"]["node1"]["versions"]["gpus"] == ",".join(sorted(uuids)), doc["certificates"]["node1"]
+    # and its NICs (every one of the lab's eight carries compute traffic), as sysfs names them
+    guids = lab_ssh(lab, "node1", "cat /sys/class/infiniband/*/node_guid").stdout.split()
+    assert len(guids) == 8 and doc["certificates"]["node1"]["versions"]["nics"] == ",".join(sorted(guids))
 
     # a repair put another board in node2's GPU slot 1: the same node name, another GPU, so what its stages
     # proved no longer holds

@@ -69,6 +69,16 @@ def test_a_swapped_gpu_runs_every_stage_again_and_a_gpu_not_read_does_not():
     assert cm.to_run(cert, ALL, 1100.0, V) == ("check",)  # no UUID read now: not held against it
 
 
+def test_a_swapped_nic_runs_every_stage_again():
+    with_nics = {**V, "nics": "b859:9f03:00a1:2b3c,b859:9f03:00a1:2b3d"}
+    cert = None
+    for i, s in enumerate(ALL):
+        cert = cm.record(cert, "n1", passed(s, 1000.0 + i, with_nics), 3600.0, with_nics, ALL)
+    assert cm.to_run(cert, ALL, 1100.0, with_nics) == ("check",)
+    swapped = {**V, "nics": "b859:9f03:00a1:2b3c,e8eb:d303:0011:2233"}  # same firmware, another card
+    assert cm.state(cert, ALL, 1100.0, swapped) == cm.EXPIRED and cm.to_run(cert, ALL, 1100.0, swapped) == ALL
+
+
 def test_again_reruns_a_holding_stage_and_wanted_leaves_the_others_out():
     cert = cert_with(*(passed(s) for s in ALL))
     assert cm.to_run(cert, ALL, 1100.0, V, again=("node", "soak")) == ("check", "node", "soak")

@@ -129,9 +129,11 @@ def test_versions_come_from_the_readings_and_one_not_read_is_absent():
     assert node_cert.versions(r, "0.1.0") == {"gpus": gpus, "ccrhost": "0.1.0"}
     r.gpus = [replace(g, uuid=None) for g in r.gpus]  # not read: absent, never a guess
     r.datapath = replace(unreadable("x"), error=None, versions=HostVersions(
-        nic_fw={"mlx5_0": "28.39.3560", "mlx5_1": "28.39.3560", "mlx5_9": "16.35.1012"}, nvidia="550.54.15"))
+        nic_fw={"mlx5_0": "28.39.3560", "mlx5_1": "28.39.3560", "mlx5_9": "16.35.1012"}, nvidia="550.54.15",
+        nic_guid={"mlx5_1": "b859:9f03:00a1:2b3d", "mlx5_0": "b859:9f03:00a1:2b3c", "mlx5_9": "0c42:a103:0001:0002"}))
     r.baseline = BaselineReading(nccl="2.21.5")
     assert node_cert.versions(r, "0.1.0") == {"driver": "550.54.15", "nic_firmware": "28.39.3560",
+                                              "nics": "b859:9f03:00a1:2b3c,b859:9f03:00a1:2b3d",
                                               "nccl": "2.21.5", "ccrhost": "0.1.0"}  # mlx5_9: not a compute port
     r.datapath = replace(r.datapath, versions=HostVersions(nic_fw={"mlx5_0": "28.39.3560", "mlx5_1": "28.39.1002"}))
     assert node_cert.versions(r, "0.1.0") == {"nic_firmware": "28.39.1002 (mlx5_1), 28.39.3560 (mlx5_0)",

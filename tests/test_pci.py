@@ -114,9 +114,11 @@ def test_counters_and_firmware_from_the_sysfs_dump():
     raw = lines("counters_gpud943.txt")
     dump = [f"mlx5_0/ports/1/counters/{raw[i][6:-4]}:{raw[i + 1]}" for i in range(0, len(raw), 2)]
     dump += ["mlx5_0/fw_ver:28.41.1000", "mlx5_0/hca_type:MT4129", "mlx5_0/board_id:MT_0000000838",
-             "mlx5_1/ports/1/counters/symbol_error:N/A (no PMA)"]
+             "mlx5_0/node_guid:0c42:a103:0040:29a0", "mlx5_1/ports/1/counters/symbol_error:N/A (no PMA)"]
     nics = pci.parse_ib(dump)
     assert nics["mlx5_0"].fw_ver == "28.41.1000" and nics["mlx5_0"].board_id == "MT_0000000838"
+    # the value of reference/roce.md's ibv_devinfo sample, in sysfs's own form
+    assert nics["mlx5_0"].node_guid == "0c42:a103:0040:29a0" and nics["mlx5_1"].node_guid is None
     # port_xmit_wait and excessive_buffer_overrun_errors are not among the six read
     assert nics["mlx5_0"].counters == {1: {"link_downed": 255, "port_xmit_discards": 65535}}
     assert nics["mlx5_1"].counters == {}

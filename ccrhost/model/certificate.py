@@ -28,9 +28,9 @@ FLEET_STAGES = ("mesh", "pairs", "scale")  # a node's result depends on its peer
 SKIPPED = "SKIPPED"   # a stage the node's settings leave out
 PASSED = (OK, WARN)
 # the versions a passed stage must still match (model/certificate_view.versions' keys), the GPUs' UUIDs
-# among them: ccrhost's own is recorded, not compared, so upgrading ccrhost does not expire every node's
-# certificate
-COMPARED = ("driver", "nic_firmware", "nccl", "gpus")
+# and the NICs' GUIDs among them: ccrhost's own is recorded, not compared, so upgrading ccrhost does not
+# expire every node's certificate
+COMPARED = ("driver", "nic_firmware", "nccl", "gpus", "nics")
 
 CERTIFIED, FAILED, INCOMPLETE, EXPIRED = "certified", "failed", "incomplete", "expired"
 

@@ -44,7 +44,8 @@ def versions(readings, ccrhost_version: str | None = None) -> dict[str, str]:
     ``nic_firmware`` (the compute ports' NICs' fw_ver), ``nccl`` (libnccl.so.2,
     read where a baseline_* key asks for the host baseline), ``gpus`` (the
     GPUs' UUIDs, sorted: a GPU swapped in a repair is another GPU, whatever
-    the node is called) and ``ccrhost`` (this ccrhost's). A version not read
+    the node is called), ``nics`` (the compute NICs' node GUIDs, sorted,
+    likewise) and ``ccrhost`` (this ccrhost's). A version not read
     is absent, never a guess: the certificate's ``holds`` compares only
     those known on both sides."""
     out: dict[str, str] = {}
@@ -59,6 +60,9 @@ def versions(readings, ccrhost_version: str | None = None) -> dict[str, str]:
         fw = nic_firmware_text({d: v for d, v in dp.versions.nic_fw.items() if d in compute and v})
         if fw:
             out["nic_firmware"] = fw
+        guids = sorted(g for d, g in dp.versions.nic_guid.items() if d in compute and g)
+        if guids:
+            out["nics"] = ",".join(guids)
     base = readings.baseline
     if base is not None and base.error is None and base.nccl:
         out["nccl"] = base.nccl
@@ -182,9 +186,9 @@ def cell(doc: dict | None) -> str:
 
 
 def _change(key: str, was: str, now: str) -> str:
-    if key == "gpus":  # name only the GPUs that left and came, not every UUID of the node
+    if key in ("gpus", "nics"):  # name only the GPUs or NICs that left and came, not every one of the node
         gone, came = set(was.split(",")) - set(now.split(",")), set(now.split(",")) - set(was.split(","))
-        return f"gpus {','.join(sorted(gone)) or 'none'} -> {','.join(sorted(came)) or 'none'}"
+        return f"{key} {','.join(sorted(gone)) or 'none'} -> {','.join(sorted(came)) or 'none'}"
     return f"{key} {was} -> {now}"
 
 

@@ -424,6 +424,7 @@ class HostVersions:
     nic_model: dict[str, str] = field(default_factory=dict)    # RDMA device -> board_id/hca_type (groups fw)
     mlx5: str | None = None     # /sys/module/mlx5_core/version, or "inbox <uname -r>"
     nvidia: str | None = None   # NVIDIA driver version
+    nic_guid: dict[str, str] = field(default_factory=dict)     # RDMA device -> node_guid (the NIC itself)
 
 
 @dataclass(frozen=True)

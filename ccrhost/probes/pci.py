@@ -178,7 +178,7 @@ echo @@mlx5
 {{ read -r _l < /sys/module/mlx5_core/version && echo "$_l"; }} 2>/dev/null
 echo @@ib
 if cd {IB_ROOT} 2>/dev/null; then
-grep -Hs '' */fw_ver */hca_type */board_id {_COUNTER_FILES}
+grep -Hs '' */fw_ver */hca_type */board_id */node_guid {_COUNTER_FILES}
 fi
 true"""
 
@@ -240,6 +240,7 @@ class NicInfo:
     fw_ver: str | None = None        # /sys/class/infiniband/<dev>/fw_ver
     hca_type: str | None = None      # .../hca_type
     board_id: str | None = None      # .../board_id
+    node_guid: str | None = None     # .../node_guid ("%04x:%04x:%04x:%04x"): this very NIC, whatever its firmware
     # .../ports/<n>/counters/<name> for the six error counters
     counters: dict[int, dict[str, int]] = field(default_factory=dict)
 
@@ -316,8 +317,9 @@ class PciSnapshot:
         fw = {d: n.fw_ver for d, n in self.nics.items() if n.fw_ver}
         model = {d: (n.board_id or n.hca_type) for d, n in self.nics.items() if n.board_id or n.hca_type}
         mlx5 = self.mlx5_version or (f"inbox {self.kernel_release}" if self.nics and self.kernel_release else None)
+        guids = {d: n.node_guid for d, n in self.nics.items() if n.node_guid}
         return HostVersions(nic_fw=fw, nic_model=model, mlx5=mlx5,
-                            nvidia=self.nvidia.version if self.nvidia else None)
+                            nvidia=self.nvidia.version if self.nvidia else None, nic_guid=guids)
 
 
 # --- parsers, one per source format --------------------------------------
@@ -503,7 +505,7 @@ def parse_ib(lines: list[str]) -> dict[str, NicInfo]:
         parts = path.split("/")
         text = " ".join(values).strip()
         entry = raw.setdefault(parts[0], {"counters": {}})
-        if len(parts) == 2 and parts[1] in ("fw_ver", "hca_type", "board_id"):
+        if len(parts) == 2 and parts[1] in ("fw_ver", "hca_type", "board_id", "node_guid"):
             entry[parts[1]] = text or None
         elif len(parts) == 5 and parts[1] == "ports" and parts[3] == "counters" and parts[4] in datapath.COUNTERS:
             if not (parts[2].isascii() and parts[2].isdigit()):  # isdigit() alone takes "²"
@@ -511,7 +513,8 @@ def parse_ib(lines: list[str]) -> dict[str, NicInfo]:
             if not (text.isascii() and text.isdigit()):
                 continue  # "N/A (no PMA)": unreadable, not a reading
             entry["counters"].setdefault(int(parts[2]), {})[parts[4]] = int(text)
-    return {dev: NicInfo(v.get("fw_ver"), v.get("hca_type"), v.get("board_id"), v["counters"])
+    return {dev: NicInfo(v.get("fw_ver"), v.get("hca_type"), v.get("board_id"), v.get("node_guid"),
+                         v["counters"])
             for dev, v in sorted(raw.items(), key=lambda kv: natural_key(kv[0]))}
 
 
